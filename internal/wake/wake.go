@@ -1,0 +1,273 @@
+// Package wake delivers Redis pub/sub wake-ups to goroutines waiting for a
+// lock or a value. All waiters of one client share one subscription
+// connection (one per master on a cluster, using sharded pub/sub), so a
+// thousand waiters cost one connection, not a thousand.
+//
+// A wake-up is only a hint: pub/sub is fire-and-forget, and a message sent
+// while the connection is down is lost. Callers must bound every wait (by the
+// holder's remaining TTL) and re-check the state in Redis after each wake-up.
+package wake
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PublishCommand returns the command a script must use to publish a wake-up
+// for a client of this type: SPUBLISH on a cluster, where the channel must
+// share the hash slot of the keys the script touches, PUBLISH otherwise.
+func PublishCommand(c redis.UniversalClient) string {
+	if _, ok := c.(*redis.ClusterClient); ok {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
+// readyTimeout bounds how long Subscribe waits for the server to confirm a
+// subscription. Past it the waiter goes on without push, polling instead.
+const readyTimeout = 2 * time.Second
+
+// A Sub is one waiter's interest in one channel.
+type Sub struct {
+	h  *hub
+	ch string
+	c  chan struct{}
+}
+
+// Subscribe registers interest in channel and returns once the server has
+// confirmed the subscription, so that a message published after Subscribe
+// returns reaches [Sub.Wake] unless the connection drops. On error the
+// caller should fall back to polling; the returned Sub is then nil.
+func Subscribe(ctx context.Context, c redis.UniversalClient, channel string) (*Sub, error) {
+	h, err := acquireHub(ctx, c, channel)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sub{h: h, ch: channel, c: make(chan struct{}, 1)}
+	ready, err := h.add(ctx, s)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return s, nil
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	case <-t.C:
+		s.Close()
+		return nil, errNotConfirmed
+	}
+}
+
+// Wake returns a channel that receives a value after a message was published
+// on the Sub's channel (or the connection had trouble, so the state must be
+// looked at again). It is nil for a nil Sub, which blocks forever in a select.
+func (s *Sub) Wake() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	return s.c
+}
+
+// Close ends the subscription. The last Close on a connection closes it.
+// Close on a nil Sub does nothing.
+func (s *Sub) Close() {
+	if s == nil {
+		return
+	}
+	s.h.remove(s)
+	releaseHub(s.h)
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+const errNotConfirmed = errString("wake: subscription not confirmed in time")
+
+type hubKey struct {
+	client redis.UniversalClient
+	node   string // master address on a cluster, "" otherwise
+}
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[hubKey]*hub{}
+)
+
+// A hub owns one pub/sub connection and fans its messages out to Subs.
+type hub struct {
+	key     hubKey
+	ps      *redis.PubSub
+	sharded bool
+	refs    int           // guarded by hubsMu
+	quit    chan struct{} // closed when the last Sub leaves
+
+	mu     sync.Mutex
+	closed bool
+	chans  map[string]*entry
+}
+
+type entry struct {
+	subs  map[*Sub]struct{}
+	ready chan struct{} // closed when the server confirmed the subscription
+}
+
+func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*hub, error) {
+	key := hubKey{client: c}
+	var node *redis.Client
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		// Sharded pub/sub lives on the master that owns the channel's slot.
+		// One plain connection per master carries every channel it owns.
+		n, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+		key.node = n.Options().Addr
+	}
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[key]
+	if h == nil {
+		h = &hub{key: key, chans: map[string]*entry{}, quit: make(chan struct{})}
+		if node != nil {
+			h.sharded = true
+			h.ps = node.SSubscribe(context.Background())
+		} else {
+			h.ps = c.Subscribe(context.Background())
+		}
+		hubs[key] = h
+		go h.loop()
+	}
+	h.refs++
+	return h, nil
+}
+
+func releaseHub(h *hub) {
+	hubsMu.Lock()
+	h.refs--
+	last := h.refs == 0
+	if last {
+		delete(hubs, h.key)
+	}
+	hubsMu.Unlock()
+	if last {
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		close(h.quit)
+		_ = h.ps.Close() // ends loop: its blocked Receive fails
+	}
+}
+
+func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.chans[s.ch]
+	if e == nil {
+		e = &entry{subs: map[*Sub]struct{}{}, ready: make(chan struct{})}
+		h.chans[s.ch] = e
+		var err error
+		if h.sharded {
+			err = h.ps.SSubscribe(ctx, s.ch)
+		} else {
+			err = h.ps.Subscribe(ctx, s.ch)
+		}
+		if err != nil {
+			delete(h.chans, s.ch)
+			return nil, err
+		}
+	}
+	e.subs[s] = struct{}{}
+	return e.ready, nil
+}
+
+func (h *hub) remove(s *Sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.chans[s.ch]
+	if e == nil {
+		return
+	}
+	delete(e.subs, s)
+	if len(e.subs) > 0 || h.closed {
+		return
+	}
+	delete(h.chans, s.ch)
+	// A failed unsubscribe leaves a channel nobody listens to on a
+	// connection that closes with its last waiter: harmless.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if h.sharded {
+		_ = h.ps.SUnsubscribe(ctx, s.ch)
+	} else {
+		_ = h.ps.Unsubscribe(ctx, s.ch)
+	}
+}
+
+func (h *hub) loop() {
+	backoff := 10 * time.Millisecond
+	for {
+		msg, err := h.ps.Receive(context.Background())
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return
+		}
+		if err != nil {
+			// The connection broke (go-redis reconnects and resubscribes on
+			// the next Receive). Messages may have been lost: wake everyone
+			// to look again rather than sleep out a whole lease.
+			for _, e := range h.chans {
+				e.wakeAll()
+			}
+			h.mu.Unlock()
+			select {
+			case <-h.quit:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			if e := h.chans[m.Channel]; e != nil {
+				e.wakeAll()
+			}
+		case *redis.Subscription:
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+				if e := h.chans[m.Channel]; e != nil {
+					e.confirm()
+				}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (e *entry) confirm() {
+	select {
+	case <-e.ready:
+	default:
+		close(e.ready)
+	}
+}
+
+func (e *entry) wakeAll() {
+	for s := range e.subs {
+		select {
+		case s.c <- struct{}{}:
+		default:
+		}
+	}
+}

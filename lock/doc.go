@@ -1,0 +1,43 @@
+// Package lock provides locks that many processes share through Redis: a
+// mutex, with more primitives built on the same lease model.
+//
+// # Leases
+//
+// Acquiring a lock returns a [Lease]: one owner's hold, identified in Redis
+// by a random token. Only the lease can extend or release what it holds;
+// releasing a lock that expired or passed to another owner returns
+// [ErrNotHeld] and changes nothing. Every lease has a TTL, so a process that
+// dies while holding a lock frees it after at most one TTL. With
+// [WithAutoExtend] a watchdog extends the lease while it is held.
+//
+// # Lost leases and fencing
+//
+// A lease can be lost: it expires while its holder is slow, or Redis refuses
+// an extension. [Lease.Done] closes when that happens, measured on the
+// holder's monotonic clock so that it fires before the key can expire in
+// Redis. A process can still be paused (GC, a stopped VM) past that moment
+// and wake up believing it holds the lock. Against that, each lease carries
+// a fencing number ([Lease.Fence]) that strictly increases per lock name:
+// pass it to the storage you protect and have it reject numbers lower than
+// the highest it has seen.
+//
+// # Waiting
+//
+// A blocked acquire does not poll. Releases publish a message on a channel
+// in the lock's hash slot (sharded pub/sub on a Redis Cluster), and all
+// waiters of a client share one subscription connection. Messages can be
+// lost, so each wait is also bounded by the holder's remaining TTL.
+//
+// # Guarantees and limits
+//
+// On one Redis server, a lock is held by at most one lease at a time, as
+// long as the server keeps its data. Redis replication is asynchronous: a
+// failover can lose a lock that was just acquired, and a restart without
+// persistence loses all locks (fencing numbers too, unless persisted).
+// Where that matters, use fencing.
+//
+// Every key a lock uses is derived from its name with a hash tag, so all of
+// them live in one cluster slot and each operation is one atomic script.
+// Scripts compute expiry only from relative durations and the server's
+// clock; no client wall-clock time reaches Redis.
+package lock

@@ -1,0 +1,217 @@
+package lock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotHeld is returned by [Lease.Unlock] and [Lease.Extend] when the
+	// lease has expired, was already released, or belongs to another owner.
+	// Nothing in Redis was changed. Work done under the lease may have
+	// overlapped with another holder's; fencing numbers tell which is newer.
+	ErrNotHeld = errors.New("lock: not held")
+
+	// ErrLost is the cause reported by [Lease.Err] once a lease was lost:
+	// it expired in Redis, an extension was refused, or no extension was
+	// confirmed before the lease's safe deadline.
+	ErrLost = errors.New("lock: lease lost")
+)
+
+// An Option configures a lock. Options apply to every primitive in this
+// package; each documents what it means and its default.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	ttl         time.Duration
+	waitTimeout time.Duration
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	autoExtend  bool
+	maxHold     time.Duration
+	fair        bool
+}
+
+func buildOptions(opts []Option) options {
+	o := options{
+		ttl:        10 * time.Second,
+		minBackoff: 2 * time.Millisecond,
+		maxBackoff: 500 * time.Millisecond,
+	}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return o
+}
+
+// WithTTL sets how long a lease lives in Redis unless it is extended: a
+// holder that dies frees the lock after at most this long (the seeds'
+// "autorelease"). The default is 10 seconds. WithTTL panics if d is less
+// than a millisecond, the resolution of Redis expiry.
+func WithTTL(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("lock: TTL %v is below 1ms", d))
+	}
+	return optionFunc(func(o *options) { o.ttl = d })
+}
+
+// WithWaitTimeout bounds how long a blocking acquire waits, on top of its
+// context's deadline (the seeds' "retry_timeout"). When it passes, the
+// acquire returns an error matching [context.DeadlineExceeded]. The default
+// is to wait as long as the context allows; use TryLock for no waiting.
+// WithWaitTimeout panics if d is negative.
+func WithWaitTimeout(d time.Duration) Option {
+	if d < 0 {
+		panic("lock: negative wait timeout")
+	}
+	return optionFunc(func(o *options) { o.waitTimeout = d })
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff used
+// between attempts when push wake-ups are unavailable (the seeds'
+// "retry_sleep"). Waits never exceed the holder's remaining TTL. The default
+// is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
+func WithBackoff(min, max time.Duration) Option {
+	if min <= 0 || max < min {
+		panic("lock: backoff needs 0 < min <= max")
+	}
+	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
+}
+
+// WithAutoExtend makes every lease extend itself by its TTL every third of
+// the TTL while held (a watchdog), so work may outlast the TTL while a
+// crashed holder still frees the lock within one TTL. When an extension is
+// refused, or none is confirmed before the lease's safe deadline, the lease
+// is lost: [Lease.Done] closes. The watchdog stops before Unlock returns.
+func WithAutoExtend() Option {
+	return optionFunc(func(o *options) { o.autoExtend = true })
+}
+
+// WithMaxHold caps how long auto-extension may keep a lease alive, counted
+// from acquisition: past it the lease expires and is reported lost. It
+// bounds the damage of a holder that hangs while its watchdog keeps
+// running. The default is no cap. WithMaxHold panics if d is not positive.
+func WithMaxHold(d time.Duration) Option {
+	if d <= 0 {
+		panic("lock: max hold must be positive")
+	}
+	return optionFunc(func(o *options) { o.maxHold = d })
+}
+
+// keyspace derives the Redis names of a lock. Every key and channel of one
+// lock shares the hash tag "{...}", so it lands in one cluster slot and one
+// script may touch them all.
+type keyspace string
+
+func newKeyspace(kind, name string) keyspace {
+	if name == "" {
+		panic("lock: empty name")
+	}
+	tag := name
+	if strings.ContainsAny(name, "{}") {
+		// A brace inside the tag would end it early (or make it empty), and
+		// keys of one lock could then land in different slots.
+		sum := sha256.Sum256([]byte(name))
+		tag = hex.EncodeToString(sum[:16])
+	}
+	return keyspace("dogpile:" + kind + ":{" + tag + "}")
+}
+
+func (k keyspace) key(suffix string) string { return string(k) + ":" + suffix }
+
+// newToken returns 128 random bits, unguessable by other owners.
+func newToken() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand doc)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ms converts d to whole milliseconds for PX/PEXPIRE, rounding up so that a
+// sub-millisecond remainder never becomes an invalid PX 0.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// attempt tries to acquire once. It returns a lease on success; otherwise
+// retry is how long the current holder may keep the lock (its PTTL), the
+// longest it is worth waiting before looking again.
+type attempt func(ctx context.Context) (l *Lease, retry time.Duration, err error)
+
+// pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
+// holder with a long TTL (or a watchdog) cost at most this much latency.
+const pushWaitCap = 2 * time.Second
+
+// acquire runs try until it succeeds or ctx ends. The first attempt runs
+// before subscribing, so an uncontended acquire is one round trip. After
+// that the waiter subscribes to the lock's wake-up channel and tries again:
+// a release that happened between the first attempt and the subscription
+// is caught by that second attempt, and any later release publishes a
+// message. Each wait is bounded by the holder's remaining TTL, because
+// pub/sub messages can be lost.
+func acquire(ctx context.Context, c redis.UniversalClient, channel string, o *options, try attempt) (*Lease, error) {
+	if o.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
+		defer cancel()
+	}
+	l, retry, err := try(ctx)
+	if l != nil || err != nil {
+		return l, err
+	}
+	sub, _ := wake.Subscribe(ctx, c, channel) // nil: fall back to polling
+	defer sub.Close()
+	backoff := o.minBackoff
+	t := time.NewTimer(time.Hour) // Reset below; since Go 1.23 Reset drops a stale tick
+	defer t.Stop()
+	for {
+		if l, retry, err = try(ctx); l != nil || err != nil {
+			return l, err
+		}
+		var d time.Duration
+		if sub != nil {
+			// Small jitter so that waiters of several processes woken by
+			// the same expiry do not all hit Redis in the same microsecond.
+			d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
+		} else {
+			d = min(retry, rand.N(backoff)+time.Millisecond)
+			backoff = min(2*backoff, o.maxBackoff)
+		}
+		t.Reset(d)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-sub.Wake():
+		case <-t.C:
+		}
+	}
+}
+
+// redisErr reports a failed round trip. A done context wins, unwrapped, so
+// callers can compare it with ==, as with the standard library.
+func redisErr(ctx context.Context, op, name string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("lock: %s %q: %w", op, name, err)
+}
+
+// detached returns a context for cleanup work (release, rollback) that must
+// run even when the caller's context is already cancelled.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+}

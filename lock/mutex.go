@@ -1,0 +1,104 @@
+package lock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Mutex names a mutual exclusion lock in Redis, shared by every process
+// that uses the same name. Acquiring it returns a [Lease], one owner's hold.
+//
+// A Mutex holds no state of its own: it is safe for concurrent use, and any
+// number of Mutex values for one name, in any number of processes, exclude
+// each other. The zero value is not usable; create one with [NewMutex].
+type Mutex struct {
+	client  redis.UniversalClient
+	name    string
+	lock    string // hash {token: fence}, with the lease TTL
+	fence   string // fencing counter; never expires
+	channel string // wake-ups on release
+	publish string
+	opts    options
+}
+
+// NewMutex returns the mutex called name in client's Redis. It does no I/O.
+// It panics if client is nil or name is empty.
+func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex {
+	if client == nil {
+		panic("lock: nil redis client")
+	}
+	ks := newKeyspace("mutex", name)
+	return &Mutex{
+		client:  client,
+		name:    name,
+		lock:    string(ks),
+		fence:   ks.key("fence"),
+		channel: ks.key("wake"),
+		publish: wake.PublishCommand(client),
+		opts:    buildOptions(opts),
+	}
+}
+
+// Lock blocks until it acquires the mutex or ctx is done (or the wait
+// timeout passes, see [WithWaitTimeout]). Waiters are woken by a message
+// Redis publishes on release, not by polling; each wait is still bounded by
+// the holder's remaining TTL, so a lost message or a crashed holder costs
+// at most one TTL. On failure Lock returns ctx.Err() or a Redis error, and
+// holds nothing.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	return acquire(ctx, m.client, m.channel, &m.opts, m.try)
+}
+
+// TryLock makes one attempt to acquire the mutex, in one round trip. It
+// reports false, with a nil error, if another owner holds it.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	l, _, err := m.try(ctx)
+	return l, l != nil, err
+}
+
+func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
+	token := newToken()
+	sent := time.Now()
+	res, err := mutexAcquire.Run(ctx, m.client, []string{m.lock, m.fence}, token, ms(m.opts.ttl)).Int64Slice()
+	if err != nil {
+		// The script may have run even though we saw no reply (a timeout,
+		// a cancelled context, a broken connection): undo it, so a failed
+		// Lock never leaves an orphan lock behind for a whole TTL.
+		rctx, cancel := detached(ctx)
+		_, _ = m.release(rctx, token)
+		cancel()
+		return nil, 0, redisErr(ctx, "acquire", m.name, err)
+	}
+	if res[0] == 0 {
+		retry := time.Duration(res[1]) * time.Millisecond
+		if retry <= 0 { // a key without TTL (not ours) or expiring now
+			retry = m.opts.maxBackoff
+		}
+		return nil, retry, nil
+	}
+	return newLease(m, m.name, token, res[1], sent, &m.opts), 0, nil
+}
+
+func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
+	n, err := mutexRelease.Run(ctx, m.client, []string{m.lock, m.channel}, token, m.publish).Int64()
+	return n == 1, err
+}
+
+func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	n, err := mutexExtend.Run(ctx, m.client, []string{m.lock}, token, ms(ttl)).Int64()
+	return n == 1, err
+}
+
+func (m *Mutex) pttl(ctx context.Context, token string) (time.Duration, error) {
+	n, err := mutexPTTL.Run(ctx, m.client, []string{m.lock}, token).Int64()
+	if err != nil {
+		return 0, err
+	}
+	if n == -3 {
+		return 0, ErrNotHeld
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
