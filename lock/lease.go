@@ -52,7 +52,9 @@ func newLease(h holder, name, token string, fence int64, sent time.Time, o *opti
 		done: make(chan struct{}),
 	}
 	l.safeUntil = sent.Add(o.ttl - drift(o.ttl))
+	l.mu.Lock() // the timer may fire before AfterFunc returns
 	l.expiry = time.AfterFunc(time.Until(l.safeUntil), func() { l.end(ErrLost) })
+	l.mu.Unlock()
 	if o.autoExtend {
 		ctx, cancel := context.WithCancel(context.Background())
 		l.stopWatch = cancel

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"time"
 
@@ -152,6 +153,18 @@ func ms(d time.Duration) int64 {
 // longest it is worth waiting before looking again.
 type attempt func(ctx context.Context) (l *Lease, retry time.Duration, err error)
 
+// retryAfter turns a holder's PTTL reply into a wait: 0 means the key is
+// expiring this very millisecond, -1 a key without TTL (not one of ours).
+func retryAfter(pttl int64, o *options) time.Duration {
+	switch {
+	case pttl == 0:
+		return time.Millisecond
+	case pttl < 0:
+		return o.maxBackoff
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
+
 // pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
 // holder with a long TTL (or a watchdog) cost at most this much latency.
 const pushWaitCap = 2 * time.Second
@@ -208,6 +221,13 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 		return cerr
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, name, err)
+}
+
+// neverSent reports whether err proves a request never reached Redis (the
+// connection could not even be made), so there is nothing to undo.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // detached returns a context for cleanup work (release, rollback) that must

@@ -67,17 +67,15 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 		// The script may have run even though we saw no reply (a timeout,
 		// a cancelled context, a broken connection): undo it, so a failed
 		// Lock never leaves an orphan lock behind for a whole TTL.
-		rctx, cancel := detached(ctx)
-		_, _ = m.release(rctx, token)
-		cancel()
+		if !neverSent(err) {
+			rctx, cancel := detached(ctx)
+			_, _ = m.release(rctx, token)
+			cancel()
+		}
 		return nil, 0, redisErr(ctx, "acquire", m.name, err)
 	}
 	if res[0] == 0 {
-		retry := time.Duration(res[1]) * time.Millisecond
-		if retry <= 0 { // a key without TTL (not ours) or expiring now
-			retry = m.opts.maxBackoff
-		}
-		return nil, retry, nil
+		return nil, retryAfter(res[1], &m.opts), nil
 	}
 	return newLease(m, m.name, token, res[1], sent, &m.opts), 0, nil
 }

@@ -29,12 +29,13 @@ end
 return {0, t}
 `)
 
-// mutexRelease deletes the lock if it holds our token and wakes waiters.
+// mutexRelease deletes the lock if it holds our token and wakes one waiter
+// per process (payload "1", see wake.One).
 // KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
 var mutexRelease = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], KEYS[2], 'r')
+redis.call(ARGV[2], KEYS[2], '1')
 return 1
 `)
 

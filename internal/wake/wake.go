@@ -10,6 +10,7 @@ package wake
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ func PublishCommand(c redis.UniversalClient) string {
 	}
 	return "PUBLISH"
 }
+
+// One is the message payload that wakes a single waiter per process (the
+// longest waiting), for a release that only one waiter can use, as
+// sync.Cond.Signal. Any other payload wakes every waiter, as Broadcast.
+const One = "1"
 
 // readyTimeout bounds how long Subscribe waits for the server to confirm a
 // subscription. Past it the waiter goes on without push, polling instead.
@@ -116,7 +122,7 @@ type hub struct {
 }
 
 type entry struct {
-	subs  map[*Sub]struct{}
+	subs  []*Sub        // in arrival order: wake-one serves the longest waiter
 	ready chan struct{} // closed when the server confirmed the subscription
 }
 
@@ -173,7 +179,7 @@ func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {
 	defer h.mu.Unlock()
 	e := h.chans[s.ch]
 	if e == nil {
-		e = &entry{subs: map[*Sub]struct{}{}, ready: make(chan struct{})}
+		e = &entry{ready: make(chan struct{})}
 		h.chans[s.ch] = e
 		var err error
 		if h.sharded {
@@ -186,7 +192,7 @@ func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {
 			return nil, err
 		}
 	}
-	e.subs[s] = struct{}{}
+	e.subs = append(e.subs, s)
 	return e.ready, nil
 }
 
@@ -197,7 +203,12 @@ func (h *hub) remove(s *Sub) {
 	if e == nil {
 		return
 	}
-	delete(e.subs, s)
+	e.subs = slices.DeleteFunc(e.subs, func(x *Sub) bool { return x == s })
+	if len(s.c) > 0 {
+		// s leaves holding a wake-up it will never act on: pass it on, or
+		// a wake-one message would be lost for this process.
+		e.wakeOne()
+	}
 	if len(e.subs) > 0 || h.closed {
 		return
 	}
@@ -241,7 +252,11 @@ func (h *hub) loop() {
 		backoff = 10 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Message:
-			if e := h.chans[m.Channel]; e != nil {
+			switch e := h.chans[m.Channel]; {
+			case e == nil:
+			case m.Payload == One:
+				e.wakeOne()
+			default:
 				e.wakeAll()
 			}
 		case *redis.Subscription:
@@ -263,8 +278,19 @@ func (e *entry) confirm() {
 	}
 }
 
+// wakeOne wakes the longest waiter that has no wake-up pending.
+func (e *entry) wakeOne() {
+	for _, s := range e.subs {
+		select {
+		case s.c <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
 func (e *entry) wakeAll() {
-	for s := range e.subs {
+	for _, s := range e.subs {
 		select {
 		case s.c <- struct{}{}:
 		default:

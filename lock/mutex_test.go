@@ -1,0 +1,438 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// exclusion checks that holders never overlap and that fencing numbers
+// strictly increase in the order the lock was actually held.
+type exclusion struct {
+	holders   atomic.Int32
+	maxSeen   atomic.Int32
+	mu        sync.Mutex
+	lastFence int64
+	acquired  int
+}
+
+func (x *exclusion) enter(t *testing.T, l *lock.Lease) {
+	t.Helper()
+	n := x.holders.Add(1)
+	for {
+		m := x.maxSeen.Load()
+		if n <= m || x.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if f := l.Fence(); f <= x.lastFence {
+		t.Errorf("fence %d after %d; want strictly increasing", f, x.lastFence)
+	} else {
+		x.lastFence = f
+	}
+	x.acquired++
+}
+
+func (x *exclusion) leave() { x.holders.Add(-1) }
+
+func testExclusive(t *testing.T, clients []redis.UniversalClient, goroutines, rounds int) {
+	var x exclusion
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for range goroutines {
+			m := lock.NewMutex(c, "exclusive", lock.WithTTL(5*time.Second))
+			wg.Go(func() {
+				for range rounds {
+					l, err := m.Lock(t.Context())
+					if err != nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					x.enter(t, l)
+					time.Sleep(50 * time.Microsecond)
+					x.leave()
+					if err := l.Unlock(t.Context()); err != nil {
+						t.Errorf("Unlock: %v", err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got := x.maxSeen.Load(); got != 1 {
+		t.Errorf("max concurrent holders = %d; want 1", got)
+	}
+	if want := len(clients) * goroutines * rounds; x.acquired != want {
+		t.Errorf("acquisitions = %d; want %d", x.acquired, want)
+	}
+}
+
+func TestMutexNeverTwoHolders(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var clients []redis.UniversalClient
+	for range 3 {
+		clients = append(clients, srv.Client(t))
+	}
+	testExclusive(t, clients, 100, 3)
+}
+
+func TestMutexNeverTwoHoldersCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var clients []redis.UniversalClient
+	for range 3 {
+		clients = append(clients, cl.Client(t))
+	}
+	testExclusive(t, clients, 30, 3)
+}
+
+func TestMutexEmbedded(t *testing.T) {
+	rdb := redistest.Embedded(t)
+	testExclusive(t, []redis.UniversalClient{rdb, rdb}, 5, 5)
+}
+
+func TestUnlockAfterExpiryIsNotHeld(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	a, ok, err := lock.NewMutex(rdb, "beer", lock.WithTTL(50*time.Millisecond)).TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v; want true, nil", ok, err)
+	}
+	<-a.Done() // local safe deadline: just before Redis expires the key
+	if !errors.Is(a.Err(), lock.ErrLost) {
+		t.Errorf("Err after expiry = %v; want ErrLost", a.Err())
+	}
+	b, err := lock.NewMutex(rdb, "beer", lock.WithTTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after expiry: %v", err)
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("stale Unlock = %v; want ErrNotHeld", err)
+	}
+	if err := a.Extend(ctx, time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("stale Extend = %v; want ErrNotHeld", err)
+	}
+	ttl, err := b.TTL(ctx)
+	if err != nil || ttl < 50*time.Second {
+		t.Errorf("new holder TTL = %v, %v; want about 1m", ttl, err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Errorf("fences %d then %d; want increasing", a.Fence(), b.Fence())
+	}
+	if err := b.Unlock(ctx); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+	if err := b.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Unlock = %v; want ErrNotHeld", err)
+	}
+	var nilLease *lock.Lease
+	if err := nilLease.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("nil Unlock = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestFencingOutlivesLocks(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	m := lock.NewMutex(rdb, "fenced", lock.WithTTL(20*time.Millisecond))
+	var last int64
+	for i := range 6 { // ends with a release, so only the counter is left
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("acquisition %d: fence %d after %d", i, l.Fence(), last)
+		}
+		last = l.Fence()
+		if i%2 == 0 {
+			<-l.Done() // let it expire instead of releasing
+		} else if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := rdb.Keys(ctx, "*fenced*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if d := rdb.PTTL(ctx, k).Val(); d != -1 {
+			t.Errorf("%s PTTL = %v; want no expiry (the fence counter outlives every lock)", k, d)
+		}
+	}
+	if len(keys) != 1 {
+		t.Errorf("keys left = %v; want just the fence counter", keys)
+	}
+}
+
+func TestAutoExtendKeepsLeaseAndReportsLoss(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	l, err := lock.NewMutex(rdb, "watched", lock.WithTTL(90*time.Millisecond), lock.WithAutoExtend()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // more than three TTLs
+	if l.Err() != nil {
+		t.Fatalf("lease ended while the watchdog ran: %v", l.Err())
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl <= 0 {
+		t.Fatalf("TTL = %v, %v; want alive", ttl, err)
+	}
+	// Delete the key behind the holder's back: the next extension is
+	// refused and Done must close within about one interval (30ms).
+	keys := rdb.Keys(ctx, "dogpile:mutex:{watched}").Val()
+	if len(keys) != 1 {
+		t.Fatalf("lock keys = %v", keys)
+	}
+	rdb.Del(ctx, keys[0])
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done did not close after the key was deleted")
+	}
+	if !errors.Is(l.Err(), lock.ErrLost) {
+		t.Errorf("Err = %v; want ErrLost", l.Err())
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of lost lease = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestMaxHoldStopsAutoExtend(t *testing.T) {
+	rdb := redistest.Start(t)
+	start := time.Now()
+	l, err := lock.NewMutex(rdb, "capped", lock.WithTTL(60*time.Millisecond),
+		lock.WithAutoExtend(), lock.WithMaxHold(200*time.Millisecond)).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if held := time.Since(start); held < 150*time.Millisecond {
+		t.Errorf("lease lost after %v; want it extended to about the max hold", held)
+	}
+	if !errors.Is(l.Err(), lock.ErrLost) {
+		t.Errorf("Err = %v; want ErrLost", l.Err())
+	}
+	l.Unlock(t.Context())
+}
+
+func TestLockCancelledWhileWaiting(t *testing.T) {
+	rdb := redistest.Start(t)
+	m := lock.NewMutex(rdb, "busy")
+	held, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx)
+		errc <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // let it start waiting
+	cancel()
+	select {
+	case err := <-errc:
+		if err != context.Canceled {
+			t.Errorf("Lock = %v; want context.Canceled", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Lock did not return after cancel")
+	}
+	l, err := lock.NewMutex(rdb, "busy", lock.WithWaitTimeout(20*time.Millisecond)).Lock(t.Context())
+	if !errors.Is(err, context.DeadlineExceeded) || l != nil {
+		t.Errorf("Lock with wait timeout = %v, %v; want nil, DeadlineExceeded", l, err)
+	}
+}
+
+func TestWaiterWokenByRelease(t *testing.T) {
+	rdb := redistest.Start(t)
+	// A long TTL: without a push wake-up the waiter would sleep for
+	// seconds, with one it acquires as soon as the holder releases.
+	m := lock.NewMutex(rdb, "tap", lock.WithTTL(time.Minute))
+	held, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := m.Lock(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+		l.Unlock(context.Background())
+	}()
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now()
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		t.Logf("waiter acquired %v after release", at.Sub(released))
+	case <-time.After(1500 * time.Millisecond): // polling would take 2s
+		t.Fatal("waiter was not woken by the release")
+	}
+}
+
+func TestUnlockWithCancelledContext(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	m := lock.NewMutex(rdb, "deferred")
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with cancelled ctx = %v; want nil", err)
+	}
+	if _, ok, _ := m.TryLock(t.Context()); !ok {
+		t.Error("lock still held after Unlock with a cancelled context")
+	}
+}
+
+func TestRedisKilled(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	m := lock.NewMutex(rdb, "doomed")
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := m.Lock(ctx); err == nil || ctx.Err() != nil {
+		t.Errorf("Lock with Redis down = %v (ctx %v); want a prompt error", err, ctx.Err())
+	}
+	if _, ok, err := m.TryLock(ctx); ok || err == nil {
+		t.Errorf("TryLock with Redis down = %v, %v; want false, error", ok, err)
+	}
+	if err := l.Unlock(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock with Redis down = %v; want a Redis error", err)
+	}
+}
+
+func TestRedisPausedWatchdogReportsLoss(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	l, err := lock.NewMutex(rdb, "paused", lock.WithTTL(150*time.Millisecond), lock.WithAutoExtend()).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	select {
+	case <-l.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease not reported lost while Redis was paused")
+	}
+	if !errors.Is(l.Err(), lock.ErrLost) {
+		t.Errorf("Err = %v; want ErrLost", l.Err())
+	}
+	srv.Resume()
+	l.Unlock(t.Context())
+}
+
+func TestDoReleasesOnPanic(t *testing.T) {
+	rdb := redistest.Start(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v; want boom", r)
+			}
+		}()
+		lock.Do(t.Context(), rdb, "job", func(context.Context) error { panic("boom") })
+	}()
+	if _, ok, _ := lock.NewMutex(rdb, "job").TryLock(t.Context()); !ok {
+		t.Error("Do left the lock held after fn panicked")
+	}
+}
+
+func TestDoCancelsFnWhenLeaseLost(t *testing.T) {
+	rdb := redistest.Start(t)
+	err := lock.Do(t.Context(), rdb, "job", func(ctx context.Context) error {
+		rdb.Del(ctx, "dogpile:mutex:{job}")
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLost) {
+				t.Errorf("cause = %v; want ErrLost", cause)
+			}
+			return nil
+		case <-time.After(3 * time.Second):
+			return errors.New("fn's context not cancelled after the lease was lost")
+		}
+	}, lock.WithTTL(60*time.Millisecond))
+	if !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Do = %v; want ErrNotHeld (work may have overlapped)", err)
+	}
+	want := errors.New("fn failed")
+	if err := lock.Do(t.Context(), rdb, "job", func(context.Context) error { return want }); err != want {
+		t.Errorf("Do = %v; want fn's error", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	rdb := redistest.Start(t)
+	for name, f := range map[string]func(){
+		"empty name":   func() { lock.NewMutex(rdb, "") },
+		"nil client":   func() { lock.NewMutex(nil, "x") },
+		"zero TTL":     func() { lock.WithTTL(0) },
+		"sub-ms TTL":   func() { lock.WithTTL(999 * time.Microsecond) },
+		"bad backoff":  func() { lock.WithBackoff(time.Second, time.Millisecond) },
+		"zero extend":  func() { (&lock.Lease{}).Extend(t.Context(), 0) },
+		"neg max hold": func() { lock.WithMaxHold(-1) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, ok := r.(string); !ok || len(s) < 6 || s[:6] != "lock: " {
+					t.Errorf("panic = %v; want a \"lock: \" message", r)
+				}
+			}()
+			f()
+		})
+	}
+	// Odd names are fine: braces must not split a lock across slots.
+	for _, name := range []string{"}", "{", "a{b}c", " ", "ünïcode"} {
+		l, ok, err := lock.NewMutex(rdb, name).TryLock(t.Context())
+		if !ok || err != nil {
+			t.Errorf("TryLock(%q) = %v, %v", name, ok, err)
+		}
+		l.Unlock(t.Context())
+	}
+	// A cancelled context fails fast and leaves nothing behind.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := lock.NewMutex(rdb, "x").Lock(ctx); err != context.Canceled {
+		t.Errorf("Lock(cancelled) = %v; want context.Canceled", err)
+	}
+	if n := rdb.Exists(t.Context(), "dogpile:mutex:{x}").Val(); n != 0 {
+		t.Errorf("cancelled Lock left the lock key behind")
+	}
+}
+
+func TestLeaseHandOff(t *testing.T) {
+	rdb := redistest.Start(t)
+	l, err := lock.NewMutex(rdb, "handoff").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- l.Unlock(context.Background()) }() // another goroutine releases
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
