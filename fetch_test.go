@@ -332,6 +332,9 @@ func testDeadHolderTakenOver(t *testing.T, b backend) {
 	if err := c.client.Set(ctx, c.keys("k").lock, "dead-holder", 300*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
+	if b.advance != nil {
+		c.onWait = func(string) { b.advance(time.Second) }
+	}
 	v, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (int, error) { return 3, nil })
 	if err != nil || v != 3 {
 		t.Fatalf("Fetch = %v, %v; want 3, nil", v, err)

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -17,6 +20,9 @@ type backend struct {
 	name    string
 	cluster bool
 	client  func(t *testing.T) redis.UniversalClient
+	// advance, if set, moves the server's clock: miniredis expires keys
+	// only when told to.
+	advance func(time.Duration)
 }
 
 func serverBackend(t *testing.T) backend {
@@ -30,13 +36,16 @@ func clusterBackend(t *testing.T) backend {
 }
 
 func miniBackend(t *testing.T) backend {
-	first := redistest.Embedded(t)
-	addr := first.Options().Addr
-	return backend{name: "miniredis", client: func(t *testing.T) redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}}
+	m := miniredis.RunT(t)
+	return backend{
+		name: "miniredis",
+		client: func(t *testing.T) redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		advance: m.FastForward,
+	}
 }
 
 // compute counts its calls in a Redis counter (so that calls in every
@@ -77,4 +86,9 @@ func mustPanic(t *testing.T, name string, f func()) {
 		}
 	}()
 	f()
+}
+
+// nopClient returns a client that is never used for I/O (New does none).
+func nopClient() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 }
