@@ -36,7 +36,11 @@ import (
 // waiting for a compute that was abandoned. That context is cancelled only
 // when this process loses the compute lock (it could not renew the lease,
 // or the key was Set or Deleted meanwhile); compute should bound its own
-// work otherwise. If ctx is done first, Fetch returns ctx.Err() at once.
+// work otherwise. If ctx is done first, Fetch returns ctx.Err() at once;
+// the one exception is the first caller's GET, which runs on its own ctx in
+// its own goroutine (no extra goroutine on the hit path), so its deadline
+// bounds the round trip only if the client was created with
+// redis.Options.ContextTimeoutEnabled (else go-redis's read timeout does).
 //
 // When compute returns an error or panics, nothing is stored and the lock
 // is released at once. Callers in this process receive compute's error
