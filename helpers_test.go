@@ -89,6 +89,8 @@ func mustPanic(t *testing.T, name string, f func()) {
 }
 
 // nopClient returns a client that is never used for I/O (New does none).
-func nopClient() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+func nopClient(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
