@@ -122,39 +122,57 @@ var mutexLibs = []mutexLib{
 //     goroutine that just released got the lock again at once ("reacq-%",
 //     barging), and the handoff time from the start of one goroutine's
 //     Unlock to another goroutine's acquisition (p50, p99).
+//   - contended-G8-8clients-hold1ms: the same with one redis.Client per
+//     goroutine, as if each goroutine were its own process.
+//
+// Every scenario also reports Redis commands per Lock+Unlock ("cmds/op",
+// counted by a client hook; dogpile's pub/sub traffic is not included) and
+// the redis-server's own CPU time per Lock+Unlock ("srv-µs/op").
 func BenchmarkMutex(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range mutexLibs {
 		b.Logf("%s: %s", lib.name, lib.how)
 	}
-	for _, sc := range []struct {
-		name string
-		g    int
-		hold time.Duration
-		same bool // all goroutines use one name
-	}{
-		{"uncontended-G1", 1, 0, false},
-		{"uncontended-G16", 16, 0, false},
-		{"contended-G8-hold1ms", 8, time.Millisecond, true},
+	for _, sc := range []mutexScenario{
+		{name: "uncontended-G1", g: 1},
+		{name: "uncontended-G16", g: 16},
+		{name: "contended-G8-hold1ms", g: 8, hold: time.Millisecond, same: true, clients: 1},
+		{name: "contended-G8-8clients-hold1ms", g: 8, hold: time.Millisecond, same: true, clients: 8},
 	} {
 		b.Run(sc.name, func(b *testing.B) {
 			for _, lib := range rotated(mutexLibs) {
 				b.Run(lib.name, func(b *testing.B) {
-					rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 2 * sc.g})
-					defer rdb.Close()
-					cmds := countCommands(rdb)
-					name := fmt.Sprintf("bench:%s:%s:%d", sc.name, lib.name, time.Now().UnixNano())
-					runMutex(b, rdb, cmds, lib, sc.g, sc.hold, name, sc.same)
+					runMutex(b, srv.Addr(), lib, sc)
 				})
 			}
 		})
 	}
 }
 
+// A mutexScenario is g goroutines doing Lock, hold, Unlock in a loop.
+type mutexScenario struct {
+	name    string
+	g       int
+	hold    time.Duration
+	same    bool // all goroutines lock one name, else one name each
+	clients int  // goroutine i uses client i%clients; 0 means 1
+}
+
 // runMutex runs b.N Lock+Unlock cycles spread over g goroutines and reports
 // the contention metrics.
-func runMutex(b *testing.B, rdb *redis.Client, cmds *atomic.Int64, lib mutexLib, g int, hold time.Duration, name string, same bool) {
+func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	ctx := context.Background()
+	g, hold, same := sc.g, sc.hold, sc.same
+	// Separate clients stand for separate processes: each has its own
+	// connection pool and, for dogpile, its own pub/sub connection.
+	var cmds atomic.Int64
+	clients := make([]*redis.Client, max(sc.clients, 1))
+	for i := range clients {
+		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2*g/len(clients) + 1})
+		defer clients[i].Close()
+		countCommands(clients[i], &cmds)
+	}
+	name := fmt.Sprintf("bench:%s:%s:%d", sc.name, lib.name, time.Now().UnixNano())
 	lockers := make([]locker, g)
 	var warm sync.WaitGroup
 	for i := range lockers {
@@ -162,7 +180,7 @@ func runMutex(b *testing.B, rdb *redis.Client, cmds *atomic.Int64, lib mutexLib,
 		if !same {
 			n = fmt.Sprintf("%s:%d", name, i)
 		}
-		lockers[i] = lib.newLocker(rdb, n)
+		lockers[i] = lib.newLocker(clients[i%len(clients)], n)
 		// Warm up all at once: open as many connections as goroutines
 		// and load the scripts, so that the timed part, however short,
 		// measures steady state.
@@ -240,7 +258,7 @@ func runMutex(b *testing.B, rdb *redis.Client, cmds *atomic.Int64, lib mutexLib,
 		})
 	}
 	cmds0 := cmds.Load()
-	cpu0 := serverCPU(b, rdb)
+	cpu0 := serverCPU(b, addr)
 	b.ResetTimer()
 	t0 := time.Now()
 	start.Done()
@@ -248,7 +266,7 @@ func runMutex(b *testing.B, rdb *redis.Client, cmds *atomic.Int64, lib mutexLib,
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	b.ReportMetric(float64(cmds.Load()-cmds0)/float64(b.N), "cmds/op")
-	b.ReportMetric(float64(serverCPU(b, rdb)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
+	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
 
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(float64(failures.Load())/float64(b.N), "fail/op")

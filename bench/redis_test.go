@@ -11,16 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// countCommands adds a hook to rdb that counts every command it sends,
-// including each command of a pipeline, and returns the counter. Pub/sub
-// traffic does not pass through hooks; it is not counted.
-func countCommands(rdb *redis.Client) *atomic.Int64 {
-	h := &counter{}
-	rdb.AddHook(h)
-	return &h.n
+// countCommands adds a hook to rdb that adds to n every command it sends,
+// including each command of a pipeline. Pub/sub traffic does not pass
+// through hooks; it is not counted.
+func countCommands(rdb *redis.Client, n *atomic.Int64) {
+	rdb.AddHook(&counter{n})
 }
 
-type counter struct{ n atomic.Int64 }
+type counter struct{ n *atomic.Int64 }
 
 func (*counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -43,9 +41,9 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // is the server's cost of one operation, which a local benchmark on a
 // shared machine otherwise hides in the client's wall time. The INFO call
 // itself is not counted by the caller's command counter.
-func serverCPU(tb testing.TB, rdb *redis.Client) time.Duration {
+func serverCPU(tb testing.TB, addr string) time.Duration {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
