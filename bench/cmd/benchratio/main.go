@@ -15,7 +15,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/benchratio [-libs a,b,c] [-metrics m1,m2] < bench.txt
+//	go run ./cmd/benchratio [-base lib] [-libs a,b,c] [-metrics m1,m2] < bench.txt
 package main
 
 import (
@@ -34,6 +34,7 @@ import (
 var (
 	libsFlag    = flag.String("libs", "dogpile/lock,dogpile,bsm/redislock,go-redsync/redsync,go-redis/cache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack", "comma-separated library names, as they end the benchmark names; longest match wins")
 	metricsFlag = flag.String("metrics", "", "comma-separated metrics to show (default: all but ns/op, and fail/op when always 0)")
+	baseFlag    = flag.String("base", "", "the library the others are compared with (default: the first whose name starts with \"dogpile\" in each scenario)")
 )
 
 // A sample is one metric of one library in one scenario of one round.
@@ -132,7 +133,7 @@ func report(w io.Writer, rounds []map[key]float64, order *seen, want map[string]
 			if !has(rounds, scenario, l) {
 				continue
 			}
-			if strings.HasPrefix(l, "dogpile") && base == "" {
+			if base == "" && (l == *baseFlag || *baseFlag == "" && strings.HasPrefix(l, "dogpile")) {
 				base = l
 			} else {
 				peers = append(peers, l)
