@@ -207,7 +207,7 @@ func BenchmarkFetchHit(b *testing.B) {
 
 func runHit(b *testing.B, addr string, lib cacheLib, nkeys, g int) {
 	ctx := context.Background()
-	var cmds atomic.Int64
+	var cmds traffic
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2 * g})
 	defer rdb.Close()
 	countCommands(rdb, &cmds)
@@ -257,7 +257,7 @@ func runHit(b *testing.B, addr string, lib cacheLib, nkeys, g int) {
 			}
 		})
 	}
-	cmds0, cpu0, cli0 := cmds.Load(), serverCPU(b, addr), processCPU()
+	cmds0, cpu0, cli0 := cmds.cmds.Load(), serverCPU(b, addr), processCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -266,7 +266,7 @@ func runHit(b *testing.B, addr string, lib cacheLib, nkeys, g int) {
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
 	b.ReportMetric(float64(processCPU()-cli0)/float64(time.Microsecond)/float64(b.N), "cli-µs/op")
 	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
 }
@@ -401,28 +401,30 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 // (a waiter, or a second computer where the library has no cross-process
 // lock), then A fetches it again (a hit). Pub/sub commands (dogpile's
 // SUBSCRIBE on its shared connection) do not pass through hooks and are not
-// counted.
+// counted; connection handshakes are not counted as commands, but the
+// connections both processes dial during an op are ("dials/op").
 func BenchmarkFetchCommands(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range missLibs() {
 		b.Run(lib.name, func(b *testing.B) {
-			var na, nb atomic.Int64
+			var ta, tb traffic
 			ra := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer ra.Close()
 			rb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer rb.Close()
-			countCommands(ra, &na)
-			countCommands(rb, &nb)
+			countCommands(ra, &ta)
+			countCommands(rb, &tb)
 			fa, fb := lib.newFetcher(ra), lib.newFetcher(rb)
 			ctx := context.Background()
-			var hit, winner, waiter int64
+			var hit, winner, waiter, dials int64
 			compute := func(ctx context.Context) (item, error) {
 				time.Sleep(stampedeCompute)
 				return newItem("k"), nil
 			}
 			for i := range b.N + 1 { // round 0 warms up
 				key := fmt.Sprintf("cmds:%s:%d:%d", lib.name, time.Now().UnixNano(), i)
-				a0, b0 := na.Load(), nb.Load()
+				a0, b0 := ta.cmds.Load(), tb.cmds.Load()
+				d0 := ta.dials.Load() + tb.dials.Load()
 				var wg sync.WaitGroup
 				wg.Go(func() {
 					if _, err := fa(ctx, key, compute); err != nil {
@@ -434,16 +436,18 @@ func BenchmarkFetchCommands(b *testing.B) {
 					b.Fatal(err)
 				}
 				wg.Wait()
-				a1, b1 := na.Load(), nb.Load()
+				a1, b1 := ta.cmds.Load(), tb.cmds.Load()
 				if _, err := fa(ctx, key, compute); err != nil {
 					b.Fatal(err)
 				}
 				if i > 0 {
 					winner += a1 - a0
 					waiter += b1 - b0
-					hit += na.Load() - a1
+					hit += ta.cmds.Load() - a1
+					dials += ta.dials.Load() + tb.dials.Load() - d0
 				}
 			}
+			b.ReportMetric(float64(dials)/float64(b.N), "dials/op")
 			b.ReportMetric(float64(hit)/float64(b.N), "hit-cmds")
 			b.ReportMetric(float64(winner)/float64(b.N), "winner-cmds")
 			b.ReportMetric(float64(waiter)/float64(b.N), "waiter-cmds")

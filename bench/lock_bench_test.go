@@ -126,7 +126,8 @@ var mutexLibs = []mutexLib{
 //     goroutine, as if each goroutine were its own process.
 //
 // Every scenario also reports Redis commands per Lock+Unlock ("cmds/op",
-// counted by a client hook; dogpile's pub/sub traffic is not included), the
+// counted by a client hook; dogpile's SUBSCRIBEs are not included), new
+// connections per Lock+Unlock ("dials/op", pool and pub/sub), the
 // redis-server's CPU time per Lock+Unlock ("srv-µs/op") and the benchmark
 // process's ("cli-µs/op", harness included). On a small machine the
 // uncontended G16 throughput is bound by their sum.
@@ -167,7 +168,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	g, hold, same := sc.g, sc.hold, sc.same
 	// Separate clients stand for separate processes: each has its own
 	// connection pool and, for dogpile, its own pub/sub connection.
-	var cmds atomic.Int64
+	var cmds traffic
 	clients := make([]*redis.Client, max(sc.clients, 1))
 	for i := range clients {
 		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2*g/len(clients) + 1})
@@ -259,7 +260,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 			}
 		})
 	}
-	cmds0 := cmds.Load()
+	cmds0, dials0 := cmds.cmds.Load(), cmds.dials.Load()
 	cpu0, cli0 := serverCPU(b, addr), processCPU()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -268,7 +269,8 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	b.ReportMetric(float64(processCPU()-cli0)/float64(time.Microsecond)/float64(b.N), "cli-µs/op")
-	b.ReportMetric(float64(cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(cmds.dials.Load()-dials0)/float64(b.N), "dials/op")
 	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
 
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
