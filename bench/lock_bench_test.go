@@ -314,14 +314,21 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 		return
 	}
 	byRole := map[string][]time.Duration{}
+	mostR, fewestR := map[string]int{}, map[string]int{}
 	for i, w := range waits {
-		byRole[sc.role(i)] = append(byRole[sc.role(i)], w...)
+		r := sc.role(i)
+		byRole[r] = append(byRole[r], w...)
+		mostR[r] = max(mostR[r], len(w))
+		if f, ok := fewestR[r]; !ok || len(w) < f {
+			fewestR[r] = len(w)
+		}
 	}
 	for r, w := range byRole {
 		slices.Sort(w)
 		b.ReportMetric(ms(percentile(w, 0.50)), r+"-wait-p50-ms")
 		b.ReportMetric(ms(percentile(w, 0.99)), r+"-wait-p99-ms")
 		b.ReportMetric(float64(len(w))/float64(b.N)*100, r+"-share-%")
+		b.ReportMetric(float64(mostR[r])/float64(max(fewestR[r], 1)), r+"-fairness")
 	}
 }
 
