@@ -17,7 +17,7 @@ import (
 // WithComputeWhenDown is set.
 func TestRedisKilledDuringCompute(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := New[int](s.Client(t))
+	c := New[int](noRetryClient(t, s))
 	v, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) {
 		s.Kill()
 		return 4, nil
@@ -35,7 +35,7 @@ func TestRedisKilledDuringCompute(t *testing.T) {
 		t.Errorf("Fetch with Redis down: err = %v, computed = %v; want a wrapped get error, no compute", err, computed)
 	}
 
-	open := New[int](s.Client(t), WithComputeWhenDown())
+	open := New[int](noRetryClient(t, s), WithComputeWhenDown())
 	v, err = open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 6, nil })
 	if err != nil || v != 6 {
 		t.Errorf("Fetch WithComputeWhenDown = %v, %v; want 6, nil", v, err)
@@ -46,8 +46,8 @@ func TestRedisKilledDuringCompute(t *testing.T) {
 // dies: its wake-up connection breaks, it looks again and gets an error.
 func TestRedisKilledWhileWaiting(t *testing.T) {
 	s := redistest.StartServer(t)
-	holder := New[int](s.Client(t), WithLease(time.Minute))
-	waiter := New[int](s.Client(t), WithLease(time.Minute))
+	holder := New[int](noRetryClient(t, s), WithLease(time.Minute))
+	waiter := New[int](noRetryClient(t, s), WithLease(time.Minute))
 	start := time.Now()
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		return 1, nil
@@ -89,4 +89,12 @@ func TestRedisPausedCallerDeadline(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Fetch took %v past a 100ms deadline", d)
 	}
+}
+
+// noRetryClient returns a client that does not retry failed commands, so
+// that tests of a dead server do not wait out go-redis's retry backoff.
+func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
