@@ -12,7 +12,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	// must see its own token as success with the same fence, not as busy.
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
-	keys := []string{m.lock, m.fence}
+	keys := []string{m.lock, m.fence, m.lock + ":h"}
 	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
