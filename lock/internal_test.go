@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,5 +57,30 @@ func TestKeysShareOneSlot(t *testing.T) {
 		if slots[0] != slots[1] || slots[0] != slots[2] {
 			t.Errorf("%q: keys %s %s %s in slots %v; want one slot", name, m.lock, m.fence, m.channel, slots)
 		}
+	}
+}
+
+func TestKeySlotMatchesRedis(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	for _, k := range []string{"a", "b", "c", "dogpile:mutex:{a}", "x{}y", "{", "}{a}", "foo{bar}{baz}", "ünï", "123456789"} {
+		if want := rdb.ClusterKeySlot(t.Context(), k).Val(); int64(keySlot(k)) != want {
+			t.Errorf("keySlot(%q) = %d; want %d", k, keySlot(k), want)
+		}
+	}
+	twin := "a"
+	for i := 0; keySlot(twin) != keySlot("a") || twin == "a"; i++ {
+		twin = fmt.Sprint("n", i)
+	}
+	mm := NewMultiMutex(rdb, []string{"c", "b", "a", twin})
+	if len(mm.groups) != 3 {
+		t.Errorf("groups = %v for names %v; want 3 (a and %s share a slot)", mm.groups, mm.names, twin)
+	}
+	l, err := mm.Lock(t.Context()) // three scripts, one with two names
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

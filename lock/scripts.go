@@ -323,3 +323,72 @@ redis.call('HSET', KEYS[1], ARGV[1], f)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, tonumber(f)}
 `)
+
+// A MultiMutex locks the keys of several plain mutexes at once (KEYS in
+// triples: lock, fence counter, fair holders), so it excludes a Mutex of
+// any of its names. Keys of one script must share a cluster slot; the Go
+// side groups names by slot.
+
+// multiAcquire takes every lock if all are free or already ours (a retried
+// request), returning {1, fence...} in KEYS order; otherwise it changes
+// nothing and returns {0, index of a busy name (from 1), its PTTL}.
+// KEYS: (lock, fence, fair holders)... ARGV: token, ttl ms.
+var multiAcquire = redis.NewScript(`
+for i = 1, #KEYS, 3 do
+  local t = redis.call('PTTL', KEYS[i])
+  if t == -2 then
+    local fair = redis.call('PTTL', KEYS[i+2])
+    if fair ~= -2 then return {0, (i+2)/3, fair} end
+  elseif redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then
+    return {0, (i+2)/3, t}
+  end
+end
+local out = {1}
+for i = 1, #KEYS, 3 do
+  local f = redis.call('HGET', KEYS[i], ARGV[1])
+  if not f then
+    f = redis.call('INCR', KEYS[i+1])
+    redis.call('HSET', KEYS[i], ARGV[1], f)
+  end
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  out[#out+1] = tonumber(f)
+end
+return out
+`)
+
+// multiRelease deletes each lock that holds our token and wakes one waiter
+// per process on its channel; it returns how many it deleted.
+// KEYS: (lock, wake channel)... ARGV: token, PUBLISH or SPUBLISH.
+var multiRelease = redis.NewScript(`
+local n = 0
+for i = 1, #KEYS, 2 do
+  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 1 then
+    redis.call('DEL', KEYS[i])
+    redis.call(ARGV[2], KEYS[i+1], '1')
+    n = n + 1
+  end
+end
+return n
+`)
+
+// multiExtend resets every lock's TTL if all still hold our token, else
+// changes nothing and returns 0. KEYS: locks. ARGV: token, ttl ms.
+var multiExtend = redis.NewScript(`
+for i = 1, #KEYS do
+  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return 0 end
+end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return 1
+`)
+
+// multiPTTL returns the smallest PTTL of the locks if all hold our token,
+// else -3. KEYS: locks. ARGV: token.
+var multiPTTL = redis.NewScript(`
+local least = -3
+for i = 1, #KEYS do
+  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return -3 end
+  local t = redis.call('PTTL', KEYS[i])
+  if least == -3 or t < least then least = t end
+end
+return least
+`)
