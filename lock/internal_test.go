@@ -2,10 +2,12 @@ package lock
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestAcquireRetryIsIdempotent(t *testing.T) {
@@ -83,4 +85,34 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestNewKeysShareOneSlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	ctx := t.Context()
+	for _, name := range []string{"a", "}", "x{y}z", "orders:42"} {
+		s := NewSemaphore(rdb, name, 3)
+		rw := NewRWMutex(rdb, name)
+		r := NewRedlock([]redis.UniversalClient{rdb}, name)
+		for _, keys := range [][]string{
+			append(slices.Clone(s.keys), s.prefix+"token"),
+			append(slices.Clone(rw.keys), rw.rd, rw.wr),
+			NewMutex(rdb, name, WithFair()).fair.keys,
+			r.keys,
+		} {
+			want := rdb.ClusterKeySlot(ctx, keys[0]).Val()
+			for _, k := range keys[1:] {
+				if got := rdb.ClusterKeySlot(ctx, k).Val(); got != want {
+					t.Errorf("%q: %s in slot %d, %s in %d; want one slot", name, keys[0], want, k, got)
+				}
+			}
+		}
+	}
+	// And the scripts run there: every primitive once on the cluster.
+	l, err := NewRWMutex(rdb, "x{y}z").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
 }

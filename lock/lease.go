@@ -76,7 +76,9 @@ func (l *Lease) Token() string { return l.token }
 // name strictly increase with every acquisition, across all processes and
 // forever (the counter never expires), so a storage system that remembers
 // the highest number it has seen can reject writes from a holder whose lease
-// has silently expired: the newer holder's number is larger.
+// has silently expired: the newer holder's number is larger. A lease of a
+// [MultiMutex] returns the largest of its [Lease.Fences]; a lease of a
+// [Redlock] returns 0 (see there).
 func (l *Lease) Fence() int64 { return l.fence }
 
 // Fences returns the fencing number of every name the lease holds: one
