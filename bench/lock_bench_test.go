@@ -51,14 +51,16 @@ type mutexLib struct {
 	how string
 	// newLocker returns a locker for name. Each goroutine gets its own,
 	// since some libraries keep per-acquisition state in the mutex value.
-	newLocker func(rdb *redis.Client, name string) locker
+	// i is the goroutine's index, for scenarios where goroutines play
+	// different roles (readers and a writer).
+	newLocker func(rdb *redis.Client, name string, i int) locker
 }
 
 var mutexLibs = []mutexLib{
 	{
 		name: "dogpile/lock",
 		how:  "lock.NewMutex defaults (push wake-up on release, each wait bounded by the holder's PTTL), TTL 10s",
-		newLocker: func(rdb *redis.Client, name string) locker {
+		newLocker: func(rdb *redis.Client, name string, _ int) locker {
 			m := lock.NewMutex(rdb, name, lock.WithTTL(lockTTL))
 			return func(ctx context.Context) (func(context.Context) error, error) {
 				l, err := m.Lock(ctx)
@@ -72,7 +74,7 @@ var mutexLibs = []mutexLib{
 	{
 		name: "bsm/redislock",
 		how:  "Obtain with RetryStrategy LinearBackoff(100ms), as in its Example_retry (its default is NoRetry), TTL 10s",
-		newLocker: func(rdb *redis.Client, name string) locker {
+		newLocker: func(rdb *redis.Client, name string, _ int) locker {
 			c := redislock.New(rdb)
 			opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond)}
 			return func(ctx context.Context) (func(context.Context) error, error) {
@@ -87,7 +89,7 @@ var mutexLibs = []mutexLib{
 	{
 		name: "go-redsync/redsync",
 		how:  "one pool; default retry delay rand(50ms,250ms), tries raised from 32 to unlimited (bounded by ctx), expiry 10s",
-		newLocker: func(rdb *redis.Client, name string) locker {
+		newLocker: func(rdb *redis.Client, name string, _ int) locker {
 			m := redsync.New(goredis.NewPool(rdb)).NewMutex(name,
 				redsync.WithExpiry(lockTTL), redsync.WithTries(math.MaxInt32))
 			return func(ctx context.Context) (func(context.Context) error, error) {
@@ -126,8 +128,11 @@ var mutexLibs = []mutexLib{
 //     goroutine, as if each goroutine were its own process.
 //
 // Every scenario also reports Redis commands per Lock+Unlock ("cmds/op",
-// counted by a client hook; dogpile's pub/sub traffic is not included) and
-// the redis-server's own CPU time per Lock+Unlock ("srv-µs/op").
+// counted by a client hook; dogpile's SUBSCRIBEs are not included), new
+// connections per Lock+Unlock ("dials/op", pool and pub/sub), the
+// redis-server's CPU time per Lock+Unlock ("srv-µs/op") and the benchmark
+// process's ("cli-µs/op", harness included). On a small machine the
+// uncontended G16 throughput is bound by their sum.
 func BenchmarkMutex(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range mutexLibs {
@@ -156,6 +161,12 @@ type mutexScenario struct {
 	hold    time.Duration
 	same    bool // all goroutines lock one name, else one name each
 	clients int  // goroutine i uses client i%clients; 0 means 1
+	// shared marks a lock that several goroutines may hold at once (a
+	// semaphore, readers): barging and handoff are not reported.
+	shared bool
+	// role, if set, names goroutine i's role; waits are then also
+	// reported per role ("<role>-wait-p99-ms").
+	role func(i int) string
 }
 
 // runMutex runs b.N Lock+Unlock cycles spread over g goroutines and reports
@@ -165,7 +176,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	g, hold, same := sc.g, sc.hold, sc.same
 	// Separate clients stand for separate processes: each has its own
 	// connection pool and, for dogpile, its own pub/sub connection.
-	var cmds atomic.Int64
+	var cmds traffic
 	clients := make([]*redis.Client, max(sc.clients, 1))
 	for i := range clients {
 		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2*g/len(clients) + 1})
@@ -180,7 +191,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 		if !same {
 			n = fmt.Sprintf("%s:%d", name, i)
 		}
-		lockers[i] = lib.newLocker(clients[i%len(clients)], n)
+		lockers[i] = lib.newLocker(clients[i%len(clients)], n, i)
 		// Warm up all at once: open as many connections as goroutines
 		// and load the scripts, so that the timed part, however short,
 		// measures steady state.
@@ -237,7 +248,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 				}
 				now := time.Now()
 				waits[i] = append(waits[i], now.Sub(t0))
-				if same {
+				if same && !sc.shared {
 					if last.Swap(int64(i)) == int64(i) {
 						repeats.Add(1)
 					} else if r := released.Load(); r != 0 {
@@ -247,7 +258,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 				if hold > 0 {
 					time.Sleep(hold)
 				}
-				if same {
+				if same && !sc.shared {
 					released.Store(time.Now().UnixNano())
 				}
 				if err := unlock(ctx); err != nil {
@@ -257,15 +268,17 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 			}
 		})
 	}
-	cmds0 := cmds.Load()
-	cpu0 := serverCPU(b, addr)
+	cmds0, dials0 := cmds.cmds.Load(), cmds.dials.Load()
+	cpu0, cli0 := serverCPU(b, addr), processCPU()
 	b.ResetTimer()
 	t0 := time.Now()
 	start.Done()
 	wg.Wait()
 	elapsed := time.Since(t0)
 	b.StopTimer()
-	b.ReportMetric(float64(cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(processCPU()-cli0)/float64(time.Microsecond)/float64(b.N), "cli-µs/op")
+	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(cmds.dials.Load()-dials0)/float64(b.N), "dials/op")
 	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
 
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
@@ -291,10 +304,32 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	b.ReportMetric(ms(percentile(all, 0.99)), "wait-p99-ms")
 	b.ReportMetric(ms(percentile(all, 1)), "wait-max-ms")
 	b.ReportMetric(float64(most)/float64(fewest), "fairness")
-	b.ReportMetric(100*float64(repeats.Load())/float64(b.N), "reacq-%")
-	b.ReportMetric(ms(percentile(hand, 0.50)), "handoff-p50-ms")
-	b.ReportMetric(ms(percentile(hand, 0.99)), "handoff-p99-ms")
 	b.ReportMetric(float64(starved), "starved")
+	if !sc.shared {
+		b.ReportMetric(100*float64(repeats.Load())/float64(b.N), "reacq-%")
+		b.ReportMetric(ms(percentile(hand, 0.50)), "handoff-p50-ms")
+		b.ReportMetric(ms(percentile(hand, 0.99)), "handoff-p99-ms")
+	}
+	if sc.role == nil {
+		return
+	}
+	byRole := map[string][]time.Duration{}
+	mostR, fewestR := map[string]int{}, map[string]int{}
+	for i, w := range waits {
+		r := sc.role(i)
+		byRole[r] = append(byRole[r], w...)
+		mostR[r] = max(mostR[r], len(w))
+		if f, ok := fewestR[r]; !ok || len(w) < f {
+			fewestR[r] = len(w)
+		}
+	}
+	for r, w := range byRole {
+		slices.Sort(w)
+		b.ReportMetric(ms(percentile(w, 0.50)), r+"-wait-p50-ms")
+		b.ReportMetric(ms(percentile(w, 0.99)), r+"-wait-p99-ms")
+		b.ReportMetric(float64(len(w))/float64(b.N)*100, r+"-share-%")
+		b.ReportMetric(float64(mostR[r])/float64(max(fewestR[r], 1)), r+"-fairness")
+	}
 }
 
 // percentile returns the q-quantile of sorted (nearest rank), 0 if empty.

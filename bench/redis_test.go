@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -11,29 +12,57 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// countCommands adds a hook to rdb that adds to n every command it sends,
-// including each command of a pipeline. Pub/sub traffic does not pass
-// through hooks; it is not counted.
-func countCommands(rdb *redis.Client, n *atomic.Int64) {
-	rdb.AddHook(&counter{n})
+// traffic counts what a client sends: commands, and connections dialed.
+type traffic struct {
+	cmds  atomic.Int64 // commands, not counting connection handshakes
+	dials atomic.Int64 // new connections, pool and pub/sub alike
 }
 
-type counter struct{ n *atomic.Int64 }
+// countCommands adds a hook to rdb that counts into t. The handshake of a
+// new connection (HELLO, CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS, which
+// go-redis sends through the hooks too) is counted as one dial instead.
+// Commands sent on a pub/sub connection (SUBSCRIBE) do not pass through
+// hooks, but its dial does.
+func countCommands(rdb *redis.Client, t *traffic) {
+	rdb.AddHook(counter{t})
+}
 
-func (*counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+type counter struct{ t *traffic }
 
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (c counter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.t.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if !handshake(cmd) {
+			c.t.cmds.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			if !handshake(cmd) {
+				c.t.cmds.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// handshake reports whether cmd is part of go-redis's connection setup.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
 }
 
 // serverCPU returns the CPU time (user+system) the redis-server process

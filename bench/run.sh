@@ -19,8 +19,11 @@ trap 'rm -rf "$(dirname "$bin")"' EXIT
 
 # group regexp (a -test.bench pattern)     fixed -benchtime
 groups='
-^BenchmarkMutex$/^uncontended-          3000x
+^BenchmarkMutex$/^uncontended-          5000x
 ^BenchmarkMutex$/^contended-            1000x
+^BenchmarkFetchHit$                     20000x
+^BenchmarkStampede$                     10x
+^BenchmarkFetchCommands$                5x
 '
 
 go test -c -o "$bin" .
