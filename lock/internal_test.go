@@ -63,6 +63,7 @@ func TestKeysShareOneSlot(t *testing.T) {
 }
 
 func TestKeySlotMatchesRedis(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	for _, k := range []string{"a", "b", "c", "dogpile:mutex:{a}", "x{}y", "{", "}{a}", "foo{bar}{baz}", "ünï", "123456789"} {
@@ -88,6 +89,7 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 }
 
 func TestNewKeysShareOneSlot(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	ctx := t.Context()

@@ -65,6 +65,7 @@ func TestMultiMutexNoDeadlock(t *testing.T) {
 }
 
 func TestMultiMutexNoDeadlockCluster(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	// "a", "b" and "c" hash to slots owned by three different masters, so
 	// each Lock takes three scripts in the global order.
 	cl := redistest.StartCluster(t, 3)
@@ -130,6 +131,7 @@ func TestMultiMutexAllOrNothing(t *testing.T) {
 }
 
 func TestMultiMutexAllOrNothingCluster(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	testMultiAllOrNothing(t, redistest.StartCluster(t, 3).Client(t))
 }
 

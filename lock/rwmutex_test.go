@@ -91,6 +91,7 @@ func TestRWMutexInvariant(t *testing.T) {
 }
 
 func TestRWMutexInvariantCluster(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	cl := redistest.StartCluster(t, 3)
 	testRWInvariant(t, []redis.UniversalClient{cl.Client(t), cl.Client(t)}, 8, 4)
 }

@@ -77,6 +77,7 @@ func TestSemaphoreNeverMoreThanN(t *testing.T) {
 }
 
 func TestSemaphoreNeverMoreThanNCluster(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
 	cl := redistest.StartCluster(t, 3)
 	testSemaphoreLimit(t, []redis.UniversalClient{cl.Client(t), cl.Client(t)}, 8, 5)
 }
