@@ -35,9 +35,9 @@ type Lease struct {
 	mu        sync.Mutex
 	ttl       time.Duration
 	safeUntil time.Time
-	expiry    *time.Timer // ends the lease at safeUntil
-	done      chan struct{}
-	err       error
+	err       error         // why the lease ended; nil while held
+	done      chan struct{} // made by the first Done call
+	expiry    *time.Timer   // closes done at safeUntil; started with done
 
 	stopWatch context.CancelFunc // nil without a watchdog
 	watching  sync.WaitGroup
@@ -50,12 +50,10 @@ func newLease(h holder, name, token string, fence int64, sent time.Time, o *opti
 	l := &Lease{
 		h: h, name: name, token: token, fence: fence,
 		acquired: sent, maxHold: o.maxHold, ttl: o.ttl,
-		done: make(chan struct{}),
+		safeUntil: sent.Add(o.ttl - drift(o.ttl)),
 	}
-	l.safeUntil = sent.Add(o.ttl - drift(o.ttl))
-	l.mu.Lock() // the timer may fire before AfterFunc returns
-	l.expiry = time.AfterFunc(time.Until(l.safeUntil), func() { l.end(ErrLost) })
-	l.mu.Unlock()
+	// No timer and no channel yet: most holders never call Done, and Err
+	// compares the deadline with the clock itself.
 	if o.autoExtend {
 		ctx, cancel := context.WithCancel(context.Background())
 		l.stopWatch = cancel
@@ -102,20 +100,42 @@ func (l *Lease) Fences() map[string]int64 {
 // Done closes at the holder's safe deadline, slightly before the key can
 // expire in Redis, so code that stops work when Done closes does not
 // overlap with the next holder (barring a process pause; use fencing).
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.expired() {
+			close(l.done)
+		} else {
+			l.expiry = time.AfterFunc(time.Until(l.safeUntil), func() { l.end(ErrLost) })
+		}
+	}
+	return l.done
+}
 
 // Err returns nil while the lease is held, [ErrLost] once it was lost, and
 // [ErrNotHeld] once it was released.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.expired()
 	return l.err
+}
+
+// expired reports whether the lease has ended, ending it with ErrLost if
+// its safe deadline has passed. l.mu must be held.
+func (l *Lease) expired() bool {
+	if l.err == nil && !time.Now().Before(l.safeUntil) {
+		l.err = ErrLost
+	}
+	return l.err != nil
 }
 
 // Unlock releases the lease and wakes waiters. It returns [ErrNotHeld] if
 // the lease had expired or was taken over by another owner; the other
 // owner's lock is untouched. Unlock runs even when ctx is already
-// cancelled (it uses a detached context with a short timeout), so a
+// cancelled (the round trip is then bounded by the client's timeouts), so a
 // deferred Unlock works after a timeout. Unlock on a nil Lease returns
 // ErrNotHeld. The watchdog, if any, has stopped when Unlock returns.
 func (l *Lease) Unlock(ctx context.Context) error {
@@ -123,9 +143,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.stopWatchdog()
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	ok, err := l.h.release(ctx, l.token)
+	// Release even if ctx is already cancelled. go-redis's read and write
+	// timeouts still bound the round trip.
+	ok, err := l.h.release(context.WithoutCancel(ctx), l.token)
 	l.end(ErrNotHeld)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
@@ -173,36 +193,40 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (l *Lease) ended() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expired()
 }
 
-// end closes Done with cause err, once.
+// end ends the lease with cause err, once, and closes Done if it was made.
 func (l *Lease) end(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return
+	if l.err == nil {
+		l.err = err
 	}
-	l.err = err
-	l.expiry.Stop()
-	close(l.done)
+	if l.done != nil {
+		select {
+		case <-l.done:
+		default:
+			l.expiry.Stop()
+			close(l.done)
+		}
+	}
 }
 
 // confirm records that Redis accepted an extension to ttl requested at sent.
 func (l *Lease) confirm(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return
+	if l.expired() {
+		return // too late: the lease may have been granted to another owner
 	}
 	l.ttl = ttl
 	l.safeUntil = sent.Add(ttl - drift(ttl))
-	l.expiry.Reset(time.Until(l.safeUntil))
+	if l.expiry != nil {
+		l.expiry.Reset(time.Until(l.safeUntil))
+	}
 }
 
 func (l *Lease) stopWatchdog() {
@@ -225,9 +249,10 @@ func (l *Lease) watch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-l.done:
-			return
 		case <-t.C:
+		}
+		if l.ended() {
+			return
 		}
 		l.mu.Lock()
 		ttl := l.ttl

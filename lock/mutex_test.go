@@ -164,7 +164,19 @@ func testUnlockAfterExpiryIsNotHeld(t *testing.T, rdb redis.UniversalClient) {
 	if !ok || err != nil {
 		t.Fatalf("TryLock = %v, %v; want true, nil", ok, err)
 	}
+	quiet, _, err := lock.NewMutex(rdb, "beer-quiet", lock.WithTTL(30*time.Millisecond)).TryLock(ctx)
+	if err != nil || quiet.Err() != nil {
+		t.Fatalf("TryLock = %v, Err %v", err, quiet.Err())
+	}
 	<-a.Done() // local safe deadline: just before Redis expires the key
+	if !errors.Is(quiet.Err(), lock.ErrLost) { // nobody called its Done
+		t.Errorf("Err of an expired lease = %v; want ErrLost", quiet.Err())
+	}
+	select {
+	case <-quiet.Done():
+	default:
+		t.Error("Done of an expired lease is not closed")
+	}
 	if !errors.Is(a.Err(), lock.ErrLost) {
 		t.Errorf("Err after expiry = %v; want ErrLost", a.Err())
 	}
