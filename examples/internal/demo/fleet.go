@@ -482,4 +482,3 @@ func (l *lockedWriter) send(m message) {
 	defer l.mu.Unlock()
 	_, _ = l.w.Write(append(b, '\n'))
 }
-
