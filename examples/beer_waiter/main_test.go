@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if demo.IsWorker() {
+		os.Exit(demo.ServeWorker(drinkers))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// smallConfig is a run of about a second: enough waiters that some are
+// served and some give up.
+func smallConfig(redisAddr string) config {
+	cfg := defaultConfig()
+	cfg.Redis = redisAddr
+	cfg.Probe = "" // never the shared localhost:6379: no address means embedded
+	cfg.Waiters = 8
+	cfg.Timeout = 800 * time.Millisecond
+	cfg.DrinkMin, cfg.DrinkMax = 100*time.Millisecond, 250*time.Millisecond
+	cfg.JSON = true
+	return cfg
+}
+
+func runJSON(t *testing.T, cfg config) report {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("decode output: %v\n%s", err, out.String())
+	}
+	return rep
+}
+
+// checkReport checks the figures every run must show.
+func checkReport(t *testing.T, rep report, waiters int) {
+	t.Helper()
+	if rep.Served+rep.TimedOut != waiters || rep.Errors != 0 {
+		t.Errorf("served %d + timed out %d (errors %d); want %d in all", rep.Served, rep.TimedOut, rep.Errors, waiters)
+	}
+	if rep.Served == 0 || rep.TimedOut == 0 {
+		t.Errorf("served %d, timed out %d; want some of each", rep.Served, rep.TimedOut)
+	}
+	if rep.MaxHolders != 1 {
+		t.Errorf("max concurrent holders = %d; want 1", rep.MaxHolders)
+	}
+	if !rep.FencesOK || rep.Overlaps != 0 || rep.Lost != 0 || len(rep.Failures) != 0 {
+		t.Errorf("fences ok %v, overlaps %d, lost %d, failures %q; want ok, 0, 0, none",
+			rep.FencesOK, rep.Overlaps, rep.Lost, rep.Failures)
+	}
+	var lastFence int64
+	for _, w := range rep.WaiterTable {
+		if !w.Served {
+			if w.Wait < 800*time.Millisecond {
+				t.Errorf("waiter %d gave up after %v; want at least the 800ms timeout", w.ID, w.Wait)
+			}
+			continue
+		}
+		if w.Fence <= lastFence {
+			t.Errorf("waiter %d fence %d after %d; want strictly increasing", w.ID, w.Fence, lastFence)
+		}
+		lastFence = w.Fence
+	}
+}
+
+func TestBeerWaiterOneProcess(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.JSON = false
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{"beer", "gave up", "max concurrent holders (Redis counter)    1       ok", "served + timed out", "8 of 8  ok"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "FAIL") {
+		t.Errorf("output reports a failure:\n%s", text)
+	}
+	checkReport(t, runJSON(t, smallConfig(srv.Addr())), 8)
+}
+
+func TestBeerWaiterTwoProcesses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig("redis://" + srv.Addr() + "/0")
+	cfg.Procs = 2
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	procs := map[int]int{}
+	for _, w := range rep.WaiterTable {
+		procs[w.Proc]++
+	}
+	if procs[0] != 4 || procs[1] != 4 {
+		t.Errorf("waiters per process = %v; want 4 and 4", procs)
+	}
+}
+
+func TestBeerWaiterEmbedded(t *testing.T) {
+	t.Parallel()
+	cfg := smallConfig("")
+	cfg.Probe = deadAddr(t)
+	cfg.JSON = false
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if !strings.Contains(first, "embedded miniredis") {
+		t.Errorf("first line = %q; want the embedded-server notice", first)
+	}
+	if !strings.Contains(out.String(), "max concurrent holders (Redis counter)    1       ok") {
+		t.Errorf("output lacks max holders 1:\n%s", out.String())
+	}
+}
+
+func TestBeerWaiterProgressOnLongRun(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.Waiters = 6
+	cfg.Timeout = 2300 * time.Millisecond
+	cfg.DrinkMin, cfg.DrinkMax = 300*time.Millisecond, 600*time.Millisecond
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	rep := runJSON(t, cfg)
+	if rep.MaxHolders != 1 || rep.Served+rep.TimedOut != 6 {
+		t.Errorf("max holders %d, served+timed out %d; want 1, 6", rep.MaxHolders, rep.Served+rep.TimedOut)
+	}
+	if !strings.Contains(progress.String(), "served") {
+		t.Errorf("progress = %q; want a progress line for a run over 2s", progress.String())
+	}
+}
+
+func TestBeerWaiterFairNeedsFairQueue(t *testing.T) {
+	t.Parallel()
+	cfg := smallConfig("")
+	cfg.Fair = true
+	err := run(t.Context(), cfg, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "fair") {
+		t.Errorf("run with -fair = %v; want an error saying the fair queue is missing", err)
+	}
+}
+
+func TestBeerWaiterRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, mod := range []func(*config){
+		func(c *config) { c.Waiters = 0 },
+		func(c *config) { c.Procs = 9 },
+		func(c *config) { c.TTL = c.DrinkMax },
+		func(c *config) { c.DrinkMin = 0 },
+	} {
+		cfg := smallConfig("")
+		mod(&cfg)
+		if err := run(t.Context(), cfg, &bytes.Buffer{}); err == nil {
+			t.Errorf("run(%+v) succeeded; want an error", cfg)
+		}
+	}
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
