@@ -48,9 +48,9 @@ type config struct {
 	Tap      string        // lock name
 	Fair     bool          // serve waiters first come, first served
 	JSON     bool
-	Seed     uint64        // 0: random
-	Progress io.Writer     // progress lines; nil for none
-	Exe      string        // worker executable; default this one
+	Seed     uint64    // 0: random
+	Progress io.Writer // progress lines; nil for none
+	Exe      string    // worker executable; default this one
 }
 
 func defaultConfig() config {
