@@ -124,6 +124,7 @@ type waiter struct {
 
 // report is the outcome of a run, as printed and as JSON.
 type report struct {
+	Server      string   `json:"server"`
 	Waiters     int      `json:"waiters"`
 	Procs       int      `json:"procs"`
 	Tap         string   `json:"tap"`
@@ -190,7 +191,16 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	status := demo.NewStatusLine(cfg.Progress)
-	conn, err := demo.Connect(ctx, cfg.Redis, cfg.Probe, w)
+	// The embedded-server notice goes with the progress lines under -json,
+	// so that w holds nothing but JSON.
+	notice := w
+	if cfg.JSON {
+		notice = io.Discard
+		if cfg.Progress != nil {
+			notice = cfg.Progress
+		}
+	}
+	conn, err := demo.Connect(ctx, cfg.Redis, cfg.Probe, notice)
 	if err != nil {
 		return err
 	}
@@ -241,6 +251,10 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		all = append(all, r...)
 	}
 	rep := summarize(cfg, all, maxHolders, time.Since(start))
+	rep.Server = demo.Redact(conn.URL)
+	if conn.Embedded {
+		rep.Server = "embedded miniredis " + conn.URL
+	}
 	if cfg.JSON {
 		if err := demo.WriteJSON(w, rep); err != nil {
 			return err
