@@ -1,0 +1,94 @@
+package benchmarks
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// traffic counts what a client sends: commands, and connections dialed.
+type traffic struct {
+	cmds  atomic.Int64 // commands, not counting connection handshakes
+	dials atomic.Int64 // new connections, pool and pub/sub alike
+}
+
+// countCommands adds a hook to rdb that counts into t. The handshake of a
+// new connection (HELLO, CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS, which
+// go-redis sends through the hooks too) is counted as one dial instead.
+// Commands sent on a pub/sub connection (SUBSCRIBE) do not pass through
+// hooks, but its dial does.
+func countCommands(rdb *redis.Client, t *traffic) {
+	rdb.AddHook(counter{t})
+}
+
+type counter struct{ t *traffic }
+
+func (c counter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.t.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !handshake(cmd) {
+			c.t.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if !handshake(cmd) {
+				c.t.cmds.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// handshake reports whether cmd is part of go-redis's connection setup.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
+}
+
+// serverCPU returns the CPU time (user+system) the redis-server process
+// has used so far, from INFO cpu. Its delta over a benchmark divided by b.N
+// is the server's cost of one operation, which a local benchmark on a
+// shared machine otherwise hides in the client's wall time. The INFO call
+// itself is not counted by the caller's command counter.
+func serverCPU(tb testing.TB, addr string) time.Duration {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatalf("INFO cpu: %v", err)
+	}
+	var total time.Duration
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_user" && k != "used_cpu_sys") {
+			continue
+		}
+		s, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			tb.Fatalf("INFO cpu: %s: %v", line, err)
+		}
+		total += time.Duration(s * float64(time.Second))
+	}
+	return total
+}
