@@ -220,8 +220,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		tasks[i%cfg.Procs].Waiters = append(tasks[i%cfg.Procs].Waiters, i+1)
 	}
 	if !cfg.JSON {
-		fmt.Fprintf(w, "%d waiters in %d process(es) want a beer from one tap (lock %q); each gives up after %v\n",
-			cfg.Waiters, cfg.Procs, cfg.Tap, cfg.Timeout)
+		fmt.Fprintf(w, "%d waiters in %d process(es) want a beer from one tap (lock %q on %s); each gives up after %v\n",
+			cfg.Waiters, cfg.Procs, cfg.Tap, serverName(conn), cfg.Timeout)
 	}
 	k := runKeys(runID)
 	defer conn.Client.Del(context.WithoutCancel(ctx), k.list()...)
@@ -251,10 +251,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		all = append(all, r...)
 	}
 	rep := summarize(cfg, all, maxHolders, time.Since(start))
-	rep.Server = demo.Redact(conn.URL)
-	if conn.Embedded {
-		rep.Server = "embedded miniredis " + conn.URL
-	}
+	rep.Server = serverName(conn)
 	if cfg.JSON {
 		if err := demo.WriteJSON(w, rep); err != nil {
 			return err
@@ -429,4 +426,12 @@ func wait(ctx context.Context, rdb redis.UniversalClient, tap *lock.Mutex, k key
 	}
 	x.Leave = r[0]*1e6 + r[1]
 	return x
+}
+
+// serverName describes the server for reports, without its password.
+func serverName(c *demo.Conn) string {
+	if c.Embedded {
+		return "embedded miniredis " + c.URL
+	}
+	return demo.Redact(c.URL)
 }

@@ -187,3 +187,17 @@ func deadAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestBeerWaiterOnCluster gives -redis several comma-separated addresses:
+// the demo must talk to a real 3-master cluster through a ClusterClient.
+func TestBeerWaiterOnCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	cfg := smallConfig(strings.Join(cluster.Addrs(), ","))
+	cfg.Procs = 2
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	if !strings.Contains(rep.Server, ",") {
+		t.Errorf("server = %q; want the cluster's addresses", rep.Server)
+	}
+}

@@ -142,8 +142,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		todo = modes
 	}
 	if !cfg.JSON {
-		fmt.Fprintf(w, "%d process(es) × %d goroutines × %d keys; compute %v, TTL %v, %v per mode\n",
-			cfg.Procs, cfg.Goroutines, cfg.Keys, cfg.Compute, cfg.TTL, cfg.Duration)
+		fmt.Fprintf(w, "%d process(es) × %d goroutines × %d keys on %s; compute %v, TTL %v, %v per mode\n",
+			cfg.Procs, cfg.Goroutines, cfg.Keys, serverName(conn), cfg.Compute, cfg.TTL, cfg.Duration)
 	}
 	var reps []modeReport
 	for _, mode := range todo {
