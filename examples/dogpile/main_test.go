@@ -178,3 +178,17 @@ func deadAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// TestDogpileOnCluster gives -redis several comma-separated addresses: the
+// library must dedupe across two processes on a real 3-master cluster.
+func TestDogpileOnCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cfg := smallConfig(strings.Join(cluster.Addrs(), ","))
+	cfg.Procs = 2
+	m := runJSON(t, cfg)["dogpile"]
+	checkSane(t, m)
+	if limit := int64(m.MaxExpiries + cfg.Keys); m.Computes > limit || m.ComputesPerExpiry > 1.25 {
+		t.Errorf("dogpile on a cluster: computes %d (%.2f per expiry); want <= %d and about 1 per expiry",
+			m.Computes, m.ComputesPerExpiry, limit)
+	}
+}
