@@ -291,3 +291,14 @@ func TestProgressStartsAfterTwoSeconds(t *testing.T) {
 		t.Errorf("progress called within 100ms; want nothing for short runs")
 	}
 }
+
+func TestTableAlignsWithoutTrailingSpaces(t *testing.T) {
+	var b strings.Builder
+	if err := Table(&b, [][]string{{"name", "value", "check"}, {"served", "8", ""}, {"max holders", "1", "ok"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "name         value  check\n----         -----  -----\nserved       8\nmax holders  1      ok\n"
+	if b.String() != want {
+		t.Errorf("Table =\n%s\nwant\n%s", b.String(), want)
+	}
+}

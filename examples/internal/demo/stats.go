@@ -136,7 +136,8 @@ func (c *CmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // Table writes rows as aligned columns; the first row is the header.
 func Table(w io.Writer, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var buf strings.Builder
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	for i, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 		if i == 0 {
@@ -147,7 +148,15 @@ func Table(w io.Writer, rows [][]string) error {
 			fmt.Fprintln(tw, strings.Join(dashes, "\t"))
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines := strings.SplitAfter(buf.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " \n") + "\n"
+	}
+	_, err := io.WriteString(w, strings.Join(lines[:len(lines)-1], ""))
+	return err
 }
 
 // WriteJSON writes v to w as indented JSON.
