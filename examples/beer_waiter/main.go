@@ -237,7 +237,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 				d.Seconds(), c["served"], c["gave_up"], int64(cfg.Waiters)-c["served"]-c["gave_up"]))
 		},
 	}
-	results, err := demo.Run(ctx, fleet, tasks, drinkers)
+	// Every wait and drink is bounded, so a run that takes much longer is
+	// stuck: fail it rather than hang.
+	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout+cfg.DrinkMax+time.Minute)
+	defer cancel()
+	results, err := demo.Run(rctx, fleet, tasks, drinkers)
 	status.Clear()
 	if err != nil {
 		return err
@@ -288,10 +292,11 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 		switch {
 		case x.Served:
 			rep.Served++
-		case x.Err != "":
-			rep.Errors++
-		default:
+		case x.Err == "":
 			rep.TimedOut++
+		}
+		if x.Err != "" { // a failed wait, or a served waiter whose count or unlock failed
+			rep.Errors++
 		}
 		if x.Lost {
 			rep.Lost++
@@ -332,6 +337,8 @@ func printReport(w io.Writer, rep report) {
 	for _, x := range rep.WaiterTable {
 		res, drank, fence := "gave up", "-", "-"
 		switch {
+		case x.Served && x.Err != "":
+			res, drank, fence = "beer, then error: "+x.Err, demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
 		case x.Served:
 			res, drank, fence = "beer", demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
 		case x.Err != "":

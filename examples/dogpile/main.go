@@ -179,7 +179,11 @@ func runMode(ctx context.Context, cfg config, conn *demo.Conn, runID, mode strin
 				mode, d.Seconds(), cfg.Duration, c["calls"], c["computes"], c["errors"]))
 		},
 	}
-	results, err := demo.Run(ctx, fleet, tasks, load)
+	// Calls stop at the duration and each takes about a compute, so a mode
+	// that runs much longer is stuck: fail it rather than hang.
+	rctx, cancel := context.WithTimeout(ctx, cfg.Duration+10*cfg.Compute+time.Minute)
+	defer cancel()
+	results, err := demo.Run(rctx, fleet, tasks, load)
 	status.Clear()
 	if err != nil {
 		return modeReport{}, err

@@ -426,6 +426,9 @@ func ServeWorker[T, R any](work Work[T, R]) int {
 	if err := json.Unmarshal(env.Task, &task); err != nil {
 		return fail(fmt.Errorf("decode task: %w", err))
 	}
+	if env.URL == "" {
+		return fail(errors.New("no Redis URL from the parent"))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, err := Connect(ctx, env.URL, "", io.Discard)
