@@ -45,6 +45,7 @@ type config struct {
 	DrinkMin time.Duration
 	DrinkMax time.Duration
 	TTL      time.Duration // lock lease TTL (the seeds' autorelease)
+	Stagger  time.Duration // waiter i arrives at (i-1)×Stagger, so arrival order is known
 	Tap      string        // lock name
 	Fair     bool          // serve waiters first come, first served
 	JSON     bool
@@ -62,6 +63,7 @@ func defaultConfig() config {
 		DrinkMin: 100 * time.Millisecond,
 		DrinkMax: 700 * time.Millisecond,
 		TTL:      5 * time.Second,
+		Stagger:  10 * time.Millisecond,
 		Tap:      "examples:beer-tap",
 	}
 }
@@ -78,6 +80,7 @@ func main() {
 	flag.DurationVar(&cfg.DrinkMin, "drink-min", cfg.DrinkMin, "shortest drink")
 	flag.DurationVar(&cfg.DrinkMax, "drink-max", cfg.DrinkMax, "longest drink")
 	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "lock lease TTL: a crashed drinker frees the tap after this long")
+	flag.DurationVar(&cfg.Stagger, "stagger", cfg.Stagger, "waiter i arrives at (i-1)×stagger, so first come, first served can be checked (0: all at once)")
 	flag.StringVar(&cfg.Tap, "tap", cfg.Tap, "lock name")
 	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (needs the fair queue, lock issue 4)")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
@@ -103,6 +106,7 @@ type task struct {
 	DrinkMin time.Duration `json:"drink_min"`
 	DrinkMax time.Duration `json:"drink_max"`
 	TTL      time.Duration `json:"ttl"`
+	Stagger  time.Duration `json:"stagger"`
 	Fair     bool          `json:"fair"`
 	Seed     uint64        `json:"seed"`
 }
@@ -113,6 +117,8 @@ type waiter struct {
 	Proc   int           `json:"proc"`
 	Served bool          `json:"served"`
 	Wait   time.Duration `json:"wait_ns"`
+	Arrive int64         `json:"arrive_us"`        // local clock (µs) when it asked for the tap
+	Got    int64         `json:"got_us,omitempty"` // local clock (µs) when it got the tap
 	Drink  time.Duration `json:"drink_ns,omitempty"`
 	Fence  int64         `json:"fence,omitempty"`
 	Seq    int64         `json:"seq,omitempty"`      // hold order, from a counter incremented under the lock
@@ -128,6 +134,7 @@ type report struct {
 	Waiters     int      `json:"waiters"`
 	Procs       int      `json:"procs"`
 	Tap         string   `json:"tap"`
+	Fair        bool     `json:"fair"`
 	Timeout     string   `json:"timeout"`
 	Served      int      `json:"served"`
 	TimedOut    int      `json:"timed_out"`
@@ -135,6 +142,7 @@ type report struct {
 	MaxHolders  int64    `json:"max_concurrent_holders"`
 	FencesOK    bool     `json:"fences_strictly_increasing"`
 	Overlaps    int      `json:"overlapping_holds"`
+	Overtaken   int      `json:"overtaken"` // pairs served out of arrival order; -1 when arrivals were simultaneous
 	Lost        int      `json:"lost_leases"`
 	Elapsed     string   `json:"elapsed"`
 	Failures    []string `json:"failures,omitempty"`
@@ -186,6 +194,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return fmt.Errorf("-ttl %v must be longer than -drink-max %v, or drinkers lose the tap mid-drink", cfg.TTL, cfg.DrinkMax)
 	case cfg.Timeout <= 0:
 		return errors.New("-timeout must be positive")
+	case cfg.Stagger < 0:
+		return errors.New("-stagger must not be negative")
 	}
 	if _, err := tapOptions(cfg.Fair); err != nil {
 		return err
@@ -214,7 +224,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	tasks := make([]task, cfg.Procs)
 	for p := range tasks {
 		tasks[p] = task{RunID: runID, Proc: p, Tap: cfg.Tap, Timeout: cfg.Timeout, DrinkMin: cfg.DrinkMin,
-			DrinkMax: cfg.DrinkMax, TTL: cfg.TTL, Fair: cfg.Fair, Seed: seed + uint64(p)}
+			DrinkMax: cfg.DrinkMax, TTL: cfg.TTL, Stagger: cfg.Stagger, Fair: cfg.Fair, Seed: seed + uint64(p)}
 	}
 	for i := range cfg.Waiters {
 		tasks[i%cfg.Procs].Waiters = append(tasks[i%cfg.Procs].Waiters, i+1)
@@ -284,7 +294,7 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 		}
 		return a.ID - b.ID
 	})
-	rep := report{Waiters: cfg.Waiters, Procs: cfg.Procs, Tap: cfg.Tap, Timeout: cfg.Timeout.String(),
+	rep := report{Waiters: cfg.Waiters, Procs: cfg.Procs, Tap: cfg.Tap, Fair: cfg.Fair, Timeout: cfg.Timeout.String(),
 		MaxHolders: maxHolders, FencesOK: true, Elapsed: elapsed.Round(time.Millisecond).String(), WaiterTable: all}
 	var prev *waiter
 	for i := range all {
@@ -314,6 +324,13 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 		}
 		prev = x
 	}
+	rep.Overtaken = -1
+	if cfg.Stagger > 0 {
+		rep.Overtaken = overtaken(all)
+	}
+	if cfg.Fair && rep.Overtaken > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("-fair, yet %d pairs were served out of arrival order", rep.Overtaken))
+	}
 	if rep.MaxHolders != 1 && rep.Served > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("max concurrent holders %d, want 1", rep.MaxHolders))
 	}
@@ -330,6 +347,30 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 		rep.Failures = append(rep.Failures, fmt.Sprintf("%d waiters failed with an error", rep.Errors))
 	}
 	return rep
+}
+
+// overtaken counts the pairs (a, b) where a asked for the tap before b, and
+// b got it while a was still waiting: what a first-come, first-served tap
+// never does. A waiter that had given up before b got the tap is not
+// overtaken by b.
+func overtaken(all []waiter) int {
+	n := 0
+	for _, b := range all {
+		if !b.Served {
+			continue
+		}
+		for _, a := range all {
+			if a.Arrive >= b.Arrive || a.Err != "" {
+				continue
+			}
+			// a was still waiting when b got the tap: a got it later, or gave
+			// up later.
+			if a.Got > b.Got {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func printReport(w io.Writer, rep report) {
@@ -364,6 +405,7 @@ func printReport(w io.Writer, rep report) {
 		{"max concurrent holders (Redis counter)", strconv.FormatInt(rep.MaxHolders, 10), verdict(rep.MaxHolders == 1 || rep.Served == 0)},
 		{"overlapping holds (server TIME)", strconv.Itoa(rep.Overlaps), verdict(rep.Overlaps == 0)},
 		{"fences strictly increasing in hold order", strconv.FormatBool(rep.FencesOK), verdict(rep.FencesOK)},
+		overtakenRow(rep),
 		{"elapsed", rep.Elapsed, ""},
 	})
 }
@@ -383,6 +425,12 @@ func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters
 		rng := rand.New(rand.NewPCG(t.Seed, uint64(id)))
 		drink := t.DrinkMin + time.Duration(rng.Int64N(int64(t.DrinkMax-t.DrinkMin)+1))
 		wg.Go(func() {
+			// Arrive in id order; every process got the start signal at
+			// the same moment, so the order holds across processes.
+			select {
+			case <-time.After(time.Duration(id-1) * t.Stagger):
+			case <-ctx.Done():
+			}
 			out[i] = wait(ctx, c.Client, tap, k, id, t.Proc, drink)
 			if out[i].Served {
 				progress.Add("served", 1)
@@ -397,10 +445,11 @@ func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters
 
 // wait is one waiter: wait for the tap, drink, give it back.
 func wait(ctx context.Context, rdb redis.UniversalClient, tap *lock.Mutex, k keys, id, proc int, drink time.Duration) waiter {
-	x := waiter{ID: id, Proc: proc}
 	start := time.Now()
+	x := waiter{ID: id, Proc: proc, Arrive: start.UnixMicro()}
 	lease, err := tap.Lock(ctx)
 	x.Wait = time.Since(start)
+	x.Got = start.Add(x.Wait).UnixMicro()
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return x // gave up
 	}
@@ -441,4 +490,21 @@ func serverName(c *demo.Conn) string {
 		return "embedded miniredis " + c.URL
 	}
 	return demo.Redact(c.URL)
+}
+
+// overtakenRow reports arrival order: checked with -fair, shown otherwise.
+func overtakenRow(rep report) []string {
+	row := []string{"waiters overtaken by a later arrival (pairs)", strconv.Itoa(rep.Overtaken), ""}
+	switch {
+	case rep.Overtaken < 0:
+		row[1] = "- (no -stagger)"
+	case rep.Fair:
+		row[2] = "ok"
+		if rep.Overtaken > 0 {
+			row[2] = "FAIL"
+		}
+	case rep.Overtaken > 0:
+		row[2] = "(the mutex is not fair; see -fair)"
+	}
+	return row
 }

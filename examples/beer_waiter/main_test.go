@@ -63,6 +63,9 @@ func checkReport(t *testing.T, rep report, waiters int) {
 		t.Errorf("fences ok %v, overlaps %d, lost %d, failures %q; want ok, 0, 0, none",
 			rep.FencesOK, rep.Overlaps, rep.Lost, rep.Failures)
 	}
+	if rep.Overtaken < 0 {
+		t.Errorf("overtaken = %d with staggered arrivals; want it measured", rep.Overtaken)
+	}
 	var lastFence int64
 	for _, w := range rep.WaiterTable {
 		if !w.Served {
@@ -97,6 +100,12 @@ func TestBeerWaiterOneProcess(t *testing.T) {
 		t.Errorf("output reports a failure:\n%s", text)
 	}
 	checkReport(t, runJSON(t, smallConfig(srv.Addr())), 8)
+
+	cfg = smallConfig(srv.Addr())
+	cfg.Stagger = 0
+	if rep := runJSON(t, cfg); rep.Overtaken != -1 {
+		t.Errorf("overtaken = %d with simultaneous arrivals; want -1 (not measured)", rep.Overtaken)
+	}
 }
 
 func TestBeerWaiterTwoProcesses(t *testing.T) {
