@@ -83,6 +83,7 @@ func checkSane(t *testing.T, m modeReport) {
 
 // TestCompareTwoProcesses is the demo's point: across two real processes,
 // dogpile computes about once per expiry while naive cache-aside piles on.
+// It runs alone (not parallel), so the machine's load does not blur it.
 func TestCompareTwoProcesses(t *testing.T) {
 	srv := redistest.StartServer(t)
 	cfg := smallConfig(srv.Addr())
@@ -114,6 +115,7 @@ func TestCompareTwoProcesses(t *testing.T) {
 }
 
 func TestModesInProcessText(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	cfg := smallConfig(srv.Addr())
 	cfg.Compare = true
@@ -133,6 +135,7 @@ func TestModesInProcessText(t *testing.T) {
 }
 
 func TestDogpileOnEmbeddedServer(t *testing.T) {
+	t.Parallel()
 	cfg := smallConfig("")
 	cfg.Probe = deadAddr(t)
 	cfg.JSON = false
@@ -154,6 +157,7 @@ func TestDogpileOnEmbeddedServer(t *testing.T) {
 }
 
 func TestRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, mod := range []func(*config){
 		func(c *config) { c.Mode = "memcached" },
 		func(c *config) { c.Keys = 0 },
@@ -182,6 +186,7 @@ func deadAddr(t *testing.T) string {
 // TestDogpileOnCluster gives -redis several comma-separated addresses: the
 // library must dedupe across two processes on a real 3-master cluster.
 func TestDogpileOnCluster(t *testing.T) {
+	t.Parallel()
 	cluster := redistest.StartCluster(t, 3)
 	cfg := smallConfig(strings.Join(cluster.Addrs(), ","))
 	cfg.Procs = 2
