@@ -25,6 +25,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ import (
 var (
 	libsFlag    = flag.String("libs", "dogpile/lock,dogpile,bsm/redislock,go-redsync/redsync,go-redis/cache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack", "comma-separated library names, as they end the benchmark names; longest match wins")
 	metricsFlag = flag.String("metrics", "", "comma-separated metrics to show (default: all but ns/op, and fail/op when always 0)")
+	noAllocs    = flag.String("noallocs", "Stampede|FetchCommands", "regexp of scenarios whose B/op and allocs/op are the harness's, not the library's: not shown")
 	baseFlag    = flag.String("base", "", "the library the others are compared with (default: the first whose name starts with \"dogpile\" in each scenario)")
 )
 
@@ -189,6 +191,9 @@ func show(m string, want map[string]bool, rounds []map[key]float64, scenario str
 	}
 	if m == "ns/op" {
 		return false // the inverse of the throughput metric every scenario reports
+	}
+	if (m == "B/op" || m == "allocs/op") && *noAllocs != "" && regexp.MustCompile(*noAllocs).MatchString(scenario) {
+		return false
 	}
 	if m == "fail/op" || m == "starved" {
 		for _, r := range rounds {

@@ -1,0 +1,144 @@
+package dogpile
+
+// This file holds the child side of the multi-process tests: the test
+// binary re-executed with childEnv set runs childMain instead of the tests.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	childEnv   = "DOGPILE_TEST_CHILD" // the mode; unset in the parent
+	addrsEnv   = "DOGPILE_TEST_ADDRS" // comma-separated; several mean a cluster
+	prefixEnv  = "DOGPILE_TEST_PREFIX"
+	leaseEnv   = "DOGPILE_TEST_LEASE"
+	workersEnv = "DOGPILE_TEST_WORKERS"
+)
+
+// childResult is what a child prints on its last line, after "result ".
+type childResult struct {
+	Values int      // successful Fetch calls with the right value
+	Errors []string // failed Fetch calls (first few)
+	Keys   []int    // distinct keys fetched (mode many)
+	Stats  Stats
+}
+
+func childMain(mode string) int {
+	addrs := strings.Split(os.Getenv(addrsEnv), ",")
+	var rdb redis.UniversalClient
+	if len(addrs) > 1 {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	} else {
+		rdb = redis.NewClient(&redis.Options{Addr: addrs[0]})
+	}
+	defer rdb.Close()
+	lease, _ := time.ParseDuration(os.Getenv(leaseEnv))
+	if lease == 0 {
+		lease = 5 * time.Second
+	}
+	workers, _ := strconv.Atoi(os.Getenv(workersEnv))
+	if workers == 0 {
+		workers = 50
+	}
+	prefix := os.Getenv(prefixEnv)
+	c := New[string](rdb, WithPrefix(prefix), WithLease(lease))
+	ctx := context.Background()
+	out := bufio.NewWriter(os.Stdout)
+	var outMu sync.Mutex
+	say := func(line string) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintln(out, line)
+		out.Flush()
+	}
+	var once sync.Once
+	c.onWait = func(string) { once.Do(func() { say("waiting") }) }
+
+	// Every mode but holder starts on "go" from the parent, so that the
+	// children's Fetch calls overlap.
+	if mode != "holder" {
+		say("ready")
+		if !bufio.NewScanner(os.Stdin).Scan() {
+			return 2
+		}
+	}
+	compute := func(key string, d time.Duration) func(ctx context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			if err := rdb.HIncrBy(ctx, prefix+"computes", key, 1).Err(); err != nil {
+				return "", err
+			}
+			if mode == "holder" {
+				say("computing")
+				select {} // until SIGKILL
+			}
+			time.Sleep(d) // a slow load
+			return "v:" + key, nil
+		}
+	}
+
+	var res childResult
+	var mu sync.Mutex
+	record := func(key, v string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, err.Error())
+			}
+		case v != "v:"+key:
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, fmt.Sprintf("Fetch(%q) = %q", key, v))
+			}
+		default:
+			res.Values++
+		}
+	}
+	var wg sync.WaitGroup
+	switch mode {
+	case "one", "holder":
+		for range workers {
+			wg.Go(func() {
+				v, err := c.Fetch(ctx, "k", time.Minute, compute("k", 100*time.Millisecond))
+				record("k", v, err)
+			})
+		}
+	case "many":
+		seen := map[int]bool{}
+		for range workers {
+			wg.Go(func() {
+				for range 25 {
+					i := rand.N(1000)
+					key := strconv.Itoa(i)
+					v, err := c.Fetch(ctx, key, time.Minute, compute(key, 20*time.Millisecond))
+					record(key, v, err)
+					mu.Lock()
+					seen[i] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for i := range seen {
+			res.Keys = append(res.Keys, i)
+		}
+	default:
+		return 2
+	}
+	wg.Wait()
+	res.Stats = c.Stats()
+	b, _ := json.Marshal(res)
+	say("result " + string(b))
+	return 0
+}

@@ -1,0 +1,539 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The behaviour tests run against a private redis-server, a real 3-master
+// cluster and miniredis. Each gets its own keys (the test name is the
+// prefix), so one cluster serves every cluster subtest.
+var behaviour = []struct {
+	name string
+	f    func(t *testing.T, b backend)
+}{
+	{"GetSetDelete", testGetSetDelete},
+	{"DedupInProcess", testDedupInProcess},
+	{"DedupAcrossInstances", testDedupAcrossInstances},
+	{"ComputeError", testComputeError},
+	{"ComputePanic", testComputePanic},
+	{"CorruptBytes", testCorruptBytes},
+	{"WaiterCtxCancelled", testWaiterCtxCancelled},
+	{"LocalCallerLeaves", testLocalCallerLeaves},
+	{"DeadHolderTakenOver", testDeadHolderTakenOver},
+	{"SlowComputeNotTakenOver", testSlowComputeNotTakenOver},
+	{"SetDuringComputeIsFenced", testSetDuringComputeIsFenced},
+	{"KeyWithBraces", testKeyWithBraces},
+	{"CommandsPerFetch", testCommandsPerFetch},
+}
+
+func TestFetchRedis(t *testing.T) {
+	for _, tc := range behaviour {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, serverBackend(t)) })
+	}
+}
+
+func TestFetchCluster(t *testing.T) {
+	b := clusterBackend(t)
+	for _, tc := range behaviour {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, b) })
+	}
+}
+
+func TestFetchMiniredis(t *testing.T) {
+	for _, tc := range behaviour {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, miniBackend(t)) })
+	}
+}
+
+func prefix(t *testing.T) Option { return WithPrefix(t.Name() + ":") }
+
+func testGetSetDelete(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Fatalf("Get on an empty cache: err = %v; want ErrMiss", err)
+	}
+	if err := c.Set(ctx, "k", "pils", time.Minute); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	if got, err := c.Get(ctx, "k"); err != nil || got != "pils" {
+		t.Fatalf("Get = %q, %v; want pils, nil", got, err)
+	}
+	pttl, err := c.client.PTTL(ctx, c.keys("k").value).Result()
+	if err != nil || pttl <= 0 || pttl > time.Minute {
+		t.Errorf("PTTL of the value = %v, %v; want in (0, 1m]", pttl, err)
+	}
+	if err := c.Delete(ctx, "k"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get after Delete: err = %v; want ErrMiss", err)
+	}
+	if got, want := c.Stats(), (Stats{Hits: 1, Misses: 2}); got != want {
+		t.Errorf("Stats = %+v; want %+v", got, want)
+	}
+}
+
+func testDedupInProcess(t *testing.T, b backend) {
+	rdb := b.client(t)
+	c := New[int](rdb, prefix(t))
+	var computes atomic.Int64
+	compute := func(context.Context) (int, error) {
+		computes.Add(1)
+		time.Sleep(50 * time.Millisecond) // a slow load; not synchronization
+		return 42, nil
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if v, err := c.Fetch(t.Context(), "k", time.Minute, compute); err != nil || v != 42 {
+				t.Errorf("Fetch = %v, %v; want 42, nil", v, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := computes.Load(); got != 1 {
+		t.Errorf("compute called %d times; want 1", got)
+	}
+	if s := c.Stats(); s.Hits+s.Misses != 50 || s.Computes != 1 {
+		t.Errorf("Stats = %+v; want Hits+Misses = 50, Computes = 1", s)
+	}
+}
+
+// testDedupAcrossInstances: 8 Caches, each with its own client, stand for
+// 8 processes; none shares a flight with another.
+func testDedupAcrossInstances(t *testing.T, b backend) {
+	ctr := &counted{rdb: b.client(t), counter: t.Name() + ":counter"}
+	var wg sync.WaitGroup
+	caches := make([]*Cache[string], 8)
+	for i := range caches {
+		caches[i] = New[string](b.client(t), prefix(t))
+	}
+	for _, c := range caches {
+		for range 10 {
+			wg.Go(func() {
+				v, err := c.Fetch(t.Context(), "k", time.Minute, func(ctx context.Context) (string, error) {
+					ctr.count(ctx)
+					time.Sleep(100 * time.Millisecond) // a slow load
+					return "lager", nil
+				})
+				if err != nil || v != "lager" {
+					t.Errorf("Fetch = %q, %v; want lager, nil", v, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got := ctr.total(t); got != 1 {
+		t.Errorf("computes across instances = %d; want 1", got)
+	}
+	var push, poll uint64
+	for _, c := range caches {
+		s := c.Stats()
+		push, poll = push+s.PushWakeups, poll+s.PollWakeups
+	}
+	if poll != 0 {
+		t.Errorf("PollWakeups = %d, PushWakeups = %d; want every waiter woken by push", poll, push)
+	}
+}
+
+// holdAndWait starts a compute of key in holder that blocks until release
+// is closed, and a Fetch of key in waiter; it returns once the waiter
+// waits for the holder.
+func holdAndWait[T any](t *testing.T, holder, waiter *Cache[T], ctx context.Context, key string, compute func(context.Context) (T, error)) (release chan struct{}, holderRes, waiterRes chan result[T]) {
+	t.Helper()
+	release = make(chan struct{})
+	computing := make(chan struct{})
+	holderRes, waiterRes = make(chan result[T], 1), make(chan result[T], 1)
+	go func() {
+		v, err := holder.Fetch(t.Context(), key, time.Minute, func(ctx context.Context) (T, error) {
+			close(computing)
+			<-release
+			return compute(ctx)
+		})
+		holderRes <- result[T]{v, err}
+	}()
+	<-computing
+	hook, waiting := waitSignal()
+	waiter.onWait = hook
+	go func() {
+		v, err := waiter.Fetch(ctx, key, time.Minute, func(ctx context.Context) (T, error) {
+			var zero T
+			return zero, errors.New("waiter computed; want it to wait")
+		})
+		waiterRes <- result[T]{v, err}
+	}()
+	select {
+	case <-waiting:
+	case r := <-waiterRes:
+		t.Fatalf("waiter returned %v, %v before waiting", r.v, r.err)
+	}
+	return release, holderRes, waiterRes
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+func testComputeError(t *testing.T, b backend) {
+	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	errDB := errors.New("db down")
+	start := time.Now()
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
+		return 0, errDB
+	})
+	close(release)
+	if r := <-hres; !errors.Is(r.err, errDB) {
+		t.Errorf("holder Fetch error = %v; want %v", r.err, errDB)
+	}
+	r := <-wres
+	if !errors.Is(r.err, ErrComputeFailed) || !strings.Contains(r.err.Error(), "db down") {
+		t.Errorf("waiter Fetch error = %v; want ErrComputeFailed with the holder's message", r.err)
+	}
+	// The lease is a minute: the waiter was told, not left to wait it out.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("waiter took %v to learn of the failure", d)
+	}
+	assertNothingStored(t, holder, "k")
+	if s := holder.Stats(); s.ComputeErrors != 1 {
+		t.Errorf("holder ComputeErrors = %d; want 1", s.ComputeErrors)
+	}
+	if s := waiter.Stats(); s.RemoteErrors != 1 || s.Computes != 0 {
+		t.Errorf("waiter Stats = %+v; want RemoteErrors 1, Computes 0", s)
+	}
+	// The next Fetch computes afresh.
+	v, err := waiter.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
+	if err != nil || v != 7 {
+		t.Errorf("Fetch after the failure = %v, %v; want 7, nil", v, err)
+	}
+}
+
+func assertNothingStored[T any](t *testing.T, c *Cache[T], key string) {
+	t.Helper()
+	ks := c.keys(key)
+	n, err := c.client.Exists(context.Background(), ks.value, ks.lock).Result()
+	if err != nil || n != 0 {
+		t.Errorf("EXISTS value lock = %d, %v; want 0 (nothing cached, lock released)", n, err)
+	}
+}
+
+func testComputePanic(t *testing.T, b backend) {
+	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
+		panic("boom")
+	})
+	close(release)
+	if r := <-hres; r.err == nil || !strings.Contains(r.err.Error(), "panicked: boom") {
+		t.Errorf("holder Fetch error = %v; want a panic error", r.err)
+	}
+	if r := <-wres; !errors.Is(r.err, ErrComputeFailed) {
+		t.Errorf("waiter Fetch error = %v; want ErrComputeFailed", r.err)
+	}
+	assertNothingStored(t, holder, "k")
+}
+
+func testCorruptBytes(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	for i, raw := range []string{
+		"not ours at all",
+		"dp\x01\xc1",             // our header, a payload msgpack rejects
+		"dp\x09\xa3abc",          // a format version we do not know
+		"dp\x01\x93\x01\x02\x03", // valid msgpack, wrong type (array)
+	} {
+		key := fmt.Sprint("k", i)
+		if err := c.client.Set(ctx, c.keys(key).value, raw, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(ctx, key); !errors.Is(err, ErrMiss) {
+			t.Errorf("Get(%q) over %q: err = %v; want ErrMiss", key, raw, err)
+		}
+		v, err := c.Fetch(ctx, key, time.Minute, func(context.Context) (string, error) { return "fresh", nil })
+		if err != nil || v != "fresh" {
+			t.Errorf("Fetch over %q = %q, %v; want fresh, nil", raw, v, err)
+		}
+		if got, err := c.Get(ctx, key); err != nil || got != "fresh" {
+			t.Errorf("Get after Fetch over %q = %q, %v; want fresh, nil (overwritten)", raw, got, err)
+		}
+	}
+	if s := c.Stats(); s.DecodeErrors != 4 || s.Computes != 4 {
+		t.Errorf("Stats = %+v; want DecodeErrors 4, Computes 4", s)
+	}
+}
+
+func testWaiterCtxCancelled(t *testing.T, b backend) {
+	holder := New[int](b.client(t), prefix(t))
+	waiter := New[int](b.client(t), prefix(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) {
+		return 1, nil
+	})
+	cancel()
+	if r := <-wres; r.err != context.Canceled {
+		t.Errorf("waiter Fetch error = %v; want context.Canceled", r.err)
+	}
+	close(release)
+	if r := <-hres; r.err != nil || r.v != 1 {
+		t.Errorf("holder Fetch = %v, %v; want 1, nil", r.v, r.err)
+	}
+	if v, err := waiter.Get(t.Context(), "k"); err != nil || v != 1 {
+		t.Errorf("Get = %v, %v; want 1, nil", v, err)
+	}
+}
+
+// testLocalCallerLeaves: the caller that started a compute gives up; the
+// compute is not cancelled, and another caller of the flight gets the value.
+func testLocalCallerLeaves(t *testing.T, b backend) {
+	c := New[int](b.client(t), prefix(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	computing, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(ctx, "k", time.Minute, func(cctx context.Context) (int, error) {
+			close(computing)
+			<-release
+			return 5, cctx.Err()
+		})
+		first <- err
+	}()
+	<-computing
+	second := make(chan result[int], 1)
+	go func() {
+		v, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 6, nil })
+		second <- result[int]{v, err}
+	}()
+	cancel()
+	if err := <-first; err != context.Canceled {
+		t.Errorf("first caller: err = %v; want context.Canceled", err)
+	}
+	close(release)
+	if r := <-second; r.err != nil || r.v != 5 {
+		t.Errorf("second caller = %v, %v; want 5, nil (the shared compute)", r.v, r.err)
+	}
+}
+
+// testDeadHolderTakenOver: a lock whose holder is gone (never stores,
+// never renews) is taken over when its lease runs out.
+func testDeadHolderTakenOver(t *testing.T, b backend) {
+	c := New[int](b.client(t), prefix(t))
+	ctx := t.Context()
+	if err := c.client.Set(ctx, c.keys("k").lock, "dead-holder", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if b.advance != nil {
+		c.onWait = func(string) { b.advance(time.Second) }
+	}
+	v, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (int, error) { return 3, nil })
+	if err != nil || v != 3 {
+		t.Fatalf("Fetch = %v, %v; want 3, nil", v, err)
+	}
+	if s := c.Stats(); s.Takeovers != 1 || s.Waits != 1 || s.PollWakeups == 0 {
+		t.Errorf("Stats = %+v; want Takeovers 1, Waits 1, PollWakeups > 0", s)
+	}
+}
+
+// testSlowComputeNotTakenOver: compute runs for several leases; renewal
+// keeps the lock, so a waiting instance does not compute too.
+func testSlowComputeNotTakenOver(t *testing.T, b backend) {
+	const lease = 60 * time.Millisecond
+	holder := New[int](b.client(t), prefix(t), WithLease(lease))
+	waiter := New[int](b.client(t), prefix(t), WithLease(lease))
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
+		return 9, nil
+	})
+	time.Sleep(5 * lease) // the compute outlives its lease several times; not synchronization
+	close(release)
+	if r := <-hres; r.err != nil || r.v != 9 {
+		t.Errorf("holder = %v, %v; want 9, nil", r.v, r.err)
+	}
+	if r := <-wres; r.err != nil || r.v != 9 {
+		t.Errorf("waiter = %v, %v; want 9, nil", r.v, r.err)
+	}
+	if s := waiter.Stats(); s.Computes != 0 || s.Takeovers != 0 {
+		t.Errorf("waiter Stats = %+v; want no compute, no takeover", s)
+	}
+}
+
+// testSetDuringComputeIsFenced: a Set while a compute runs wins; the
+// compute's result goes to its own callers but is not stored over it.
+func testSetDuringComputeIsFenced(t *testing.T, b backend) {
+	holder := New[int](b.client(t), prefix(t))
+	other := New[int](b.client(t), prefix(t))
+	release, hres, wres := holdAndWait(t, holder, other, t.Context(), "k", func(context.Context) (int, error) {
+		return 1, nil
+	})
+	if err := other.Set(t.Context(), "k", 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-wres; r.err != nil || r.v != 2 {
+		t.Errorf("waiter = %v, %v; want 2 (the Set value), nil", r.v, r.err)
+	}
+	close(release)
+	if r := <-hres; r.err != nil || r.v != 1 {
+		t.Errorf("holder = %v, %v; want its own 1, nil", r.v, r.err)
+	}
+	if v, err := other.Get(t.Context(), "k"); err != nil || v != 2 {
+		t.Errorf("Get = %v, %v; want 2 (not overwritten by the stale compute)", v, err)
+	}
+}
+
+func testKeyWithBraces(t *testing.T, b backend) {
+	c := New[string](b.client(t), prefix(t))
+	for _, key := range []string{"{", "}", "a{b}c", "{}", "x}{y"} {
+		v, err := c.Fetch(t.Context(), key, time.Minute, func(context.Context) (string, error) { return key, nil })
+		if err != nil || v != key {
+			t.Errorf("Fetch(%q) = %q, %v; want %q, nil", key, v, err, key)
+		}
+		if got, err := c.Get(t.Context(), key); err != nil || got != key {
+			t.Errorf("Get(%q) = %q, %v", key, got, err)
+		}
+	}
+	if a, b := c.keys("a{b}c").value, c.keys("{a{b}c}").value; a == b {
+		t.Errorf("distinct keys share the Redis key %q", a)
+	}
+}
+
+// commandCounter counts the commands a client sends.
+type commandCounter struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isHandshake(cmd) {
+			return next(ctx, cmd)
+		}
+		h.mu.Lock()
+		h.names = append(h.names, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		for _, c := range cmds {
+			if isHandshake(c) {
+				continue
+			}
+			h.names = append(h.names, c.Name())
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// isHandshake reports a command go-redis sends once when it opens a pooled
+// connection (HELLO, CLIENT SETINFO), not one sent by Fetch.
+func isHandshake(cmd redis.Cmder) bool {
+	return cmd.Name() == "hello" || cmd.Name() == "client"
+}
+
+func (h *commandCounter) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.names
+	h.names = nil
+	return n
+}
+
+// loadScripts loads every script on every server, so that counts do not
+// include the one-off NOSCRIPT+EVAL of a script's first use.
+func loadScripts(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := t.Context()
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, s := range []*redis.Script{fetchScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testCommandsPerFetch counts what a client sends (pub/sub commands go on
+// the separate wake-up connection and are not seen by hooks).
+func testCommandsPerFetch(t *testing.T, b backend) {
+	hrdb, wrdb := b.client(t), b.client(t)
+	loadScripts(t, hrdb)
+	hcount, wcount := &commandCounter{}, &commandCounter{}
+	hrdb.AddHook(hcount)
+	wrdb.AddHook(wcount)
+	holder := New[int](hrdb, prefix(t))
+	waiter := New[int](wrdb, prefix(t))
+
+	// Winner: GET, fetch script (takes the lock), store script.
+	if _, err := holder.Fetch(t.Context(), "w", time.Minute, func(context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := hcount.take(); len(got) > 3 {
+		t.Errorf("winner sent %d commands %v; want at most 3", len(got), got)
+	}
+	// Hit: one GET.
+	if _, err := waiter.Fetch(t.Context(), "w", time.Minute, nil2[int]); err != nil {
+		t.Fatal(err)
+	}
+	if got := wcount.take(); len(got) != 1 {
+		t.Errorf("hit sent %d commands %v; want 1", len(got), got)
+	}
+	// Waiter: GET, fetch script (wait), fetch script after the wake-up.
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) { return 2, nil })
+	close(release)
+	if r := <-hres; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r := <-wres; r.err != nil || r.v != 2 {
+		t.Fatalf("waiter = %v, %v", r.v, r.err)
+	}
+	if got := wcount.take(); len(got) > 3 {
+		t.Errorf("waiter sent %d commands %v; want at most 3", len(got), got)
+	}
+}
+
+func nil2[T any](context.Context) (T, error) {
+	var zero T
+	return zero, errors.New("unexpected compute")
+}
+
+func TestBadInput(t *testing.T) {
+	c := New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	ctx := context.Background()
+	ok := func(context.Context) (int, error) { return 1, nil }
+	mustPanic(t, "New(nil)", func() { New[int](nil) })
+	mustPanic(t, "Fetch with an empty key", func() { _, _ = c.Fetch(ctx, "", time.Minute, ok) })
+	mustPanic(t, "Fetch with ttl 0", func() { _, _ = c.Fetch(ctx, "k", 0, ok) })
+	mustPanic(t, "Fetch with a negative ttl", func() { _, _ = c.Fetch(ctx, "k", -time.Second, ok) })
+	mustPanic(t, "Fetch with nil compute", func() { _, _ = c.Fetch(ctx, "k", time.Minute, nil) })
+	mustPanic(t, "Set with ttl 0", func() { _ = c.Set(ctx, "k", 1, 0) })
+	mustPanic(t, "Get with an empty key", func() { _, _ = c.Get(ctx, "") })
+	mustPanic(t, "WithPrefix with a brace", func() { WithPrefix("a{") })
+	mustPanic(t, "WithLease(0)", func() { WithLease(0) })
+	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })
+	mustPanic(t, "WithWaitTimeout(-1)", func() { WithWaitTimeout(-1) })
+	_ = c.client.Close()
+}

@@ -1,0 +1,94 @@
+package dogpile
+
+import "github.com/redis/go-redis/v9"
+
+// Every script takes all the keys it touches in KEYS, all sharing one hash
+// tag, and computes expiry only from relative milliseconds (PX, PEXPIRE): no
+// client timestamp ever reaches Redis. The compute lock is a string holding
+// the holder's random token; every write a holder makes checks that token
+// first (a fenced write).
+
+// fetchScript is the miss path's one round trip: GET-or-lock. It returns
+// {0, value} if the value is present (and is not the undecodable value whose
+// SHA1 is ARGV[4]); {1} if the caller now holds the compute lock (also for a
+// retried request that already took it); {2, holder, pttl} if another
+// holder computes; {3, text} if the compute of holder ARGV[3], which the
+// caller waited for, failed with that error text.
+// KEYS: value, lock, errs. ARGV: token, lease ms, awaited holder or "",
+// SHA1 of a value to treat as absent or "".
+var fetchScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
+local h = redis.call('GET', KEYS[2])
+if h == ARGV[1] then return {1} end
+if h then return {2, h, redis.call('PTTL', KEYS[2])} end
+if ARGV[3] ~= '' then
+  local e = redis.call('HGET', KEYS[3], ARGV[3])
+  if e then return {3, e} end
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return {1}
+`)
+
+// storeScript stores the computed value, releases the lock and wakes every
+// waiter, if the lock still holds our token; else it changes nothing and
+// returns 0. KEYS: value, lock, channel. ARGV: token, value, ttl ms,
+// PUBLISH or SPUBLISH.
+var storeScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call(ARGV[4], KEYS[3], 'v')
+return 1
+`)
+
+// failScript releases the lock after a failed compute, records the error
+// text under our token for waiters (for ARGV[3] ms) and wakes them, if the
+// lock still holds our token. KEYS: lock, errs, channel. ARGV: token, text,
+// marker ttl ms, PUBLISH or SPUBLISH.
+var failScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call(ARGV[4], KEYS[3], 'e')
+return 1
+`)
+
+// releaseScript deletes the lock if it holds our token and wakes waiters
+// (one of them takes over). It undoes an acquire whose reply was lost.
+// KEYS: lock, channel. ARGV: token, PUBLISH or SPUBLISH.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[2], KEYS[2], 'r')
+return 1
+`)
+
+// extendScript renews the lease if the lock holds our token; it never
+// re-creates a lock that expired. KEYS: lock. ARGV: token, lease ms.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// setScript stores a value given by the caller, takes the lock away from
+// any compute in progress (its fenced store then fails) and wakes waiters,
+// who read the new value. KEYS: value, lock, channel. ARGV: value, ttl ms,
+// PUBLISH or SPUBLISH.
+var setScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+redis.call(ARGV[3], KEYS[3], 'v')
+return 1
+`)
+
+// deleteScript deletes the value and takes the lock away from any compute
+// in progress, and wakes waiters, so that one of them computes afresh.
+// KEYS: value, lock, channel. ARGV: PUBLISH or SPUBLISH.
+var deleteScript = redis.NewScript(`
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call(ARGV[1], KEYS[3], 'd')
+return 1
+`)
