@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/go-redis/cache/v9"
 	"github.com/redis/go-redis/v9"
@@ -62,9 +63,18 @@ type cacheLib struct {
 	hitOnly bool
 }
 
-// cacheLibs is every approach compared. dogpile's adapter is listed first
-// by cache_dogpile_test.go.
+// cacheLibs is every approach compared.
 var cacheLibs = []cacheLib{
+	{
+		name: "dogpile",
+		how:  "dogpile.New defaults: msgpack codec in its envelope, in-process flights, a leased compute lock per key and push wake-ups across processes",
+		newFetcher: func(rdb *redis.Client) fetcher {
+			c := dogpile.New[item](rdb)
+			return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+				return c.Fetch(ctx, key, cacheTTL, compute)
+			}
+		},
+	},
 	{
 		name: "go-redis/cache",
 		how:  "cache.Once (in-process singleflight, no cross-process lock), no local cache, default msgpack+s2 codec",

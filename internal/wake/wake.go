@@ -114,6 +114,7 @@ type hub struct {
 	ps      *redis.PubSub
 	sharded bool
 	refs    int           // guarded by hubsMu
+	idle    *time.Timer   // guarded by hubsMu; closes the hub after linger
 	quit    chan struct{} // closed when the last Sub leaves
 
 	mu     sync.Mutex
@@ -153,25 +154,42 @@ func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*
 		hubs[key] = h
 		go h.loop()
 	}
+	if h.refs == 0 && h.idle != nil {
+		h.idle.Stop() // if it fired already, it sees refs > 0 and keeps h
+	}
 	h.refs++
 	return h, nil
 }
 
+// linger is how long an idle connection stays open for the next waiter: a
+// busy process reuses it instead of dialling and subscribing per wait. It
+// is short so that an idle process (or a test binary at exit) holds nothing.
+var linger = 250 * time.Millisecond
+
 func releaseHub(h *hub) {
 	hubsMu.Lock()
+	defer hubsMu.Unlock()
 	h.refs--
-	last := h.refs == 0
-	if last {
-		delete(hubs, h.key)
+	if h.refs > 0 {
+		return
 	}
-	hubsMu.Unlock()
-	if last {
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	h.idle = time.AfterFunc(linger, func() {
+		hubsMu.Lock()
+		if h.refs > 0 || hubs[h.key] != h {
+			hubsMu.Unlock()
+			return // a new waiter came along
+		}
+		delete(hubs, h.key)
+		hubsMu.Unlock()
 		h.mu.Lock()
 		h.closed = true
 		h.mu.Unlock()
 		close(h.quit)
 		_ = h.ps.Close() // ends loop: its blocked Receive fails
-	}
+	})
 }
 
 func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {

@@ -1,0 +1,145 @@
+package wake
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// woken reports how many of subs have a wake-up pending, draining them.
+func woken(subs []*Sub) int {
+	n := 0
+	for _, s := range subs {
+		select {
+		case <-s.Wake():
+			n++
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return n
+}
+
+func TestWakeOneAndAll(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	var subs []*Sub
+	for range 5 {
+		s, err := Subscribe(ctx, rdb, "ch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	rdb.Publish(ctx, "ch", One)
+	if got := woken(subs); got != 1 {
+		t.Errorf("payload One woke %d subs; want 1", got)
+	}
+	rdb.Publish(ctx, "ch", "all")
+	if got := woken(subs); got != 5 {
+		t.Errorf("broadcast woke %d subs; want 5", got)
+	}
+	rdb.Publish(ctx, "other", "all")
+	if got := woken(subs); got != 0 {
+		t.Errorf("message on another channel woke %d subs", got)
+	}
+}
+
+func TestWakeOneServesLongestWaiterAndHandsOff(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	first, _ := Subscribe(ctx, rdb, "ch")
+	second, _ := Subscribe(ctx, rdb, "ch")
+	defer second.Close()
+	rdb.Publish(ctx, "ch", One)
+	time.Sleep(50 * time.Millisecond) // let the message arrive
+	if len(first.c) != 1 || len(second.c) != 0 {
+		t.Fatalf("pending wake-ups first=%d second=%d; want the longest waiter woken", len(first.c), len(second.c))
+	}
+	first.Close() // leaves without acting on it: the wake-up moves on
+	if got := woken([]*Sub{second}); got != 1 {
+		t.Error("wake-up lost when its receiver left")
+	}
+}
+
+func TestOneConnectionForAllWaiters(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	for i := range 100 {
+		s, err := Subscribe(ctx, rdb, "ch"+string(rune('a'+i%26)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+	}
+	list := rdb.ClientList(ctx).Val()
+	if n := strings.Count(list, "sub="); n == 0 {
+		t.Fatalf("CLIENT LIST has no sub= field: %s", list)
+	}
+	subscribers := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " sub=") && !strings.Contains(line, " sub=0 ") {
+			subscribers++
+		}
+	}
+	if subscribers != 1 {
+		t.Errorf("%d subscribed connections for 100 waiters; want 1", subscribers)
+	}
+}
+
+func TestShardedOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	ctx := t.Context()
+	var subs []*Sub
+	for _, ch := range []string{"{a}:wake", "{b}:wake", "{c}:wake", "{d}:wake"} {
+		s, err := Subscribe(ctx, rdb, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+		if err := rdb.SPublish(ctx, ch, "all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := woken(subs); got != 4 {
+		t.Errorf("sharded messages woke %d of 4 subs", got)
+	}
+}
+
+func TestIdleConnectionCloses(t *testing.T) {
+	rdb := redistest.Start(t)
+	s, err := Subscribe(t.Context(), rdb, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	deadline := time.Now().Add(10 * linger)
+	for {
+		hubsMu.Lock()
+		n := len(hubs)
+		hubsMu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("idle subscription connection still open")
+		}
+		time.Sleep(linger / 5)
+	}
+}
+
+func TestSubscribeRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	srv.Kill()
+	if s, err := Subscribe(t.Context(), rdb, "ch"); err == nil || s != nil {
+		t.Errorf("Subscribe with Redis down = %v, %v; want nil, error", s, err)
+	}
+}
