@@ -22,15 +22,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// smallConfig is a run of about a second: enough waiters that some are
-// served and some give up.
+// smallConfig is a run of about a second in which some waiters are served
+// and some give up, whatever the drink times: the first is served at once,
+// and 7 drinks of at least 150ms outlast the last arrival's 800ms timeout
+// (70ms of stagger).
 func smallConfig(redisAddr string) config {
 	cfg := defaultConfig()
 	cfg.Redis = redisAddr
 	cfg.Probe = "" // never the shared localhost:6379: no address means embedded
 	cfg.Waiters = 8
 	cfg.Timeout = 800 * time.Millisecond
-	cfg.DrinkMin, cfg.DrinkMax = 100*time.Millisecond, 250*time.Millisecond
+	cfg.DrinkMin, cfg.DrinkMax = 150*time.Millisecond, 250*time.Millisecond
 	cfg.JSON = true
 	return cfg
 }
