@@ -4,6 +4,7 @@
 package demo
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -50,18 +51,19 @@ func (c *Conn) Close() error {
 // w. Connect checks that the server answers PING.
 func Connect(ctx context.Context, spec, probe string, w io.Writer) (*Conn, error) {
 	if spec == "" {
-		if probe != "" && answers(ctx, probe) {
+		why := "no -redis or REDIS_URL given"
+		ok := false
+		if probe != "" {
+			ok, why = answers(ctx, probe)
+		}
+		if ok {
 			spec = "redis://" + probe
 		} else {
 			m, err := miniredis.Run()
 			if err != nil {
 				return nil, fmt.Errorf("start embedded miniredis: %w", err)
 			}
-			where := "no -redis or REDIS_URL given"
-			if probe != "" {
-				where = "nothing answers on " + probe
-			}
-			fmt.Fprintf(w, "%s: using an embedded miniredis on %s (in-process; data lost on exit)\n", where, m.Addr())
+			fmt.Fprintf(w, "%s: using an embedded miniredis on %s (in-process; data lost on exit)\n", why, m.Addr())
 			c := &Conn{
 				Client:   redis.NewClient(&redis.Options{Addr: m.Addr()}),
 				URL:      "redis://" + m.Addr(),
@@ -171,21 +173,28 @@ func Redact(u string) string {
 }
 
 // answers reports whether a Redis server answers PING on addr within a
-// moment. It dials itself, so a missing server costs no client pool.
-func answers(ctx context.Context, addr string) bool {
+// moment, and if not, why not. It dials itself, so a missing server costs no
+// client pool.
+func answers(ctx context.Context, addr string) (bool, string) {
 	d := net.Dialer{Timeout: 300 * time.Millisecond}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return false
+		return false, "nothing answers on " + addr
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n"); err != nil {
-		return false
+		return false, "nothing answers on " + addr
 	}
-	buf := make([]byte, 7)
-	n, _ := io.ReadFull(conn, buf)
-	// A server that wants a password answers -NOAUTH: it is still a Redis,
-	// but not one we can use without the URL, so treat it as absent.
-	return string(buf[:n]) == "+PONG\r\n"
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	switch {
+	case line == "+PONG\r\n":
+		return true, ""
+	case strings.HasPrefix(line, "-NOAUTH"):
+		// A Redis, but one we cannot use without the URL's password.
+		return false, fmt.Sprintf("the Redis on %s wants a password (give -redis redis://:PASSWORD@%s)", addr, addr)
+	case err != nil:
+		return false, fmt.Sprintf("no Redis answers PING on %s", addr)
+	}
+	return false, fmt.Sprintf("%s does not answer PING like a Redis (%q)", addr, strings.TrimSpace(line))
 }

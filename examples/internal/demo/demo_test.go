@@ -302,3 +302,26 @@ func TestTableAlignsWithoutTrailingSpaces(t *testing.T) {
 		t.Errorf("Table =\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+func TestConnectExplainsPasswordProtectedProbe(t *testing.T) {
+	// redistest cannot start a server with --requirepass (its readiness probe
+	// sends no password), so set the password once it runs.
+	srv := redistest.StartServer(t)
+	if err := srv.Client(t).ConfigSet(t.Context(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	c, err := Connect(t.Context(), "", srv.Addr(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.Embedded || !strings.Contains(out.String(), "wants a password") {
+		t.Errorf("Embedded = %v, output %q; want the embedded server and the reason", c.Embedded, out.String())
+	}
+	c2, err := Connect(t.Context(), "redis://:s3cret@"+srv.Addr(), "", &out)
+	if err != nil {
+		t.Fatalf("Connect with the password: %v", err)
+	}
+	defer c2.Close()
+}
