@@ -132,6 +132,7 @@ func TestBeerWaiterEmbedded(t *testing.T) {
 	t.Parallel()
 	cfg := smallConfig("")
 	cfg.Probe = deadAddr(t)
+	cfg.Procs = 2 // the workers use the parent's embedded server
 	cfg.JSON = false
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {

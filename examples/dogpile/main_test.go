@@ -149,10 +149,14 @@ func TestDogpileOnEmbeddedServer(t *testing.T) {
 	}
 	cfg.JSON = true
 	cfg.Probe = ""
+	cfg.Procs = 2 // the workers use the parent's embedded server
 	m := runJSON(t, cfg)["dogpile"]
 	checkSane(t, m)
 	if m.ComputesPerExpiry > 1.25 {
 		t.Errorf("dogpile on miniredis: computes per expiry = %.2f; want about 1", m.ComputesPerExpiry)
+	}
+	if m.Expiries <= cfg.Keys {
+		t.Errorf("dogpile on miniredis: %d expiries for %d keys; want keys to expire during the run", m.Expiries, cfg.Keys)
 	}
 }
 

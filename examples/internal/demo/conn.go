@@ -31,16 +31,42 @@ type Conn struct {
 	// Embedded reports whether the server is a miniredis inside this process.
 	Embedded bool
 
-	mini *miniredis.Miniredis
+	mini     *miniredis.Miniredis
+	stopTime chan struct{} // stops the embedded server's clock
+	timeDone chan struct{}
 }
 
 // Close closes the client and stops the embedded server, if any.
 func (c *Conn) Close() error {
 	err := c.Client.Close()
 	if c.mini != nil {
+		close(c.stopTime)
+		<-c.timeDone
 		c.mini.Close()
 	}
 	return err
+}
+
+// tickInterval is how often the embedded server's TTLs are advanced.
+const tickInterval = 5 * time.Millisecond
+
+// runClock makes the embedded server's keys expire in real time. miniredis
+// only counts TTLs down when told to (FastForward), so without this no
+// cached value or lock lease would ever expire.
+func (c *Conn) runClock() {
+	defer close(c.timeDone)
+	t := time.NewTicker(tickInterval)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-c.stopTime:
+			return
+		case now := <-t.C:
+			c.mini.FastForward(now.Sub(last))
+			last = now
+		}
+	}
 }
 
 // Connect returns a client for spec, a Redis URL (redis:// or rediss://,
@@ -69,7 +95,10 @@ func Connect(ctx context.Context, spec, probe string, w io.Writer) (*Conn, error
 				URL:      "redis://" + m.Addr(),
 				Embedded: true,
 				mini:     m,
+				stopTime: make(chan struct{}),
+				timeDone: make(chan struct{}),
 			}
+			go c.runClock()
 			return c, nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -324,4 +325,22 @@ func TestConnectExplainsPasswordProtectedProbe(t *testing.T) {
 		t.Fatalf("Connect with the password: %v", err)
 	}
 	defer c2.Close()
+}
+
+func TestEmbeddedKeysExpireInRealTime(t *testing.T) {
+	c, err := Connect(t.Context(), "", "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Client.Set(t.Context(), "k", "v", 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for c.Client.Exists(t.Context(), "k").Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a key with a 50ms TTL still exists after 2s on the embedded server")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
