@@ -85,7 +85,11 @@ func main() {
 	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (needs the fair queue, lock issue 4)")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed for drink times (0: random)")
+	embedded := flag.Bool("embedded", false, "use an embedded miniredis even if a Redis answers on localhost:6379")
 	flag.Parse()
+	if *embedded {
+		cfg.Redis, cfg.Probe = "", ""
+	}
 	cfg.Progress = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -89,7 +89,11 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each mode runs")
 	flag.DurationVar(&cfg.Think, "think", 0, "pause between a goroutine's calls")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
+	embedded := flag.Bool("embedded", false, "use an embedded miniredis even if a Redis answers on localhost:6379")
 	flag.Parse()
+	if *embedded {
+		cfg.Redis, cfg.Probe = "", ""
+	}
 	cfg.Progress = os.Stderr
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -73,11 +73,11 @@ func (c *Conn) runClock() {
 // with user, password and db), a bare host:port, or several comma-separated
 // addresses for a Redis Cluster (redis://:pw@a:7000,b:7001,c:7002). When spec
 // is empty it uses probe (normally [DefaultProbe]) if a Redis answers there,
-// and otherwise starts an embedded miniredis and writes one line saying so to
-// w. Connect checks that the server answers PING.
+// and otherwise (or when probe is empty too) starts an embedded miniredis
+// and writes one line saying so to w. Connect checks that the server answers PING.
 func Connect(ctx context.Context, spec, probe string, w io.Writer) (*Conn, error) {
 	if spec == "" {
-		why := "no -redis or REDIS_URL given"
+		why := "embedded server requested"
 		ok := false
 		if probe != "" {
 			ok, why = answers(ctx, probe)
