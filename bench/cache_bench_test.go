@@ -298,8 +298,10 @@ const (
 // latency from the common start minus the 100 ms compute ("lag"). To tell
 // the library's part from the machine's, it also reports how late the
 // goroutines actually started ("skew", scheduling noise included in every
-// lag) and the non-computing callers' latency after the first compute in
-// any process returned ("after-compute": store, wake-up, re-read, decode).
+// lag), when the first compute began (median over ops, "compute-start":
+// the library's work before compute), and the non-computing callers'
+// latency after the first compute in any process returned ("after-compute":
+// store, wake-up, re-read, decode).
 func BenchmarkStampede(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range missLibs() {
@@ -328,10 +330,10 @@ type stampedeResult struct {
 	// Skew is how late each goroutine actually called Fetch after Start:
 	// the scheduling noise that every library's lag includes.
 	Skew []time.Duration
-	// ComputeEnd is when the first compute in this process returned,
-	// relative to Start; 0 if none ran here.
-	ComputeEnd time.Duration
-	Err        string
+	// ComputeStart and ComputeEnd are when the first compute in this
+	// process began and returned, relative to Start; 0 if none ran here.
+	ComputeStart, ComputeEnd time.Duration
+	Err                      string
 }
 
 func runStampede(b *testing.B, addr string, lib cacheLib) {
@@ -367,7 +369,7 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	var lags, wakes, skews []time.Duration
+	var lags, wakes, skews, starts []time.Duration
 	var computes int64
 	b.ResetTimer()
 	for r, tag := range rounds {
@@ -379,7 +381,7 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 			}
 		}
 		results := make([]stampedeResult, len(children))
-		var firstEnd time.Duration // of any compute, relative to Start
+		var firstStart, firstEnd time.Duration // of any compute, relative to Start
 		for i, c := range children {
 			res := &results[i]
 			if err := c.dec.Decode(res); err != nil {
@@ -391,6 +393,12 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 			if res.ComputeEnd > 0 && (firstEnd == 0 || res.ComputeEnd < firstEnd) {
 				firstEnd = res.ComputeEnd
 			}
+			if res.ComputeStart > 0 && (firstStart == 0 || res.ComputeStart < firstStart) {
+				firstStart = res.ComputeStart
+			}
+		}
+		if tag == "" {
+			starts = append(starts, firstStart)
 		}
 		for _, res := range results {
 			if tag != "" {
@@ -416,10 +424,12 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 	slices.Sort(lags)
 	slices.Sort(wakes)
 	slices.Sort(skews)
+	slices.Sort(starts)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(float64(computes)/float64(b.N), "computes/op")
 	b.ReportMetric(float64(len(lags))/float64(b.N), "waiters/op")
 	b.ReportMetric(ms(percentile(skews, 0.99)), "skew-p99-ms")
+	b.ReportMetric(ms(percentile(starts, 0.50)), "compute-start-ms")
 	if len(lags) > 0 { // everyone computed: no wake-up to measure
 		b.ReportMetric(ms(percentile(lags, 0.50)), "lag-p50-ms")
 		b.ReportMetric(ms(percentile(lags, 0.99)), "lag-p99-ms")
@@ -526,6 +536,11 @@ func TestStampedeChild(t *testing.T) {
 				defer cancel()
 				_, err := f(ctx, r.Key, func(ctx context.Context) (item, error) {
 					res.Computed[g] = true
+					mu.Lock()
+					if res.ComputeStart == 0 {
+						res.ComputeStart = time.Since(start)
+					}
+					mu.Unlock()
 					time.Sleep(stampedeCompute)
 					if err := rdb.Incr(ctx, r.Key+":computes").Err(); err != nil {
 						return item{}, err
