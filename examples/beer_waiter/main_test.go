@@ -191,14 +191,28 @@ func TestBeerWaiterRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// deadAddr returns a loopback address nothing listens on.
+// deadAddr returns a loopback address where no Redis answers: a listener,
+// held for the whole test so that no server started meanwhile (by this or
+// another test binary) can take the port, that closes every connection at
+// once.
 func deadAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
 	return l.Addr().String()
 }
 
