@@ -72,6 +72,20 @@ var mutexLibs = []mutexLib{
 		},
 	},
 	{
+		name: "dogpile/lock+fair",
+		how:  "lock.NewMutex with lock.WithFair: a FIFO queue in Redis, the head woken by its own message; TTL 10s",
+		newLocker: func(rdb *redis.Client, name string, _ int) locker {
+			m := lock.NewMutex(rdb, name, lock.WithTTL(lockTTL), lock.WithFair())
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			}
+		},
+	},
+	{
 		name: "bsm/redislock",
 		how:  "Obtain with RetryStrategy LinearBackoff(100ms), as in its Example_retry (its default is NoRetry), TTL 10s",
 		newLocker: func(rdb *redis.Client, name string, _ int) locker {

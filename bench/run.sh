@@ -21,6 +21,8 @@ trap 'rm -rf "$(dirname "$bin")"' EXIT
 groups='
 ^BenchmarkMutex$/^uncontended-          5000x
 ^BenchmarkMutex$/^contended-            1000x
+^BenchmarkSemaphore$                    1000x
+^BenchmarkRWMutex$                      1000x
 ^BenchmarkFetchHit$                     20000x
 ^BenchmarkStampede$                     10x
 ^BenchmarkFetchCommands$                5x

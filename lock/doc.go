@@ -1,5 +1,13 @@
-// Package lock provides locks that many processes share through Redis: a
-// mutex, with more primitives built on the same lease model.
+// Package lock provides locks that many processes share through Redis:
+//
+//   - [Mutex]: one holder at a time; [WithFair] serves waiters in order.
+//   - [Semaphore]: at most N permits held, weighted, first come first served.
+//   - [RWMutex]: many readers or one writer; waiting writers go first.
+//   - [MultiMutex]: several mutexes locked together, all or nothing.
+//   - [Redlock]: a mutex on a majority of independent Redis servers.
+//
+// All of them grant the same [Lease], with the same TTL, watchdog,
+// lost-lease signal, fencing and release semantics.
 //
 // # Leases
 //
@@ -37,7 +45,17 @@
 // Where that matters, use fencing.
 //
 // Every key a lock uses is derived from its name with a hash tag, so all of
-// them live in one cluster slot and each operation is one atomic script.
+// them live in one cluster slot and each operation is one atomic script
+// (a [MultiMutex] runs one script per slot its names fall in).
 // Scripts compute expiry only from relative durations and the server's
-// clock; no client wall-clock time reaches Redis.
+// clock (TIME inside the script, for the per-holder and per-waiter leases
+// of semaphores and read locks); no client wall-clock time reaches Redis.
+//
+// # Fair queues
+//
+// A [Semaphore] and a fair [Mutex] queue their waiters in Redis, numbered
+// by a server-side counter. Each waiter's place is a lease of one TTL that
+// it renews while it waits, so a waiter that dies leaves the queue within
+// one TTL; the script that grants permits drops expired places first. The
+// waiter at the head is woken by a message on its own channel.
 package lock

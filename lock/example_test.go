@@ -79,3 +79,71 @@ func ExampleDo() {
 		log.Println("not sent:", err)
 	}
 }
+
+// At most four processes, fleet-wide, call the slow API at once; the
+// others queue in arrival order.
+func ExampleSemaphore_Acquire() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	api := lock.NewSemaphore(rdb, "partner-api", 4, lock.WithAutoExtend())
+	lease, err := api.Acquire(ctx, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx) // gives the permit back; a crash gives it back within the TTL
+	fmt.Println("calling the API")
+}
+
+func ExampleRWMutex_RLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	menu := lock.NewRWMutex(rdb, "menu")
+	r, err := menu.RLock(ctx) // many readers at once, unless a writer waits
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reading the menu")
+	if w, err := menu.Upgrade(ctx, r); err == nil { // only if we are the sole reader
+		fmt.Println("rewriting the menu")
+		w.Unlock(ctx)
+	} else {
+		r.Unlock(ctx) // errors.Is(err, lock.ErrUpgrade): others are reading
+	}
+}
+
+// Booking a stay locks the host's calendar and the property together,
+// without deadlocking against a caller that names them in the other order.
+func ExampleMultiMutex_Lock() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	both := lock.NewMultiMutex(rdb, []string{"property:7", "calendar:host:3"})
+	lease, err := both.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("fences:", lease.Fences())
+}
+
+func ExampleRedlock_Lock() {
+	var servers []redis.UniversalClient
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379"} {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		servers = append(servers, c)
+	}
+	ctx := context.Background()
+
+	lease, err := lock.NewRedlock(servers, "nightly-job", lock.WithTTL(30*time.Second)).Lock(ctx)
+	if err != nil {
+		log.Fatal(err) // a majority was unreachable, or ctx ended
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("running on any 2 of 3 servers")
+}

@@ -1,10 +1,13 @@
 package lock
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestAcquireRetryIsIdempotent(t *testing.T) {
@@ -12,7 +15,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	// must see its own token as success with the same fence, not as busy.
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
-	keys := []string{m.lock, m.fence}
+	keys := []string{m.lock, m.fence, m.lock + ":h"}
 	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -57,4 +60,61 @@ func TestKeysShareOneSlot(t *testing.T) {
 			t.Errorf("%q: keys %s %s %s in slots %v; want one slot", name, m.lock, m.fence, m.channel, slots)
 		}
 	}
+}
+
+func TestKeySlotMatchesRedis(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	for _, k := range []string{"a", "b", "c", "dogpile:mutex:{a}", "x{}y", "{", "}{a}", "foo{bar}{baz}", "ünï", "123456789"} {
+		if want := rdb.ClusterKeySlot(t.Context(), k).Val(); int64(keySlot(k)) != want {
+			t.Errorf("keySlot(%q) = %d; want %d", k, keySlot(k), want)
+		}
+	}
+	twin := "a"
+	for i := 0; keySlot(twin) != keySlot("a") || twin == "a"; i++ {
+		twin = fmt.Sprint("n", i)
+	}
+	mm := NewMultiMutex(rdb, []string{"c", "b", "a", twin})
+	if len(mm.groups) != 3 {
+		t.Errorf("groups = %v for names %v; want 3 (a and %s share a slot)", mm.groups, mm.names, twin)
+	}
+	l, err := mm.Lock(t.Context()) // three scripts, one with two names
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewKeysShareOneSlot(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	rdb := cl.Client(t)
+	ctx := t.Context()
+	for _, name := range []string{"a", "}", "x{y}z", "orders:42"} {
+		s := NewSemaphore(rdb, name, 3)
+		rw := NewRWMutex(rdb, name)
+		r := NewRedlock([]redis.UniversalClient{rdb}, name)
+		for _, keys := range [][]string{
+			append(slices.Clone(s.keys), s.prefix+"token"),
+			append(slices.Clone(rw.keys), rw.rd, rw.wr),
+			NewMutex(rdb, name, WithFair()).fair.keys,
+			r.keys,
+		} {
+			want := rdb.ClusterKeySlot(ctx, keys[0]).Val()
+			for _, k := range keys[1:] {
+				if got := rdb.ClusterKeySlot(ctx, k).Val(); got != want {
+					t.Errorf("%q: %s in slot %d, %s in %d; want one slot", name, keys[0], want, k, got)
+				}
+			}
+		}
+	}
+	// And the scripts run there: every primitive once on the cluster.
+	l, err := NewRWMutex(rdb, "x{y}z").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
 }

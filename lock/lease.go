@@ -28,7 +28,8 @@ type Lease struct {
 	name     string
 	token    string
 	fence    int64
-	acquired time.Time // when the acquiring request was sent (monotonic)
+	fences   map[string]int64 // per name, for a multi-name lease; else nil
+	acquired time.Time        // when the acquiring request was sent (monotonic)
 	maxHold  time.Duration
 
 	mu        sync.Mutex
@@ -75,8 +76,24 @@ func (l *Lease) Token() string { return l.token }
 // name strictly increase with every acquisition, across all processes and
 // forever (the counter never expires), so a storage system that remembers
 // the highest number it has seen can reject writes from a holder whose lease
-// has silently expired: the newer holder's number is larger.
+// has silently expired: the newer holder's number is larger. A lease of a
+// [MultiMutex] returns the largest of its [Lease.Fences]; a lease of a
+// [Redlock] returns 0 (see there).
 func (l *Lease) Fence() int64 { return l.fence }
+
+// Fences returns the fencing number of every name the lease holds: one
+// entry for a lease of a [Mutex], [RWMutex] or [Semaphore], one per name
+// for a lease of a [MultiMutex]. The map is a copy.
+func (l *Lease) Fences() map[string]int64 {
+	if l.fences == nil {
+		return map[string]int64{l.name: l.fence}
+	}
+	m := make(map[string]int64, len(l.fences))
+	for k, v := range l.fences {
+		m[k] = v
+	}
+	return m
+}
 
 // Done returns a channel that is closed when the lease ends: when it is
 // released, or when it is lost (see [Lease.Err]). Without auto-extension,

@@ -114,6 +114,16 @@ func WithMaxHold(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.maxHold = d })
 }
 
+// WithFair makes a [Mutex] serve its waiters first come, first served, as a
+// [Semaphore] of one permit does, instead of whoever retries first after a
+// release. A fair mutex costs a few more commands per acquisition. Fair and
+// plain Mutex values of one name still exclude each other and share one
+// fencing counter, but plain lockers ignore the queue: for fairness, every
+// process must use WithFair. Other primitives ignore this option.
+func WithFair() Option {
+	return optionFunc(func(o *options) { o.fair = true })
+}
+
 // keyspace derives the Redis names of a lock. Every key and channel of one
 // lock shares the hash tag "{...}", so it lands in one cluster slot and one
 // script may touch them all.
@@ -175,8 +185,18 @@ const pushWaitCap = 2 * time.Second
 // a release that happened between the first attempt and the subscription
 // is caught by that second attempt, and any later release publishes a
 // message. Each wait is bounded by the holder's remaining TTL, because
-// pub/sub messages can be lost.
+// pub/sub messages can be lost. An empty channel means no push wake-ups
+// (Redlock spans servers): the waiter polls with jittered backoff.
 func acquire(ctx context.Context, c redis.UniversalClient, channel string, o *options, try attempt) (*Lease, error) {
+	return acquireOn(ctx, c, func() string { return channel }, o, try)
+}
+
+// acquireOn is acquire for a waiter whose wake-up channel may change
+// between attempts (a multi-name lock waits on whichever name was busy).
+// channel is called after each failed attempt; when it names another
+// channel, the waiter moves its subscription and tries once more before
+// waiting, for the same reason as the second attempt above.
+func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() string, o *options, try attempt) (*Lease, error) {
 	if o.waitTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
@@ -186,30 +206,38 @@ func acquire(ctx context.Context, c redis.UniversalClient, channel string, o *op
 	if l != nil || err != nil {
 		return l, err
 	}
-	sub, _ := wake.Subscribe(ctx, c, channel) // nil: fall back to polling
-	defer sub.Close()
+	var sub *wake.Sub // nil: fall back to polling
+	subscribed := ""
+	defer func() { sub.Close() }()
 	backoff := o.minBackoff
 	t := time.NewTimer(time.Hour) // Reset below; since Go 1.23 Reset drops a stale tick
 	defer t.Stop()
 	for {
-		if l, retry, err = try(ctx); l != nil || err != nil {
+		if ch := channel(); ch != subscribed && ch != "" {
+			sub.Close()
+			sub, _ = wake.Subscribe(ctx, c, ch)
+			subscribed = ch
+		} else if l, retry, err = try(ctx); l != nil || err != nil {
 			return l, err
-		}
-		var d time.Duration
-		if sub != nil {
-			// Small jitter so that waiters of several processes woken by
-			// the same expiry do not all hit Redis in the same microsecond.
-			d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
+		} else if ch := channel(); ch != subscribed && ch != "" {
+			continue // busy on another name now: move there first
 		} else {
-			d = min(retry, rand.N(backoff)+time.Millisecond)
-			backoff = min(2*backoff, o.maxBackoff)
-		}
-		t.Reset(d)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-sub.Wake():
-		case <-t.C:
+			var d time.Duration
+			if sub != nil {
+				// Small jitter so that waiters of several processes woken by
+				// the same expiry do not all hit Redis in the same microsecond.
+				d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
+			} else {
+				d = min(retry, rand.N(backoff)+time.Millisecond)
+				backoff = min(2*backoff, o.maxBackoff)
+			}
+			t.Reset(d)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-sub.Wake():
+			case <-t.C:
+			}
 		}
 	}
 }

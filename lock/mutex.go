@@ -21,6 +21,8 @@ type Mutex struct {
 	fence   string // fencing counter; never expires
 	channel string // wake-ups on release
 	publish string
+	fairKey string     // the fair holders of the same name (see WithFair)
+	fair    *Semaphore // non-nil with WithFair
 	opts    options
 }
 
@@ -31,7 +33,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		panic("lock: nil redis client")
 	}
 	ks := newKeyspace("mutex", name)
-	return &Mutex{
+	m := &Mutex{
 		client:  client,
 		name:    name,
 		lock:    string(ks),
@@ -40,21 +42,34 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		publish: wake.PublishCommand(client),
 		opts:    buildOptions(opts),
 	}
+	if m.opts.fair {
+		m.fair = newSemaphore(client, ks, name, 1, m.opts)
+	}
+	m.fairKey = ks.key("h") // = m.fair.keys[0]
+	return m
 }
 
 // Lock blocks until it acquires the mutex or ctx is done (or the wait
-// timeout passes, see [WithWaitTimeout]). Waiters are woken by a message
+// timeout passes, see [WithWaitTimeout]). With [WithFair], waiters are
+// served in arrival order, as by a [Semaphore] of one permit. Waiters are woken by a message
 // Redis publishes on release, not by polling; each wait is still bounded by
 // the holder's remaining TTL, so a lost message or a crashed holder costs
 // at most one TTL. On failure Lock returns ctx.Err() or a Redis error, and
 // holds nothing.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if m.fair != nil {
+		return m.fair.Acquire(ctx, 1)
+	}
 	return acquire(ctx, m.client, m.channel, &m.opts, m.try)
 }
 
 // TryLock makes one attempt to acquire the mutex, in one round trip. It
-// reports false, with a nil error, if another owner holds it.
+// reports false, with a nil error, if another owner holds it (or, with
+// [WithFair], if others are waiting for it).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	if m.fair != nil {
+		return m.fair.TryAcquire(ctx, 1)
+	}
 	l, _, err := m.try(ctx)
 	return l, l != nil, err
 }
@@ -62,7 +77,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := newToken()
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, []string{m.lock, m.fence}, token, ms(m.opts.ttl)).Int64Slice()
+	res, err := mutexAcquire.Run(ctx, m.client, []string{m.lock, m.fence, m.fairKey}, token, ms(m.opts.ttl)).Int64Slice()
 	if err != nil {
 		// The script may have run even though we saw no reply (a timeout,
 		// a cancelled context, a broken connection): undo it, so a failed

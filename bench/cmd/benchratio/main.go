@@ -33,10 +33,10 @@ import (
 )
 
 var (
-	libsFlag    = flag.String("libs", "dogpile/lock,dogpile,bsm/redislock,go-redsync/redsync,go-redis/cache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack", "comma-separated library names, as they end the benchmark names; longest match wins")
+	libsFlag    = flag.String("libs", "dogpile/lock,dogpile/lock+fair,dogpile,bsm/redislock,go-redsync/redsync,go-redis/cache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack", "comma-separated library names, as they end the benchmark names; longest match wins")
 	metricsFlag = flag.String("metrics", "", "comma-separated metrics to show (default: all but ns/op, and fail/op when always 0)")
 	noAllocs    = flag.String("noallocs", "Stampede|FetchCommands", "regexp of scenarios whose B/op and allocs/op are the harness's, not the library's: not shown")
-	baseFlag    = flag.String("base", "", "the library the others are compared with (default: the first whose name starts with \"dogpile\" in each scenario)")
+	baseFlag    = flag.String("base", "", "the library the others are compared with (default: in each scenario, the first library listed in -libs whose name starts with \"dogpile\")")
 )
 
 // A sample is one metric of one library in one scenario of one round.
@@ -47,9 +47,11 @@ type key struct {
 func main() {
 	flag.Parse()
 	libs := strings.Split(*libsFlag, ",")
-	// Longest first, so that "dogpile/lock" wins over "dogpile".
-	slices.SortFunc(libs, func(a, b string) int { return len(b) - len(a) })
-	rounds, order, err := parse(os.Stdin, libs)
+	// Longest first, so that "dogpile/lock+fair" wins over "dogpile/lock"
+	// and "dogpile/lock" over "dogpile".
+	byLen := slices.Clone(libs)
+	slices.SortStableFunc(byLen, func(a, b string) int { return len(b) - len(a) })
+	rounds, order, err := parse(os.Stdin, byLen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchratio:", err)
 		os.Exit(1)
@@ -61,6 +63,15 @@ func main() {
 			want[m] = true
 		}
 	}
+	// Columns in the order of -libs, whatever order the rounds ran them in;
+	// libraries not listed keep the order they were first seen in.
+	rank := func(l string) int {
+		if i := slices.Index(libs, l); i >= 0 {
+			return i
+		}
+		return len(libs)
+	}
+	slices.SortStableFunc(order.libs, func(a, b string) int { return rank(a) - rank(b) })
 	report(os.Stdout, rounds, order, want)
 }
 

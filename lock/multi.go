@@ -1,0 +1,222 @@
+package lock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+// A MultiMutex names a set of mutexes that are locked together, all or
+// nothing: "lock more than one entity at the same time". Each name is the
+// [Mutex] of that name, so a MultiMutex excludes Mutex holders of any of
+// its names, and each name keeps its own fencing counter ([Lease.Fences]).
+//
+// On a single Redis server, or when all names share a cluster hash slot,
+// the whole set is taken by one atomic script. Across cluster slots, names
+// are taken slot by slot in one global order (by slot, then by name) and,
+// if a slot is busy, whatever was taken is released before waiting, so a
+// MultiMutex never holds some names while it waits for others: two callers
+// locking {a, b} and {b, a} cannot deadlock. In that case another process
+// may briefly see some of the names locked by a caller that then backs off.
+//
+// A MultiMutex holds no state of its own and is safe for concurrent use.
+// The zero value is not usable; create one with [NewMultiMutex].
+type MultiMutex struct {
+	client  redis.UniversalClient
+	label   string   // the names, for errors
+	names   []string // in lock order
+	groups  [][]int  // indexes into names, one group per script
+	mutexes []*Mutex // in lock order: their keys
+	publish string
+	opts    options
+}
+
+// NewMultiMutex returns the lock over every name in names, in client's
+// Redis. Duplicate names count once. It does no I/O. It panics if client
+// is nil, names is empty or a name is empty. [WithFair] does not apply.
+func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option) *MultiMutex {
+	if client == nil {
+		panic("lock: nil redis client")
+	}
+	if len(names) == 0 {
+		panic("lock: no names")
+	}
+	o := buildOptions(opts)
+	o.fair = false
+	mm := &MultiMutex{client: client, publish: wake.PublishCommand(client), opts: o}
+	for _, name := range names {
+		mm.mutexes = append(mm.mutexes, NewMutex(client, name, opts...))
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	_, ring := client.(*redis.Ring)
+	slot := func(m *Mutex) int {
+		if cluster {
+			return keySlot(m.lock)
+		}
+		return 0
+	}
+	// The one global order: every caller takes names in it.
+	slices.SortFunc(mm.mutexes, func(a, b *Mutex) int {
+		return cmp.Or(cmp.Compare(slot(a), slot(b)), strings.Compare(a.name, b.name))
+	})
+	mm.mutexes = slices.CompactFunc(mm.mutexes, func(a, b *Mutex) bool { return a.name == b.name })
+	for i, m := range mm.mutexes {
+		mm.names = append(mm.names, m.name)
+		if n := len(mm.groups); n == 0 || ring || slot(m) != slot(mm.mutexes[i-1]) {
+			mm.groups = append(mm.groups, nil)
+		}
+		mm.groups[len(mm.groups)-1] = append(mm.groups[len(mm.groups)-1], i)
+	}
+	mm.label = strings.Join(mm.names, ",")
+	return mm
+}
+
+// Lock blocks until it holds every name or ctx is done (or the wait timeout
+// passes, see [WithWaitTimeout]). It waits for a release of whichever name
+// was busy last. On failure it returns ctx.Err() or a Redis error and holds
+// none of the names.
+func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
+	token := newToken()
+	busy := mm.mutexes[0].channel
+	return acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		l, retry, b, err := mm.try(ctx, token)
+		busy = b
+		return l, retry, err
+	})
+}
+
+// TryLock makes one attempt to lock every name. It reports false, with a
+// nil error, if any of them is held by another owner; it then holds none.
+func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	l, _, _, err := mm.try(ctx, newToken())
+	return l, l != nil, err
+}
+
+// try takes the groups in order. When one is busy it releases the groups
+// taken before it and reports the busy name's wake-up channel.
+func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Duration, string, error) {
+	sent := time.Now()
+	fences := make(map[string]int64, len(mm.names))
+	var top int64
+	for gi, g := range mm.groups {
+		keys := make([]string, 0, 3*len(g))
+		for _, i := range g {
+			m := mm.mutexes[i]
+			keys = append(keys, m.lock, m.fence, m.fairKey)
+		}
+		res, err := multiAcquire.Run(ctx, mm.client, keys, token, ms(mm.opts.ttl)).Int64Slice()
+		if err != nil {
+			// This group's script may have run: undo it with the others.
+			rctx, cancel := detached(ctx)
+			_ = mm.releaseGroups(rctx, token, mm.groups[:gi+1])
+			cancel()
+			return nil, 0, "", redisErr(ctx, "acquire", mm.label, err)
+		}
+		if res[0] == 0 {
+			if gi > 0 {
+				rctx, cancel := detached(ctx)
+				err := mm.releaseGroups(rctx, token, mm.groups[:gi])
+				cancel()
+				if err != nil {
+					return nil, 0, "", redisErr(ctx, "back off", mm.label, err)
+				}
+			}
+			busy := mm.mutexes[g[res[1]-1]]
+			return nil, retryAfter(res[2], &mm.opts), busy.channel, nil
+		}
+		for j, i := range g {
+			fences[mm.names[i]] = res[j+1]
+			top = max(top, res[j+1])
+		}
+	}
+	l := newLease(mm, mm.label, token, top, sent, &mm.opts)
+	l.fences = fences
+	return l, 0, "", nil
+}
+
+func (mm *MultiMutex) releaseGroups(ctx context.Context, token string, groups [][]int) error {
+	_, err := mm.releaseCount(ctx, token, groups)
+	return err
+}
+
+func (mm *MultiMutex) releaseCount(ctx context.Context, token string, groups [][]int) (int, error) {
+	var errs []error
+	total := 0
+	for _, g := range groups {
+		keys := make([]string, 0, 2*len(g))
+		for _, i := range g {
+			keys = append(keys, mm.mutexes[i].lock, mm.mutexes[i].channel)
+		}
+		n, err := multiRelease.Run(ctx, mm.client, keys, token, mm.publish).Int()
+		total += n
+		errs = append(errs, err)
+	}
+	return total, errors.Join(errs...)
+}
+
+func (mm *MultiMutex) locks(g []int) []string {
+	keys := make([]string, len(g))
+	for j, i := range g {
+		keys[j] = mm.mutexes[i].lock
+	}
+	return keys
+}
+
+// release frees every name; it reports true only if all were still held.
+func (mm *MultiMutex) release(ctx context.Context, token string) (bool, error) {
+	n, err := mm.releaseCount(ctx, token, mm.groups)
+	return n == len(mm.names), err
+}
+
+// extend renews every group; one group that lost a name loses the lease.
+func (mm *MultiMutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	for _, g := range mm.groups {
+		n, err := multiExtend.Run(ctx, mm.client, mm.locks(g), token, ms(ttl)).Int64()
+		if err != nil || n == 0 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (mm *MultiMutex) pttl(ctx context.Context, token string) (time.Duration, error) {
+	least := time.Duration(-1)
+	for _, g := range mm.groups {
+		d, err := pttlReply(multiPTTL.Run(ctx, mm.client, mm.locks(g), token).Int64())
+		if err != nil {
+			return 0, err
+		}
+		if least < 0 || d < least {
+			least = d
+		}
+	}
+	return least, nil
+}
+
+// keySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag, or of the whole key when it has none, modulo 16384.
+func keySlot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

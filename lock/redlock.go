@@ -1,0 +1,241 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Redlock names a mutex held on a majority of independent Redis servers
+// (the Redlock algorithm), so that it survives the loss of a minority of
+// them: with 5 servers, any 2 may be down or restart empty. Acquiring it
+// returns the same [Lease] as a [Mutex], with the same watchdog, lost-lease
+// signal and release semantics.
+//
+// A lease is granted when a majority of servers accepted it, and it is
+// valid for the TTL minus the time the acquisition took minus a drift
+// margin, on the caller's monotonic clock (the lease's safe deadline, see
+// [Lease.Done]). A failed attempt is undone on every server. Extend and the
+// watchdog need a majority too; Unlock releases on all servers.
+//
+// Redlock gives no fencing numbers: its servers have no common counter, so
+// [Lease.Fence] returns 0. Where overlapping holders after a process pause
+// would do harm, protect the storage with a fencing scheme of its own.
+// Waiters poll with jittered backoff; there are no push wake-ups.
+//
+// A Redlock holds no state of its own and is safe for concurrent use. The
+// zero value is not usable; create one with [NewRedlock].
+type Redlock struct {
+	clients []redis.UniversalClient
+	publish []string
+	name    string
+	keys    []string // lock, fence counter (unused), fair holders (unused), wake channel
+	quorum  int
+	opts    options
+}
+
+// NewRedlock returns the Redlock called name over clients, each a separate
+// Redis deployment. It does no I/O. It panics if clients is empty or holds
+// nil, or name is empty. [WithFair] does not apply.
+func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *Redlock {
+	if len(clients) == 0 {
+		panic("lock: no redis clients")
+	}
+	ks := newKeyspace("redlock", name)
+	r := &Redlock{
+		clients: slices.Clone(clients),
+		name:    name,
+		keys:    []string{string(ks), ks.key("fence"), ks.key("h"), ks.key("wake")},
+		quorum:  len(clients)/2 + 1,
+		opts:    buildOptions(opts),
+	}
+	for _, c := range clients {
+		if c == nil {
+			panic("lock: nil redis client")
+		}
+		r.publish = append(r.publish, wake.PublishCommand(c))
+	}
+	return r
+}
+
+// Lock blocks until a majority of servers grant the lock or ctx is done
+// (or the wait timeout passes, see [WithWaitTimeout]). If so many servers
+// fail that no majority is possible, Lock returns their errors at once
+// instead of waiting. On failure Lock holds nothing.
+func (r *Redlock) Lock(ctx context.Context) (*Lease, error) {
+	return acquire(ctx, nil, "", &r.opts, r.try)
+}
+
+// TryLock makes one attempt, on all servers at once. It reports false,
+// with a nil error, if the lock is held; with an error if too many servers
+// failed to reach a majority.
+func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
+	l, _, err := r.try(ctx)
+	return l, l != nil, err
+}
+
+// nodeTimeout bounds each server's round trip, so that a hung server costs
+// an attempt a small part of the TTL rather than all of it.
+func (r *Redlock) nodeTimeout() time.Duration { return max(r.opts.ttl/20, 50*time.Millisecond) }
+
+// reply is one server's answer: a script's integer or integers.
+type reply struct {
+	v   []int64
+	err error
+}
+
+// errNoReply stands for a server that did not answer within nodeTimeout.
+var errNoReply = errors.New("no reply in time")
+
+// each runs f against every server at once, each bounded by nodeTimeout,
+// and returns the replies in server order. It does not wait for a server
+// that overruns its timeout (go-redis can block on a hung server beyond a
+// context's deadline): that server counts as failed, and its late reply is
+// dropped.
+func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
+	type indexed struct {
+		i int
+		reply
+	}
+	ch := make(chan indexed, len(r.clients)) // buffered: stragglers never block
+	for i, c := range r.clients {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout())
+			defer cancel()
+			v, err := f(nctx, c, i)
+			ch <- indexed{i, reply{v, err}}
+		}()
+	}
+	out := make([]reply, len(r.clients))
+	for i := range out {
+		out[i].err = errNoReply
+	}
+	t := time.NewTimer(r.nodeTimeout() + 10*time.Millisecond)
+	defer t.Stop()
+	for range r.clients {
+		select {
+		case x := <-ch:
+			out[x.i] = x.reply
+		case <-t.C:
+			return out
+		}
+	}
+	return out
+}
+
+func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
+	token := newToken()
+	sent := time.Now()
+	replies := r.each(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+		return mutexAcquire.Run(ctx, c, r.keys[:3], token, ms(r.opts.ttl)).Int64Slice()
+	})
+	ok, failed := 0, 0
+	var errs []error
+	for _, rep := range replies {
+		switch {
+		case rep.err != nil:
+			failed++
+			errs = append(errs, rep.err)
+		case rep.v[0] == 1:
+			ok++
+		}
+	}
+	if ok >= r.quorum && time.Since(sent) < r.opts.ttl-drift(r.opts.ttl) {
+		return newLease(r, r.name, token, 0, sent, &r.opts), 0, nil
+	}
+	// Not granted (or granted too late to be of use): undo on every
+	// server, including those whose reply was lost.
+	if ok > 0 || failed > 0 {
+		rctx, cancel := detached(ctx)
+		_, _ = r.release(rctx, token)
+		cancel()
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, 0, cerr
+	}
+	if failed > len(r.clients)-r.quorum {
+		return nil, 0, fmt.Errorf("lock: redlock %q: %d of %d servers failed, a majority is out of reach: %w",
+			r.name, failed, len(r.clients), errors.Join(errs...))
+	}
+	retry := r.opts.maxBackoff
+	for _, rep := range replies {
+		if rep.err == nil && rep.v[0] == 0 && rep.v[1] > 0 {
+			retry = min(retry, retryAfter(rep.v[1], &r.opts))
+		}
+	}
+	return nil, retry, nil
+}
+
+// count runs a script that returns 1 for "done" on every server and
+// returns how many did it, and the errors of those that failed.
+func (r *Redlock) count(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (int, error) {
+	n := 0
+	var errs []error
+	for _, rep := range r.each(ctx, func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error) {
+		v, err := f(ctx, c, i)
+		return []int64{v}, err
+	}) {
+		if rep.err != nil {
+			errs = append(errs, rep.err)
+		} else {
+			n += int(rep.v[0])
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// release deletes the lock on every server; it reports true if a majority
+// still held it.
+func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
+	n, err := r.count(ctx, func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
+		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[3]}, token, r.publish[i]).Int64()
+	})
+	if n >= r.quorum {
+		return true, nil
+	}
+	return false, err
+}
+
+// extend renews the lock on every server that holds it; it reports true if
+// a majority did. With too many servers failing it returns their errors:
+// the watchdog then retries, and the safe deadline still holds.
+func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	n, err := r.count(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
+		return mutexExtend.Run(ctx, c, r.keys[:1], token, ms(ttl)).Int64()
+	})
+	if n >= r.quorum {
+		return true, nil
+	}
+	return false, err
+}
+
+// pttl returns how long a majority of servers will still hold the lock.
+func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error) {
+	var held []int64
+	var errs []error
+	for _, rep := range r.each(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+		v, err := mutexPTTL.Run(ctx, c, r.keys[:1], token).Int64()
+		return []int64{v}, err
+	}) {
+		switch {
+		case rep.err != nil:
+			errs = append(errs, rep.err)
+		case rep.v[0] >= 0:
+			held = append(held, rep.v[0])
+		}
+	}
+	if len(held) < r.quorum {
+		if err := errors.Join(errs...); err != nil {
+			return 0, err
+		}
+		return 0, ErrNotHeld
+	}
+	slices.Sort(held)
+	slices.Reverse(held)
+	return time.Duration(held[r.quorum-1]) * time.Millisecond, nil
+}

@@ -1,0 +1,180 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// startRedlock starts five independent servers; clients returns a fresh
+// client per server, as another process would have.
+func startRedlock(t *testing.T) (srvs []*redistest.Server, clients func() []redis.UniversalClient) {
+	t.Helper()
+	srvs = make([]*redistest.Server, 5)
+	var wg sync.WaitGroup
+	for i := range srvs {
+		wg.Go(func() { srvs[i] = redistest.StartServer(t) })
+	}
+	wg.Wait()
+	return srvs, func() []redis.UniversalClient {
+		var cs []redis.UniversalClient
+		for _, s := range srvs {
+			cs = append(cs, redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1}))
+		}
+		t.Cleanup(func() {
+			for _, c := range cs {
+				c.Close()
+			}
+		})
+		return cs
+	}
+}
+
+func TestRedlockSurvivesMinorityKilled(t *testing.T) {
+	srvs, clients := startRedlock(t)
+	const workers, rounds = 6, 12
+	var held atomic.Int32
+	var acquired atomic.Int32
+	var wg sync.WaitGroup
+	killed := make(chan struct{})
+	for range workers {
+		// A TTL of 5s gives each server 250ms to answer, ample on a
+		// loaded test machine.
+		rl := lock.NewRedlock(clients(), "job", lock.WithTTL(5*time.Second))
+		wg.Go(func() {
+			for range rounds {
+				l, err := rl.Lock(t.Context())
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				if held.Add(1) != 1 {
+					t.Error("two Redlock holders at once")
+				}
+				time.Sleep(200 * time.Microsecond)
+				held.Add(-1)
+				if acquired.Add(1) == workers*rounds/2 {
+					// Mid-run: two of five servers die, one of them while
+					// this worker holds the lock on it.
+					srvs[0].Kill()
+					srvs[3].Kill()
+					close(killed)
+				}
+				if err := l.Unlock(t.Context()); err != nil {
+					t.Errorf("Unlock: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-killed
+	if got := acquired.Load(); got != workers*rounds {
+		t.Errorf("acquisitions = %d; want %d", got, workers*rounds)
+	}
+}
+
+func TestRedlockMajorityKilledFailsCleanly(t *testing.T) {
+	srvs, clients := startRedlock(t)
+	rl := lock.NewRedlock(clients(), "job", lock.WithTTL(time.Second), lock.WithAutoExtend())
+	l, err := rl.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2, 4} {
+		srvs[i].Kill()
+	}
+	// The holder's watchdog can no longer reach a majority: the lease must
+	// be reported lost by its safe deadline, not kept alive.
+	select {
+	case <-l.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease not reported lost with a majority of servers down")
+	}
+	other := lock.NewRedlock(clients(), "job", lock.WithTTL(time.Second))
+	for range 5 {
+		if l2, ok, err := other.TryLock(t.Context()); ok || err == nil {
+			t.Fatalf("TryLock with 3 of 5 servers down = %v, %v, %v; want false and an error", l2, ok, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if l2, err := other.Lock(ctx); err == nil || l2 != nil || ctx.Err() != nil {
+		t.Errorf("Lock with 3 of 5 servers down = %v, %v after %v; want a prompt error", l2, err, time.Since(start))
+	}
+	if err := l.Unlock(t.Context()); err == nil {
+		t.Error("Unlock with a majority down = nil; want an error")
+	}
+}
+
+func TestRedlockExcludesAndReleasesEverywhere(t *testing.T) {
+	srvs, clients := startRedlock(t)
+	ctx := t.Context()
+	a := lock.NewRedlock(clients(), "tap", lock.WithTTL(time.Minute))
+	b := lock.NewRedlock(clients(), "tap", lock.WithTTL(time.Minute))
+	l, ok, err := a.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock = %v, %v", ok, err)
+	}
+	if l.Fence() != 0 {
+		t.Errorf("Fence = %d; want 0 (Redlock has no fencing)", l.Fence())
+	}
+	if _, ok, err := b.TryLock(ctx); ok || err != nil {
+		t.Errorf("second TryLock = %v, %v; want false, nil", ok, err)
+	}
+	if ttl, err := l.TTL(ctx); err != nil || ttl < 50*time.Second {
+		t.Errorf("TTL = %v, %v", ttl, err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range srvs {
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if n := c.Exists(ctx, "dogpile:redlock:{tap}").Val(); n != 0 {
+			t.Errorf("server %d still holds the lock after Unlock", i)
+		}
+		c.Close()
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Unlock = %v; want ErrNotHeld", err)
+	}
+	// A minority held by someone else does not stop a majority grant, and
+	// a failed attempt leaves nothing behind on the servers it took.
+	c0 := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()})
+	defer c0.Close()
+	c0.HSet(ctx, "dogpile:redlock:{tap}", "squatter", 1)
+	c0.PExpire(ctx, "dogpile:redlock:{tap}", time.Minute)
+	l, ok, err = b.TryLock(ctx)
+	if !ok || err != nil {
+		t.Fatalf("TryLock with one server squatted = %v, %v; want a majority grant", ok, err)
+	}
+	l.Unlock(ctx)
+}
+
+func TestRedlockPausedServerCostsLittle(t *testing.T) {
+	// A hung (SIGSTOPped) server must cost each attempt at most the
+	// per-server timeout (TTL/20), not the TTL.
+	srvs, clients := startRedlock(t)
+	srvs[1].Pause()
+	defer srvs[1].Resume()
+	rl := lock.NewRedlock(clients(), "slow", lock.WithTTL(2*time.Second))
+	start := time.Now()
+	l, err := rl.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Lock took %v with one server hung; want about TTL/20", d)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock with one server hung = %v; want nil (a majority released)", err)
+	}
+	srvs[1].Resume()
+}

@@ -1,0 +1,209 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrUpgrade is returned by [RWMutex.Upgrade] when the read lease cannot
+// become a write lease at once because other readers hold the lock, or the
+// read lease is no longer held. The read lease is unchanged.
+var ErrUpgrade = errors.New("lock: cannot upgrade read lease")
+
+// An RWMutex names a reader/writer mutual exclusion lock in Redis: any
+// number of readers or a single writer may hold it, across all processes
+// that use the same name. Each reader holds its own [Lease], which expires
+// on its own, so a dead reader cannot keep writers out for more than one
+// TTL.
+//
+// As with [sync.RWMutex], if any writer is waiting for the lock, new
+// readers are not admitted, so a writer is not starved by a stream of
+// overlapping readers: it waits only for the readers already inside. A
+// waiting writer's claim is itself a lease of one TTL that it renews while
+// waiting, so a writer that dies while waiting stops blocking readers
+// within one TTL.
+//
+// A read lease is never upgraded by waiting: Lock called while the caller
+// holds a read lease of the same name would wait for itself (until that
+// lease expired). Use [RWMutex.Upgrade], which either converts the lease at
+// once or fails with [ErrUpgrade], or release the read lease first.
+//
+// An RWMutex holds no state of its own and is safe for concurrent use. The
+// zero value is not usable; create one with [NewRWMutex].
+type RWMutex struct {
+	client  redis.UniversalClient
+	name    string
+	keys    []string // base, r, rf, ww, fence: see scripts.go
+	rd, wr  string   // wake-up channels of readers and writers
+	publish string
+	opts    options
+}
+
+// NewRWMutex returns the reader/writer lock called name in client's Redis.
+// It does no I/O. It panics if client is nil or name is empty.
+func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMutex {
+	if client == nil {
+		panic("lock: nil redis client")
+	}
+	ks := newKeyspace("rw", name)
+	return &RWMutex{
+		client:  client,
+		name:    name,
+		keys:    []string{string(ks), ks.key("r"), ks.key("rf"), ks.key("ww"), ks.key("fence")},
+		rd:      ks.key("rd"),
+		wr:      ks.key("wr"),
+		publish: wake.PublishCommand(client),
+		opts:    buildOptions(opts),
+	}
+}
+
+// RLock blocks until it holds the lock for reading or ctx is done (or the
+// wait timeout passes, see [WithWaitTimeout]). It waits while a writer
+// holds the lock or waits for it. On failure RLock returns ctx.Err() or a
+// Redis error and holds nothing.
+func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
+	return acquire(ctx, rw.client, rw.rd, &rw.opts, rw.tryRead)
+}
+
+// TryRLock makes one attempt to lock for reading, in one round trip. It
+// reports false, with a nil error, if a writer holds the lock or waits.
+func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
+	l, _, err := rw.tryRead(ctx)
+	return l, l != nil, err
+}
+
+// Lock blocks until it holds the lock for writing or ctx is done (or the
+// wait timeout passes). While it waits, new readers are kept out. On
+// failure Lock returns ctx.Err() or a Redis error, holds nothing and no
+// longer keeps readers out.
+func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
+	token := newToken()
+	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return rw.tryWrite(ctx, token, "wait")
+	})
+	if err != nil {
+		rctx, cancel := detached(ctx)
+		_, _ = writer{rw}.release(rctx, token)
+		cancel()
+	}
+	return l, err
+}
+
+// TryLock makes one attempt to lock for writing, in one round trip. It
+// reports false, with a nil error, if a writer or a reader holds the lock;
+// it does not keep readers out.
+func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	l, _, err := rw.tryWrite(ctx, newToken(), "try")
+	return l, l != nil, err
+}
+
+// Upgrade turns r, a read lease of rw, into a write lease in one atomic
+// step, if r's holder is the only reader. Otherwise it fails at once with
+// [ErrUpgrade] and r stays a read lease: two readers that both waited to
+// upgrade would wait for each other forever. On success r has ended (as if
+// unlocked) and the returned lease keeps r's fencing number.
+func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
+	if r == nil || r.ended() {
+		return nil, ErrUpgrade
+	}
+	if h, ok := r.h.(reader); !ok || h.rw.keys[0] != rw.keys[0] {
+		return nil, ErrUpgrade
+	}
+	sent := time.Now()
+	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, ms(rw.opts.ttl)).Int64Slice()
+	if err != nil {
+		return nil, redisErr(ctx, "upgrade", rw.name, err)
+	}
+	if res[0] == 0 {
+		return nil, ErrUpgrade
+	}
+	r.stopWatchdog()
+	r.end(ErrNotHeld)
+	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
+}
+
+func (rw *RWMutex) tryRead(ctx context.Context) (*Lease, time.Duration, error) {
+	token := newToken()
+	sent := time.Now()
+	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl)).Int64Slice()
+	if err != nil {
+		if !neverSent(err) {
+			rctx, cancel := detached(ctx)
+			_, _ = reader{rw}.release(rctx, token)
+			cancel()
+		}
+		return nil, 0, redisErr(ctx, "rlock", rw.name, err)
+	}
+	if res[0] == 0 {
+		return nil, retryAfter(res[1], &rw.opts), nil
+	}
+	return newLease(reader{rw}, rw.name, token, res[1], sent, &rw.opts), 0, nil
+}
+
+func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
+	sent := time.Now()
+	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl), mode).Int64Slice()
+	if err != nil {
+		if !neverSent(err) {
+			rctx, cancel := detached(ctx)
+			_, _ = writer{rw}.release(rctx, token)
+			cancel()
+		}
+		return nil, 0, redisErr(ctx, "lock", rw.name, err)
+	}
+	if res[0] == 0 {
+		// Come back before the waiting writer's claim runs out, to renew it.
+		return nil, min(retryAfter(res[1], &rw.opts), rw.opts.ttl/3), nil
+	}
+	return newLease(writer{rw}, rw.name, token, res[1], sent, &rw.opts), 0, nil
+}
+
+// reader is the holder of a read lease.
+type reader struct{ rw *RWMutex }
+
+func (h reader) release(ctx context.Context, token string) (bool, error) {
+	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr}, token, h.rw.publish).Int64()
+	return n == 1, err
+}
+
+func (h reader) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	n, err := rwRExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, ms(ttl)).Int64()
+	return n == 1, err
+}
+
+func (h reader) pttl(ctx context.Context, token string) (time.Duration, error) {
+	return pttlReply(semPTTL.Run(ctx, h.rw.client, h.rw.keys[1:2], token).Int64())
+}
+
+// writer is the holder of a write lease.
+type writer struct{ rw *RWMutex }
+
+func (h writer) release(ctx context.Context, token string) (bool, error) {
+	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr}, token, h.rw.publish).Int64()
+	return n == 1, err
+}
+
+func (h writer) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	n, err := mutexExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, ms(ttl)).Int64()
+	return n == 1, err
+}
+
+func (h writer) pttl(ctx context.Context, token string) (time.Duration, error) {
+	return pttlReply(mutexPTTL.Run(ctx, h.rw.client, h.rw.keys[:1], token).Int64())
+}
+
+// pttlReply interprets the reply of a PTTL script: milliseconds left, or
+// -3 for a lease that is not held.
+func pttlReply(n int64, err error) (time.Duration, error) {
+	if err != nil {
+		return 0, err
+	}
+	if n == -3 {
+		return 0, ErrNotHeld
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}

@@ -1,0 +1,320 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// rwChecker records readers and writers inside the critical section.
+type rwChecker struct {
+	state      atomic.Int64 // readers, or -1 for a writer
+	maxReaders atomic.Int64
+	bad        atomic.Int64 // a reader met a writer, or two writers met
+}
+
+func (c *rwChecker) rlock() {
+	for {
+		s := c.state.Load()
+		if s < 0 {
+			c.bad.Add(1)
+			return
+		}
+		if c.state.CompareAndSwap(s, s+1) {
+			for m := c.maxReaders.Load(); s+1 > m && !c.maxReaders.CompareAndSwap(m, s+1); m = c.maxReaders.Load() {
+			}
+			return
+		}
+	}
+}
+
+func (c *rwChecker) runlock() { c.state.Add(-1) }
+
+func (c *rwChecker) lock() {
+	if !c.state.CompareAndSwap(0, -1) {
+		c.bad.Add(1)
+	}
+}
+
+func (c *rwChecker) unlock() { c.state.CompareAndSwap(-1, 0) }
+
+func testRWInvariant(t *testing.T, clients []redis.UniversalClient, goroutines, rounds int) {
+	var c rwChecker
+	var wg sync.WaitGroup
+	for _, cl := range clients {
+		for i := range goroutines {
+			rw := lock.NewRWMutex(cl, "doc", lock.WithTTL(5*time.Second))
+			wg.Go(func() {
+				for range rounds {
+					if i%4 == 0 {
+						l, err := rw.Lock(t.Context())
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						c.lock()
+						time.Sleep(200 * time.Microsecond)
+						c.unlock()
+						l.Unlock(t.Context())
+					} else {
+						l, err := rw.RLock(t.Context())
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						c.rlock()
+						time.Sleep(time.Millisecond)
+						c.runlock()
+						l.Unlock(t.Context())
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := c.bad.Load(); n != 0 {
+		t.Errorf("%d overlaps of a writer with a reader or another writer", n)
+	}
+	t.Logf("max readers at once: %d", c.maxReaders.Load())
+}
+
+func TestRWMutexInvariant(t *testing.T) {
+	srv := redistest.StartServer(t)
+	testRWInvariant(t, []redis.UniversalClient{srv.Client(t), srv.Client(t)}, 8, 8)
+}
+
+func TestRWMutexInvariantCluster(t *testing.T) {
+	t.Parallel() // forming a cluster is mostly waiting
+	cl := redistest.StartCluster(t, 3)
+	testRWInvariant(t, []redis.UniversalClient{cl.Client(t), cl.Client(t)}, 8, 4)
+}
+
+func TestRWMutexReadersOverlap(t *testing.T) {
+	// potlock's "read-write" lock admits one reader at a time. Here five
+	// readers must all be inside at once, or this test times out.
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "shared")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	var inside sync.WaitGroup
+	inside.Add(5)
+	all := make(chan struct{})
+	go func() { inside.Wait(); close(all) }()
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() {
+			l, err := rw.RLock(ctx)
+			if err != nil {
+				t.Error(err)
+				inside.Done()
+				return
+			}
+			inside.Done()
+			select {
+			case <-all:
+			case <-ctx.Done():
+				t.Error("readers did not all get in together")
+			}
+			l.Unlock(t.Context())
+		})
+	}
+	wg.Wait()
+}
+
+func TestRWMutexWriterNotStarved(t *testing.T) {
+	// Four readers keep the lock continuously read-held (their holds
+	// overlap). A writer must still get in, after the readers already
+	// inside leave, not after the readers stop.
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "busy", lock.WithTTL(5*time.Second))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				l, err := rw.RLock(ctx)
+				if err != nil {
+					return
+				}
+				reads.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				l.Unlock(context.Background())
+			}
+		})
+	}
+	for reads.Load() < 8 { // wait until the readers are in full swing
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	w, err := rw.Lock(t.Context())
+	waited := time.Since(start)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Unlock(t.Context())
+	wg.Wait()
+	t.Logf("writer waited %v under continuous readers", waited)
+	if waited > time.Second {
+		t.Errorf("writer waited %v; want about one read hold (20ms)", waited)
+	}
+}
+
+func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "pending", lock.WithTTL(time.Minute))
+	r, err := rw.RLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error)
+	go func() {
+		_, err := rw.Lock(ctx)
+		errc <- err
+	}()
+	waitQueue(t, rdb, "dogpile:rw:{pending}:ww", 1)
+	if _, ok, err := rw.TryRLock(t.Context()); ok || err != nil {
+		t.Errorf("TryRLock with a writer waiting = %v, %v; want false, nil", ok, err)
+	}
+	cancel() // the writer gives up: readers are welcome again at once
+	if err := <-errc; err != context.Canceled {
+		t.Errorf("Lock = %v; want context.Canceled", err)
+	}
+	l, ok, err := rw.TryRLock(t.Context())
+	if !ok || err != nil {
+		t.Errorf("TryRLock after the writer gave up = %v, %v; want true", ok, err)
+	}
+	l.Unlock(t.Context())
+	r.Unlock(t.Context())
+	if _, ok, _ := rw.TryLock(t.Context()); !ok {
+		t.Error("TryLock with no readers left failed")
+	}
+}
+
+func TestRWMutexUpgrade(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	rw := lock.NewRWMutex(rdb, "up")
+	a, _ := rw.RLock(ctx)
+	b, _ := rw.RLock(ctx)
+	done := make(chan error)
+	go func() {
+		_, err := rw.Upgrade(ctx, a)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrUpgrade) {
+			t.Errorf("Upgrade with two readers = %v; want ErrUpgrade", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Upgrade with another reader blocked; want an immediate ErrUpgrade")
+	}
+	if ttl, err := a.TTL(ctx); err != nil || ttl <= 0 {
+		t.Errorf("read lease after a refused upgrade: %v, %v; want still held", ttl, err)
+	}
+	b.Unlock(ctx)
+	w, err := rw.Upgrade(ctx, a)
+	if err != nil {
+		t.Fatalf("Upgrade as the only reader = %v", err)
+	}
+	if w.Fence() != a.Fence() || !errors.Is(a.Err(), lock.ErrNotHeld) {
+		t.Errorf("upgrade: fence %d→%d, read lease Err %v", a.Fence(), w.Fence(), a.Err())
+	}
+	if _, ok, _ := rw.TryRLock(ctx); ok {
+		t.Error("a reader got in after the upgrade")
+	}
+	if _, err := rw.Upgrade(ctx, w); !errors.Is(err, lock.ErrUpgrade) {
+		t.Errorf("Upgrade of a write lease = %v; want ErrUpgrade", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Errorf("Unlock of the upgraded lease = %v", err)
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of the upgraded read lease = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestRWMutexCrashedReaderProcess(t *testing.T) {
+	// A reader process is SIGKILLed while reading: a writer gets in within
+	// the reader's 300ms lease, not never.
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	h := startChild(t, srv.Addr(), "rlock", "crash")
+	h.held(t)
+	rw := lock.NewRWMutex(rdb, "crash")
+	if _, ok, _ := rw.TryLock(t.Context()); ok {
+		t.Fatal("TryLock succeeded while a reader held the lock")
+	}
+	h.kill()
+	killed := time.Now()
+	w, err := rw.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(killed); d > 2*time.Second {
+		t.Errorf("writer waited %v after the reader died; want about its 300ms lease", d)
+	}
+	w.Unlock(t.Context())
+}
+
+func TestRWMutexDoubleUnlockAndCancelledContext(t *testing.T) {
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "twice")
+	ctx, cancel := context.WithCancel(t.Context())
+	r, _ := rw.RLock(ctx)
+	cancel()
+	if err := r.Unlock(ctx); err != nil {
+		t.Errorf("RUnlock with a cancelled ctx = %v", err)
+	}
+	if err := r.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second RUnlock = %v; want ErrNotHeld", err)
+	}
+	w, ok, _ := rw.TryLock(t.Context())
+	if !ok {
+		t.Fatal("TryLock after the reader left failed")
+	}
+	if err := w.Unlock(t.Context()); err != nil {
+		t.Error(err)
+	}
+	if err := w.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Unlock = %v; want ErrNotHeld", err)
+	}
+}
+
+func TestRWMutexReaderLeasesExtendAlone(t *testing.T) {
+	// Reader leases are separate: one reader's watchdog does not keep a
+	// dead reader alive, and Extend works per reader.
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	rw := lock.NewRWMutex(rdb, "ext", lock.WithTTL(80*time.Millisecond))
+	short, _ := rw.RLock(ctx)
+	long, _ := rw.RLock(ctx)
+	if err := long.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	<-short.Done()
+	if err := short.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Extend of an expired reader = %v; want ErrNotHeld", err)
+	}
+	if ttl, err := long.TTL(ctx); err != nil || ttl < 50*time.Second {
+		t.Errorf("extended reader TTL = %v, %v", ttl, err)
+	}
+	long.Unlock(ctx)
+	// short's Done closed at its safe deadline, a little before Redis
+	// drops it: Lock waits out that margin.
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := rw.Lock(wctx); err != nil {
+		t.Errorf("Lock after both readers were gone = %v", err)
+	}
+}

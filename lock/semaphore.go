@@ -1,0 +1,162 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Semaphore names a weighted, fair counting semaphore in Redis: at most
+// permits permits are held at a time, by any number of processes. Acquiring
+// permits returns a [Lease]; [Lease.Unlock] gives them back.
+//
+// Waiters are served first come, first served, by a sequence number Redis
+// assigns when they start waiting. As in [golang.org/x/sync/semaphore], a
+// waiter that needs more permits than are free blocks those behind it, so
+// a large request is never starved by small ones. Each waiter's place in the
+// queue is itself a lease of one TTL that the waiter renews while it waits:
+// a waiter that dies leaves the queue within one TTL and never blocks the
+// head. The permits of a holder that dies come back within one TTL too.
+//
+// Every process must use the same permits for one name. A Semaphore holds
+// no state of its own and is safe for concurrent use. The zero value is not
+// usable; create one with [NewSemaphore].
+//
+// # Producers and consumers
+//
+// The seeds' semaphores double as a job queue (wait/signal with tokens
+// carrying a payload). A Semaphore does not: a permit here is a lease that
+// only its holder can give back, which is what makes it crash-safe. To hand
+// work from producers to consumers, use a Redis list or stream (LPUSH and
+// BLMOVE, or XADD and XREADGROUP), and bound the consumers' concurrency
+// with a Semaphore if needed.
+type Semaphore struct {
+	client  redis.UniversalClient
+	name    string
+	permits int64
+	keys    []string // h, n, q, qx, fence, base: see scripts.go
+	prefix  string   // + token: a waiter's own wake-up channel
+	publish string
+	opts    options
+}
+
+// NewSemaphore returns the semaphore called name, of permits permits, in
+// client's Redis. It does no I/O. It panics if client is nil, name is empty
+// or permits is not positive.
+func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts ...Option) *Semaphore {
+	if permits < 1 {
+		panic(fmt.Sprintf("lock: semaphore of %d permits", permits))
+	}
+	return newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions(opts))
+}
+
+// newSemaphore builds a semaphore in keyspace ks. A fair Mutex is one of a
+// single permit in the mutex keyspace: its base key is the plain mutex's
+// lock, so fair and plain lockers of one name still exclude each other, and
+// both draw from the same fencing counter.
+func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permits int64, o options) *Semaphore {
+	if client == nil {
+		panic("lock: nil redis client")
+	}
+	return &Semaphore{
+		client:  client,
+		name:    name,
+		permits: permits,
+		keys:    []string{ks.key("h"), ks.key("n"), ks.key("q"), ks.key("qx"), ks.key("fence"), string(ks)},
+		prefix:  ks.key("wake:"),
+		publish: wake.PublishCommand(client),
+		opts:    o,
+	}
+}
+
+// Acquire blocks until it holds n permits or ctx is done (or the wait
+// timeout passes, see [WithWaitTimeout]). It joins the back of the queue and
+// is woken by a message when it reaches the head and permits are free. On
+// failure Acquire returns ctx.Err() or a Redis error, holds nothing, and has
+// left the queue (or will within one TTL if Redis could not be reached).
+// Acquire panics if n is not between 1 and the semaphore's permits.
+func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
+	s.check(n)
+	token := newToken()
+	l, err := acquire(ctx, s.client, s.prefix+token, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return s.try(ctx, token, n, "wait")
+	})
+	if err != nil {
+		// Leave the queue now rather than when the ticket expires: a ghost
+		// at the head would hold up everyone behind it for one TTL.
+		rctx, cancel := detached(ctx)
+		_, _ = s.release(rctx, token)
+		cancel()
+	}
+	return l, err
+}
+
+// TryAcquire makes one attempt to acquire n permits, in one round trip,
+// without joining the queue. It reports false, with a nil error, if fewer
+// than n permits are free or others are already waiting (it never jumps
+// the queue). TryAcquire panics if n is not between 1 and the semaphore's
+// permits.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, error) {
+	s.check(n)
+	l, _, err := s.try(ctx, newToken(), n, "try")
+	return l, l != nil, err
+}
+
+// Available returns how many permits no live holder holds. It is a
+// snapshot: waiters may take them at once.
+func (s *Semaphore) Available(ctx context.Context) (int64, error) {
+	n, err := semAvailable.Run(ctx, s.client, s.keys[:4], s.permits).Int64()
+	if err != nil {
+		return 0, redisErr(ctx, "available", s.name, err)
+	}
+	return n, nil
+}
+
+func (s *Semaphore) check(n int64) {
+	if n < 1 || n > s.permits {
+		panic(fmt.Sprintf("lock: acquire %d of %d permits", n, s.permits))
+	}
+}
+
+func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
+	sent := time.Now()
+	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, ms(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
+	if err != nil {
+		// As in Mutex.try: the script may have run; undo it.
+		if !neverSent(err) {
+			rctx, cancel := detached(ctx)
+			_, _ = s.release(rctx, token)
+			cancel()
+		}
+		return nil, 0, redisErr(ctx, "acquire", s.name, err)
+	}
+	if res[0] == 0 {
+		// Come back before the ticket's lease runs out, to renew it.
+		return nil, min(retryAfter(res[1], &s.opts), s.opts.ttl/3), nil
+	}
+	return newLease(s, s.name, token, res[1], sent, &s.opts), 0, nil
+}
+
+func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
+	n, err := semRelease.Run(ctx, s.client, s.keys[:4], token, s.permits, s.prefix, s.publish).Int64()
+	return n == 1, err
+}
+
+func (s *Semaphore) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
+	n, err := semExtend.Run(ctx, s.client, s.keys[:2], token, ms(ttl)).Int64()
+	return n == 1, err
+}
+
+func (s *Semaphore) pttl(ctx context.Context, token string) (time.Duration, error) {
+	n, err := semPTTL.Run(ctx, s.client, s.keys[:1], token).Int64()
+	if err != nil {
+		return 0, err
+	}
+	if n == -3 {
+		return 0, ErrNotHeld
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
