@@ -165,13 +165,29 @@ func TestBeerWaiterProgressOnLongRun(t *testing.T) {
 	}
 }
 
-func TestBeerWaiterFairNeedsFairQueue(t *testing.T) {
+// TestBeerWaiterFairServesInArrivalOrder: with -fair, across two processes,
+// nobody is overtaken by a later arrival.
+func TestBeerWaiterFairServesInArrivalOrder(t *testing.T) {
 	t.Parallel()
-	cfg := smallConfig("")
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.Procs = 2
 	cfg.Fair = true
-	err := run(t.Context(), cfg, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "fair") {
-		t.Errorf("run with -fair = %v; want an error saying the fair queue is missing", err)
+	cfg.Stagger = 20 * time.Millisecond
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	if rep.Overtaken != 0 {
+		t.Errorf("-fair: %d waiters overtaken by later arrivals; want 0", rep.Overtaken)
+	}
+	// Holds go in arrival order; a waiter that gave up is skipped.
+	last := 0
+	for _, w := range rep.WaiterTable {
+		if w.Served && w.ID < last {
+			t.Errorf("-fair: waiter %d held the tap after waiter %d; want arrival order", w.ID, last)
+		}
+		if w.Served {
+			last = w.ID
+		}
 	}
 }
 
