@@ -1,0 +1,512 @@
+// Command beer_waiter is the classic lock demo: many waiters, spread over
+// one or more processes, all try to get a beer from the one tap (a
+// [lock.Mutex]) within a timeout. Whoever gets the tap drinks for a while
+// and gives it back; the rest wait, and some give up.
+//
+// It checks, for real, what the mutex promises: a counter in Redis that
+// every holder increments on taking the tap and decrements on leaving it
+// never exceeds 1, the hold intervals (by the server's clock) never overlap,
+// and the fencing numbers strictly increase in the order the tap was held.
+//
+//	go run ./examples/beer_waiter                    # 15 waiters, one process
+//	go run ./examples/beer_waiter -procs 3           # the same 15 over 3 processes
+//	go run ./examples/beer_waiter -redis redis://:pw@host:6379/0 -json
+//
+// Without -redis or REDIS_URL it uses localhost:6379 if a Redis answers
+// there, and otherwise an embedded miniredis.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// config is everything run needs; main fills it from flags.
+type config struct {
+	Redis    string        // URL, host:port or comma-separated cluster addresses; "" probes
+	Probe    string        // address tried when Redis is empty
+	Waiters  int           // total, over all processes
+	Procs    int           // worker processes; 1 runs in this process
+	Timeout  time.Duration // how long a waiter waits before giving up
+	DrinkMin time.Duration
+	DrinkMax time.Duration
+	TTL      time.Duration // lock lease TTL (the seeds' autorelease)
+	Stagger  time.Duration // waiter i arrives at (i-1)×Stagger, so arrival order is known
+	Tap      string        // lock name
+	Fair     bool          // serve waiters first come, first served
+	JSON     bool
+	Seed     uint64    // 0: random
+	Progress io.Writer // progress lines; nil for none
+	Exe      string    // worker executable; default this one
+}
+
+func defaultConfig() config {
+	return config{
+		Probe:    demo.DefaultProbe,
+		Waiters:  15,
+		Procs:    1,
+		Timeout:  3 * time.Second,
+		DrinkMin: 100 * time.Millisecond,
+		DrinkMax: 700 * time.Millisecond,
+		TTL:      5 * time.Second,
+		Stagger:  10 * time.Millisecond,
+		Tap:      "examples:beer-tap",
+	}
+}
+
+func main() {
+	if demo.IsWorker() {
+		os.Exit(demo.ServeWorker(drinkers))
+	}
+	cfg := defaultConfig()
+	flag.StringVar(&cfg.Redis, "redis", os.Getenv("REDIS_URL"), "Redis `URL` (redis://, rediss://; several comma-separated addresses for a cluster); default $REDIS_URL, else localhost:6379 if it answers, else an embedded miniredis")
+	flag.IntVar(&cfg.Waiters, "n", cfg.Waiters, "number of waiters, over all processes")
+	flag.IntVar(&cfg.Procs, "procs", cfg.Procs, "number of worker processes sharing the tap (1: this process)")
+	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long a waiter waits for the tap before giving up")
+	flag.DurationVar(&cfg.DrinkMin, "drink-min", cfg.DrinkMin, "shortest drink")
+	flag.DurationVar(&cfg.DrinkMax, "drink-max", cfg.DrinkMax, "longest drink")
+	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "lock lease TTL: a crashed drinker frees the tap after this long")
+	flag.DurationVar(&cfg.Stagger, "stagger", cfg.Stagger, "waiter i arrives at (i-1)×stagger, so first come, first served can be checked (0: all at once)")
+	flag.StringVar(&cfg.Tap, "tap", cfg.Tap, "lock name")
+	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (lock.WithFair), and check that nobody is overtaken")
+	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed for drink times (0: random)")
+	embedded := flag.Bool("embedded", false, "use an embedded miniredis even if a Redis answers on localhost:6379")
+	flag.Parse()
+	if *embedded {
+		cfg.Redis, cfg.Probe = "", ""
+	}
+	cfg.Progress = os.Stderr
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "beer_waiter:", err)
+		os.Exit(1)
+	}
+}
+
+// task is one process's share of the waiters.
+type task struct {
+	RunID    string        `json:"run_id"`
+	Proc     int           `json:"proc"`
+	Waiters  []int         `json:"waiters"`
+	Tap      string        `json:"tap"`
+	Timeout  time.Duration `json:"timeout"`
+	DrinkMin time.Duration `json:"drink_min"`
+	DrinkMax time.Duration `json:"drink_max"`
+	TTL      time.Duration `json:"ttl"`
+	Stagger  time.Duration `json:"stagger"`
+	Fair     bool          `json:"fair"`
+	Seed     uint64        `json:"seed"`
+}
+
+// waiter is what happened to one waiter.
+type waiter struct {
+	ID     int           `json:"id"`
+	Proc   int           `json:"proc"`
+	Served bool          `json:"served"`
+	Wait   time.Duration `json:"wait_ns"`
+	Arrive int64         `json:"arrive_us"`        // local clock (µs) when it asked for the tap
+	Got    int64         `json:"got_us,omitempty"` // local clock (µs) when it got the tap
+	Drink  time.Duration `json:"drink_ns,omitempty"`
+	Fence  int64         `json:"fence,omitempty"`
+	Seq    int64         `json:"seq,omitempty"`      // hold order, from a counter incremented under the lock
+	Enter  int64         `json:"enter_us,omitempty"` // server time (µs) after taking the tap
+	Leave  int64         `json:"leave_us,omitempty"` // server time (µs) before giving it back
+	Lost   bool          `json:"lost,omitempty"`     // the lease ended while drinking
+	Err    string        `json:"error,omitempty"`
+}
+
+// report is the outcome of a run, as printed and as JSON.
+type report struct {
+	Server      string   `json:"server"`
+	Waiters     int      `json:"waiters"`
+	Procs       int      `json:"procs"`
+	Tap         string   `json:"tap"`
+	Fair        bool     `json:"fair"`
+	Timeout     string   `json:"timeout"`
+	Served      int      `json:"served"`
+	TimedOut    int      `json:"timed_out"`
+	Errors      int      `json:"errors"`
+	MaxHolders  int64    `json:"max_concurrent_holders"`
+	FencesOK    bool     `json:"fences_strictly_increasing"`
+	Overlaps    int      `json:"overlapping_holds"`
+	Overtaken   int      `json:"overtaken"` // pairs served out of arrival order; -1 when arrivals were simultaneous
+	Lost        int      `json:"lost_leases"`
+	Elapsed     string   `json:"elapsed"`
+	Failures    []string `json:"failures,omitempty"`
+	WaiterTable []waiter `json:"waiter_results"`
+}
+
+// keys are the measuring keys of one run; one hash tag, so one cluster slot.
+type keys struct{ holders, maxHolders, seq string }
+
+func runKeys(runID string) keys {
+	p := "examples:beer_waiter:{" + runID + "}:"
+	return keys{p + "holders", p + "max-holders", p + "seq"}
+}
+
+func (k keys) list() []string { return []string{k.holders, k.maxHolders, k.seq} }
+
+// enterScript counts a holder in, remembers the most holders ever seen at
+// once, numbers the hold, and returns (holders, seq, server seconds, µs).
+var enterScript = redis.NewScript(`
+local n = redis.call('INCR', KEYS[1])
+local m = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n > m then redis.call('SET', KEYS[2], n) end
+local s = redis.call('INCR', KEYS[3])
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[1]) end
+local t = redis.call('TIME')
+return {n, s, tonumber(t[1]), tonumber(t[2])}
+`)
+
+// leaveScript counts a holder out and returns the server time.
+var leaveScript = redis.NewScript(`
+redis.call('DECR', KEYS[1])
+local t = redis.call('TIME')
+return {tonumber(t[1]), tonumber(t[2])}
+`)
+
+const keyTTL = 600 // seconds the measuring keys outlive a crashed run
+
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	switch {
+	case cfg.Waiters < 1:
+		return errors.New("-n must be at least 1")
+	case cfg.Procs < 1:
+		return errors.New("-procs must be at least 1")
+	case cfg.Procs > cfg.Waiters:
+		return fmt.Errorf("-procs %d is more than the %d waiters", cfg.Procs, cfg.Waiters)
+	case cfg.DrinkMin <= 0 || cfg.DrinkMax < cfg.DrinkMin:
+		return errors.New("need 0 < -drink-min <= -drink-max")
+	case cfg.TTL <= cfg.DrinkMax:
+		return fmt.Errorf("-ttl %v must be longer than -drink-max %v, or drinkers lose the tap mid-drink", cfg.TTL, cfg.DrinkMax)
+	case cfg.Timeout <= 0:
+		return errors.New("-timeout must be positive")
+	case cfg.Stagger < 0:
+		return errors.New("-stagger must not be negative")
+	}
+	status := demo.NewStatusLine(cfg.Progress)
+	// The embedded-server notice goes with the progress lines under -json,
+	// so that w holds nothing but JSON.
+	notice := w
+	if cfg.JSON {
+		notice = io.Discard
+		if cfg.Progress != nil {
+			notice = cfg.Progress
+		}
+	}
+	conn, err := demo.Connect(ctx, cfg.Redis, cfg.Probe, notice)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	tasks := make([]task, cfg.Procs)
+	for p := range tasks {
+		tasks[p] = task{RunID: runID, Proc: p, Tap: cfg.Tap, Timeout: cfg.Timeout, DrinkMin: cfg.DrinkMin,
+			DrinkMax: cfg.DrinkMax, TTL: cfg.TTL, Stagger: cfg.Stagger, Fair: cfg.Fair, Seed: seed + uint64(p)}
+	}
+	for i := range cfg.Waiters {
+		tasks[i%cfg.Procs].Waiters = append(tasks[i%cfg.Procs].Waiters, i+1)
+	}
+	if !cfg.JSON {
+		fmt.Fprintf(w, "%d waiters in %d process(es) want a beer from one tap (lock %q on %s); each gives up after %v\n",
+			cfg.Waiters, cfg.Procs, cfg.Tap, serverName(conn), cfg.Timeout)
+	}
+	k := runKeys(runID)
+	defer conn.Client.Del(context.WithoutCancel(ctx), k.list()...)
+
+	start := time.Now()
+	fleet := demo.Fleet{
+		Conn:     conn,
+		Procs:    cfg.Procs,
+		Exe:      cfg.Exe,
+		Counters: []string{"served", "gave_up"},
+		Progress: func(d time.Duration, c map[string]int64) {
+			status.Set(fmt.Sprintf("%4.1fs  %d served, %d gave up, %d still waiting or drinking",
+				d.Seconds(), c["served"], c["gave_up"], int64(cfg.Waiters)-c["served"]-c["gave_up"]))
+		},
+	}
+	// Every wait and drink is bounded, so a run that takes much longer is
+	// stuck: fail it rather than hang.
+	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout+cfg.DrinkMax+time.Minute)
+	defer cancel()
+	results, err := demo.Run(rctx, fleet, tasks, drinkers)
+	status.Clear()
+	if err != nil {
+		return err
+	}
+	maxHolders, err := conn.Client.Get(ctx, k.maxHolders).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read max holders: %w", err)
+	}
+	var all []waiter
+	for _, r := range results {
+		all = append(all, r...)
+	}
+	rep := summarize(cfg, all, maxHolders, time.Since(start))
+	rep.Server = serverName(conn)
+	if cfg.JSON {
+		if err := demo.WriteJSON(w, rep); err != nil {
+			return err
+		}
+	} else {
+		printReport(w, rep)
+	}
+	if len(rep.Failures) > 0 {
+		return fmt.Errorf("the tap was not exclusive: %v", rep.Failures)
+	}
+	return nil
+}
+
+// summarize orders the waiters (served in hold order, then the others) and
+// checks the mutex's promises.
+func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration) report {
+	slices.SortFunc(all, func(a, b waiter) int {
+		switch {
+		case a.Served != b.Served:
+			if a.Served {
+				return -1
+			}
+			return 1
+		case a.Served:
+			return int(a.Seq - b.Seq)
+		}
+		return a.ID - b.ID
+	})
+	rep := report{Waiters: cfg.Waiters, Procs: cfg.Procs, Tap: cfg.Tap, Fair: cfg.Fair, Timeout: cfg.Timeout.String(),
+		MaxHolders: maxHolders, FencesOK: true, Elapsed: elapsed.Round(time.Millisecond).String(), WaiterTable: all}
+	var prev *waiter
+	for i := range all {
+		x := &all[i]
+		switch {
+		case x.Served:
+			rep.Served++
+		case x.Err == "":
+			rep.TimedOut++
+		}
+		if x.Err != "" { // a failed wait, or a served waiter whose count or unlock failed
+			rep.Errors++
+		}
+		if x.Lost {
+			rep.Lost++
+		}
+		if !x.Served {
+			continue
+		}
+		if prev != nil {
+			if x.Fence <= prev.Fence {
+				rep.FencesOK = false
+			}
+			if x.Enter < prev.Leave {
+				rep.Overlaps++
+			}
+		}
+		prev = x
+	}
+	rep.Overtaken = -1
+	if cfg.Stagger > 0 {
+		rep.Overtaken = overtaken(all)
+	}
+	if cfg.Fair && rep.Overtaken > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("-fair, yet %d pairs were served out of arrival order", rep.Overtaken))
+	}
+	if rep.MaxHolders != 1 && rep.Served > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("max concurrent holders %d, want 1", rep.MaxHolders))
+	}
+	if !rep.FencesOK {
+		rep.Failures = append(rep.Failures, "fencing numbers not strictly increasing in hold order")
+	}
+	if rep.Overlaps > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d holds overlapped in server time", rep.Overlaps))
+	}
+	if rep.Lost > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d leases lost while drinking", rep.Lost))
+	}
+	if rep.Errors > 0 {
+		rep.Failures = append(rep.Failures, fmt.Sprintf("%d waiters failed with an error", rep.Errors))
+	}
+	return rep
+}
+
+// overtaken counts the pairs (a, b) where a asked for the tap before b, and
+// b got it while a was still waiting: what a first-come, first-served tap
+// never does. A waiter that had given up before b got the tap is not
+// overtaken by b.
+func overtaken(all []waiter) int {
+	n := 0
+	for _, b := range all {
+		if !b.Served {
+			continue
+		}
+		for _, a := range all {
+			if a.Arrive >= b.Arrive || a.Err != "" {
+				continue
+			}
+			// a was still waiting when b got the tap: a got it later, or gave
+			// up later.
+			if a.Got > b.Got {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func printReport(w io.Writer, rep report) {
+	rows := [][]string{{"waiter", "proc", "result", "waited", "drank", "fence"}}
+	for _, x := range rep.WaiterTable {
+		res, drank, fence := "gave up", "-", "-"
+		switch {
+		case x.Served && x.Err != "":
+			res, drank, fence = "beer, then error: "+x.Err, demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
+		case x.Served:
+			res, drank, fence = "beer", demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
+		case x.Err != "":
+			res = "error: " + x.Err
+		}
+		rows = append(rows, []string{fmt.Sprintf("w%02d", x.ID), fmt.Sprintf("p%d", x.Proc), res, demo.Dur(x.Wait), drank, fence})
+	}
+	fmt.Fprintln(w)
+	_ = demo.Table(w, rows)
+	fmt.Fprintln(w)
+	verdict := func(ok bool) string {
+		if ok {
+			return "ok"
+		}
+		return "FAIL"
+	}
+	_ = demo.Table(w, [][]string{
+		{"summary", "value", "check"},
+		{"served", strconv.Itoa(rep.Served), ""},
+		{"timed out", strconv.Itoa(rep.TimedOut), ""},
+		{"errors", strconv.Itoa(rep.Errors), verdict(rep.Errors == 0)},
+		{"served + timed out", fmt.Sprintf("%d of %d", rep.Served+rep.TimedOut, rep.Waiters), verdict(rep.Served+rep.TimedOut == rep.Waiters)},
+		{"max concurrent holders (Redis counter)", strconv.FormatInt(rep.MaxHolders, 10), verdict(rep.MaxHolders == 1 || rep.Served == 0)},
+		{"overlapping holds (server TIME)", strconv.Itoa(rep.Overlaps), verdict(rep.Overlaps == 0)},
+		{"fences strictly increasing in hold order", strconv.FormatBool(rep.FencesOK), verdict(rep.FencesOK)},
+		overtakenRow(rep),
+		{"elapsed", rep.Elapsed, ""},
+	})
+}
+
+// drinkers runs one process's waiters.
+func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) ([]waiter, error) {
+	opts := []lock.Option{lock.WithTTL(t.TTL), lock.WithWaitTimeout(t.Timeout)}
+	if t.Fair {
+		// First come, first served; without it, whoever retries first
+		// after a release wins.
+		opts = append(opts, lock.WithFair())
+	}
+	tap := lock.NewMutex(c.Client, t.Tap, opts...)
+	k := runKeys(t.RunID)
+	out := make([]waiter, len(t.Waiters))
+	var wg sync.WaitGroup
+	for i, id := range t.Waiters {
+		rng := rand.New(rand.NewPCG(t.Seed, uint64(id)))
+		drink := t.DrinkMin + time.Duration(rng.Int64N(int64(t.DrinkMax-t.DrinkMin)+1))
+		wg.Go(func() {
+			// Arrive in id order; every process got the start signal at
+			// the same moment, so the order holds across processes.
+			select {
+			case <-time.After(time.Duration(id-1) * t.Stagger):
+			case <-ctx.Done():
+			}
+			out[i] = wait(ctx, c.Client, tap, k, id, t.Proc, drink)
+			if out[i].Served {
+				progress.Add("served", 1)
+			} else {
+				progress.Add("gave_up", 1)
+			}
+		})
+	}
+	wg.Wait()
+	return out, ctx.Err()
+}
+
+// wait is one waiter: wait for the tap, drink, give it back.
+func wait(ctx context.Context, rdb redis.UniversalClient, tap *lock.Mutex, k keys, id, proc int, drink time.Duration) waiter {
+	start := time.Now()
+	x := waiter{ID: id, Proc: proc, Arrive: start.UnixMicro()}
+	lease, err := tap.Lock(ctx)
+	x.Wait = time.Since(start)
+	x.Got = start.Add(x.Wait).UnixMicro()
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return x // gave up
+	}
+	if err != nil {
+		x.Err = err.Error()
+		return x
+	}
+	defer func() {
+		if err := lease.Unlock(ctx); err != nil && x.Err == "" {
+			x.Err = "unlock: " + err.Error()
+		}
+	}()
+	x.Served, x.Fence, x.Drink = true, lease.Fence(), drink
+	r, err := enterScript.Run(ctx, rdb, k.list(), keyTTL).Int64Slice()
+	if err != nil {
+		x.Err = "count in: " + err.Error()
+		return x
+	}
+	x.Seq, x.Enter = r[1], r[2]*1e6+r[3]
+	select {
+	case <-time.After(drink):
+	case <-lease.Done():
+		x.Lost = true
+	case <-ctx.Done():
+	}
+	r, err = leaveScript.Run(context.WithoutCancel(ctx), rdb, []string{k.holders}).Int64Slice()
+	if err != nil {
+		x.Err = "count out: " + err.Error()
+		return x
+	}
+	x.Leave = r[0]*1e6 + r[1]
+	return x
+}
+
+// serverName describes the server for reports, without its password.
+func serverName(c *demo.Conn) string {
+	if c.Embedded {
+		return "embedded miniredis " + c.URL
+	}
+	return demo.Redact(c.URL)
+}
+
+// overtakenRow reports arrival order: checked with -fair, shown otherwise.
+func overtakenRow(rep report) []string {
+	row := []string{"waiters overtaken by a later arrival (pairs)", strconv.Itoa(rep.Overtaken), ""}
+	switch {
+	case rep.Overtaken < 0:
+		row[1] = "- (no -stagger)"
+	case rep.Fair:
+		row[2] = "ok"
+		if rep.Overtaken > 0 {
+			row[2] = "FAIL"
+		}
+	case rep.Overtaken > 0:
+		row[2] = "(the mutex is not fair; see -fair)"
+	}
+	return row
+}

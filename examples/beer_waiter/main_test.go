@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if demo.IsWorker() {
+		os.Exit(demo.ServeWorker(drinkers))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// smallConfig is a run of about a second in which some waiters are served
+// and some give up, whatever the drink times: the first is served at once,
+// and 7 drinks of at least 150ms outlast the last arrival's 800ms timeout
+// (70ms of stagger).
+func smallConfig(redisAddr string) config {
+	cfg := defaultConfig()
+	cfg.Redis = redisAddr
+	cfg.Probe = "" // never the shared localhost:6379: no address means embedded
+	cfg.Waiters = 8
+	cfg.Timeout = 800 * time.Millisecond
+	cfg.DrinkMin, cfg.DrinkMax = 150*time.Millisecond, 250*time.Millisecond
+	cfg.JSON = true
+	return cfg
+}
+
+func runJSON(t *testing.T, cfg config) report {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("decode output: %v\n%s", err, out.String())
+	}
+	return rep
+}
+
+// checkReport checks the figures every run must show.
+func checkReport(t *testing.T, rep report, waiters int) {
+	t.Helper()
+	if rep.Served+rep.TimedOut != waiters || rep.Errors != 0 {
+		t.Errorf("served %d + timed out %d (errors %d); want %d in all", rep.Served, rep.TimedOut, rep.Errors, waiters)
+	}
+	if rep.Served == 0 || rep.TimedOut == 0 {
+		t.Errorf("served %d, timed out %d; want some of each", rep.Served, rep.TimedOut)
+	}
+	if rep.MaxHolders != 1 {
+		t.Errorf("max concurrent holders = %d; want 1", rep.MaxHolders)
+	}
+	if !rep.FencesOK || rep.Overlaps != 0 || rep.Lost != 0 || len(rep.Failures) != 0 {
+		t.Errorf("fences ok %v, overlaps %d, lost %d, failures %q; want ok, 0, 0, none",
+			rep.FencesOK, rep.Overlaps, rep.Lost, rep.Failures)
+	}
+	if rep.Overtaken < 0 {
+		t.Errorf("overtaken = %d with staggered arrivals; want it measured", rep.Overtaken)
+	}
+	var lastFence int64
+	for _, w := range rep.WaiterTable {
+		if !w.Served {
+			if w.Wait < 800*time.Millisecond {
+				t.Errorf("waiter %d gave up after %v; want at least the 800ms timeout", w.ID, w.Wait)
+			}
+			continue
+		}
+		if w.Fence <= lastFence {
+			t.Errorf("waiter %d fence %d after %d; want strictly increasing", w.ID, w.Fence, lastFence)
+		}
+		lastFence = w.Fence
+	}
+}
+
+func TestBeerWaiterOneProcess(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.JSON = false
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{`w0\d +p0 +beer `, `gave up`, `max concurrent holders \(Redis counter\) +1 +ok`,
+		`served \+ timed out +8 of 8 +ok`, `fences strictly increasing in hold order +true +ok`} {
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "FAIL") {
+		t.Errorf("output reports a failure:\n%s", text)
+	}
+	checkReport(t, runJSON(t, smallConfig(srv.Addr())), 8)
+
+	cfg = smallConfig(srv.Addr())
+	cfg.Stagger = 0
+	if rep := runJSON(t, cfg); rep.Overtaken != -1 {
+		t.Errorf("overtaken = %d with simultaneous arrivals; want -1 (not measured)", rep.Overtaken)
+	}
+}
+
+func TestBeerWaiterTwoProcesses(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig("redis://" + srv.Addr() + "/0")
+	cfg.Procs = 2
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	procs := map[int]int{}
+	for _, w := range rep.WaiterTable {
+		procs[w.Proc]++
+	}
+	if procs[0] != 4 || procs[1] != 4 {
+		t.Errorf("waiters per process = %v; want 4 and 4", procs)
+	}
+}
+
+func TestBeerWaiterEmbedded(t *testing.T) {
+	t.Parallel()
+	cfg := smallConfig("")
+	cfg.Probe = deadAddr(t)
+	cfg.Procs = 2 // the workers use the parent's embedded server
+	cfg.JSON = false
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if !strings.Contains(first, "embedded miniredis") {
+		t.Errorf("first line = %q; want the embedded-server notice", first)
+	}
+	if !regexp.MustCompile(`max concurrent holders \(Redis counter\) +1 +ok`).MatchString(out.String()) {
+		t.Errorf("output lacks max holders 1:\n%s", out.String())
+	}
+}
+
+func TestBeerWaiterProgressOnLongRun(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.Waiters = 6
+	cfg.Timeout = 2300 * time.Millisecond
+	cfg.DrinkMin, cfg.DrinkMax = 300*time.Millisecond, 600*time.Millisecond
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	rep := runJSON(t, cfg)
+	if rep.MaxHolders != 1 || rep.Served+rep.TimedOut != 6 {
+		t.Errorf("max holders %d, served+timed out %d; want 1, 6", rep.MaxHolders, rep.Served+rep.TimedOut)
+	}
+	if !strings.Contains(progress.String(), "served") {
+		t.Errorf("progress = %q; want a progress line for a run over 2s", progress.String())
+	}
+}
+
+// TestBeerWaiterFairServesInArrivalOrder: with -fair, across two processes,
+// nobody is overtaken by a later arrival.
+func TestBeerWaiterFairServesInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	cfg := smallConfig(srv.Addr())
+	cfg.Procs = 2
+	cfg.Fair = true
+	cfg.Stagger = 20 * time.Millisecond
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	if rep.Overtaken != 0 {
+		t.Errorf("-fair: %d waiters overtaken by later arrivals; want 0", rep.Overtaken)
+	}
+	// Holds go in arrival order; a waiter that gave up is skipped.
+	last := 0
+	for _, w := range rep.WaiterTable {
+		if w.Served && w.ID < last {
+			t.Errorf("-fair: waiter %d held the tap after waiter %d; want arrival order", w.ID, last)
+		}
+		if w.Served {
+			last = w.ID
+		}
+	}
+}
+
+func TestBeerWaiterRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for _, mod := range []func(*config){
+		func(c *config) { c.Waiters = 0 },
+		func(c *config) { c.Procs = 9 },
+		func(c *config) { c.TTL = c.DrinkMax },
+		func(c *config) { c.DrinkMin = 0 },
+	} {
+		cfg := smallConfig("")
+		mod(&cfg)
+		if err := run(t.Context(), cfg, &bytes.Buffer{}); err == nil {
+			t.Errorf("run(%+v) succeeded; want an error", cfg)
+		}
+	}
+}
+
+// deadAddr returns a loopback address where no Redis answers: a listener,
+// held for the whole test so that no server started meanwhile (by this or
+// another test binary) can take the port, that closes every connection at
+// once.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}
+
+// TestBeerWaiterOnCluster gives -redis several comma-separated addresses:
+// the demo must talk to a real 3-master cluster through a ClusterClient.
+func TestBeerWaiterOnCluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	cfg := smallConfig(strings.Join(cluster.Addrs(), ","))
+	cfg.Procs = 2
+	rep := runJSON(t, cfg)
+	checkReport(t, rep, 8)
+	if !strings.Contains(rep.Server, ",") {
+		t.Errorf("server = %q; want the cluster's addresses", rep.Server)
+	}
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
+)
+
+// modeReport is the outcome of one mode, summed over its processes.
+type modeReport struct {
+	Mode              string            `json:"mode"`
+	Calls             int64             `json:"calls"`
+	Errors            int64             `json:"errors"`
+	FirstErr          string            `json:"first_error,omitempty"`
+	Computes          int64             `json:"computes"` // the Redis counter
+	Expiries          int               `json:"expiries"` // bursts of computes, per key, summed
+	ComputesPerExpiry float64           `json:"computes_per_expiry"`
+	MaxExpiries       int               `json:"max_expiries"` // upper bound: keys × (duration/TTL + 1)
+	Hits              int64             `json:"hits"`
+	Waited            int64             `json:"waited"`
+	Computed          int64             `json:"computed"`
+	HitRatio          float64           `json:"hit_ratio"`
+	Throughput        float64           `json:"calls_per_second"`
+	LatencyP50        time.Duration     `json:"latency_p50_ns"`
+	LatencyP99        time.Duration     `json:"latency_p99_ns"`
+	LatencyMax        time.Duration     `json:"latency_max_ns"`
+	WakeLagP50        time.Duration     `json:"wake_lag_p50_ns"`
+	WakeLagP99        time.Duration     `json:"wake_lag_p99_ns"`
+	WakeLagMax        time.Duration     `json:"wake_lag_max_ns"`
+	CommandsPerCall   float64           `json:"redis_commands_per_call"`
+	Library           map[string]uint64 `json:"library_stats,omitempty"`
+}
+
+type jsonReport struct {
+	Server     string       `json:"server"`
+	Procs      int          `json:"procs"`
+	Goroutines int          `json:"goroutines"`
+	Keys       int          `json:"keys"`
+	Compute    string       `json:"compute"`
+	TTL        string       `json:"ttl"`
+	Duration   string       `json:"duration"`
+	Modes      []modeReport `json:"modes"`
+}
+
+// summarize sums the processes' results. An expiry is a burst of computes of
+// one key: computes that start within TTL/2 of the previous one belong to the
+// same burst, since a stored value lives a whole TTL before it can be missed
+// again. With one compute per expiry, computes == expiries.
+func summarize(mode string, cfg config, results []result, computes int64) modeReport {
+	rep := modeReport{Mode: mode, Computes: computes}
+	var lat, lag demo.Histogram
+	var elapsed time.Duration
+	var commands int64
+	starts := make([][]int64, cfg.Keys)
+	for _, r := range results {
+		rep.Calls += r.Calls
+		rep.Errors += r.Errors
+		if rep.FirstErr == "" {
+			rep.FirstErr = r.FirstErr
+		}
+		rep.Hits += r.Hits
+		rep.Waited += r.Waited
+		rep.Computed += r.Computed
+		commands += r.Commands
+		lat.Merge(r.Latency)
+		lag.Merge(r.WakeLag)
+		elapsed = max(elapsed, r.Elapsed)
+		for k, s := range r.Starts {
+			if k < len(starts) {
+				starts[k] = append(starts[k], s...)
+			}
+		}
+		for name, v := range r.Library {
+			if rep.Library == nil {
+				rep.Library = map[string]uint64{}
+			}
+			rep.Library[name] += v
+		}
+	}
+	gap := cfg.TTL.Microseconds() / 2
+	for _, s := range starts {
+		slices.Sort(s)
+		for i, t := range s {
+			if i == 0 || t-s[i-1] > gap {
+				rep.Expiries++
+			}
+		}
+	}
+	rep.MaxExpiries = cfg.Keys * (int(cfg.Duration/cfg.TTL) + 1)
+	if rep.Expiries > 0 {
+		rep.ComputesPerExpiry = float64(rep.Computes) / float64(rep.Expiries)
+	}
+	if rep.Calls > 0 {
+		rep.HitRatio = float64(rep.Hits) / float64(rep.Calls)
+		rep.CommandsPerCall = float64(commands) / float64(rep.Calls)
+	}
+	if elapsed > 0 {
+		rep.Throughput = float64(rep.Calls) / elapsed.Seconds()
+	}
+	rep.LatencyP50, rep.LatencyP99, rep.LatencyMax = lat.Quantile(0.5), lat.Quantile(0.99), lat.Max
+	rep.WakeLagP50, rep.WakeLagP99, rep.WakeLagMax = lag.Quantile(0.5), lag.Quantile(0.99), lag.Max
+	return rep
+}
+
+// printTable prints the modes side by side, one column each.
+func printTable(w io.Writer, reps []modeReport) error {
+	header := []string{""}
+	for _, r := range reps {
+		header = append(header, r.Mode)
+	}
+	rows := [][]string{header}
+	add := func(name string, f func(r modeReport) string) {
+		row := []string{name}
+		for _, r := range reps {
+			row = append(row, f(r))
+		}
+		rows = append(rows, row)
+	}
+	lagged := func(d func(r modeReport) time.Duration) func(r modeReport) string {
+		return func(r modeReport) string {
+			if r.Waited == 0 {
+				return "-"
+			}
+			return demo.Dur(d(r))
+		}
+	}
+	add("computes (Redis counter)", func(r modeReport) string { return strconv.FormatInt(r.Computes, 10) })
+	add("expiries (compute bursts)", func(r modeReport) string { return strconv.Itoa(r.Expiries) })
+	add("computes per expiry", func(r modeReport) string { return fmt.Sprintf("%.2f", r.ComputesPerExpiry) })
+	add("calls", func(r modeReport) string { return strconv.FormatInt(r.Calls, 10) })
+	add("  hits", func(r modeReport) string { return strconv.FormatInt(r.Hits, 10) })
+	add("  waited for another's compute", func(r modeReport) string { return strconv.FormatInt(r.Waited, 10) })
+	add("  computed", func(r modeReport) string { return strconv.FormatInt(r.Computed, 10) })
+	add("  errors", func(r modeReport) string { return strconv.FormatInt(r.Errors, 10) })
+	add("hit ratio", func(r modeReport) string { return fmt.Sprintf("%.2f%%", 100*r.HitRatio) })
+	add("throughput (calls/s)", func(r modeReport) string { return fmt.Sprintf("%.0f", r.Throughput) })
+	add("latency p50", func(r modeReport) string { return demo.Dur(r.LatencyP50) })
+	add("latency p99", func(r modeReport) string { return demo.Dur(r.LatencyP99) })
+	add("latency max", func(r modeReport) string { return demo.Dur(r.LatencyMax) })
+	add("waiter wake lag p50", lagged(func(r modeReport) time.Duration { return r.WakeLagP50 }))
+	add("waiter wake lag p99", lagged(func(r modeReport) time.Duration { return r.WakeLagP99 }))
+	add("waiter wake lag max", lagged(func(r modeReport) time.Duration { return r.WakeLagMax }))
+	add("Redis commands per call", func(r modeReport) string { return fmt.Sprintf("%.2f", r.CommandsPerCall) })
+	var lib []string
+	for _, r := range reps {
+		for name := range r.Library {
+			if !slices.Contains(lib, name) {
+				lib = append(lib, name)
+			}
+		}
+	}
+	slices.Sort(lib)
+	for _, name := range lib {
+		add("Stats."+name, func(r modeReport) string {
+			if r.Library == nil {
+				return "-"
+			}
+			return strconv.FormatUint(r.Library[name], 10)
+		})
+	}
+	if err := demo.Table(w, rows); err != nil {
+		return err
+	}
+	for _, r := range reps {
+		if r.FirstErr != "" {
+			fmt.Fprintf(w, "%s: first error: %s\n", r.Mode, r.FirstErr)
+		}
+	}
+	fmt.Fprintln(w, "\nexpiries: bursts of computes of one key; computes per expiry is 1 when only one caller in the whole fleet recomputes an expired key.")
+	fmt.Fprintln(w, "wake lag: for calls that waited for another caller's compute, the time from the value being ready to the call returning.")
+	return nil
+}
