@@ -168,7 +168,7 @@ func testUnlockAfterExpiryIsNotHeld(t *testing.T, rdb redis.UniversalClient) {
 	if err != nil || quiet.Err() != nil {
 		t.Fatalf("TryLock = %v, Err %v", err, quiet.Err())
 	}
-	<-a.Done() // local safe deadline: just before Redis expires the key
+	<-a.Done()                                 // local safe deadline: just before Redis expires the key
 	if !errors.Is(quiet.Err(), lock.ErrLost) { // nobody called its Done
 		t.Errorf("Err of an expired lease = %v; want ErrLost", quiet.Err())
 	}
