@@ -168,8 +168,9 @@ func testUnlockAfterExpiryIsNotHeld(t *testing.T, rdb redis.UniversalClient) {
 	if err != nil || quiet.Err() != nil {
 		t.Fatalf("TryLock = %v, Err %v", err, quiet.Err())
 	}
-	<-a.Done()                                 // local safe deadline: just before Redis expires the key
-	if !errors.Is(quiet.Err(), lock.ErrLost) { // nobody called its Done
+	<-a.Done() // local safe deadline: just before Redis expires the key
+	// Nobody called quiet's Done: Err must notice the deadline by itself.
+	if !errors.Is(quiet.Err(), lock.ErrLost) {
 		t.Errorf("Err of an expired lease = %v; want ErrLost", quiet.Err())
 	}
 	select {
