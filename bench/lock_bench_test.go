@@ -323,6 +323,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 		b.ReportMetric(100*float64(repeats.Load())/float64(b.N), "reacq-%")
 		b.ReportMetric(ms(percentile(hand, 0.50)), "handoff-p50-ms")
 		b.ReportMetric(ms(percentile(hand, 0.99)), "handoff-p99-ms")
+		b.ReportMetric(ms(percentile(hand, 1)), "handoff-max-ms")
 	}
 	if sc.role == nil {
 		return
