@@ -202,8 +202,15 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
 		defer cancel()
 	}
-	l, retry, err := try(ctx)
-	if l != nil || err != nil {
+	// When goroutines of this process already wait for this lock, a new
+	// caller queues behind them instead of trying at once: a holder that
+	// unlocks and locks again would otherwise reach Redis before the waiter
+	// its release just woke, and take the lock back every time. The release
+	// wakes this process's waiters one at a time, longest first.
+	queued := false
+	if ch := channel(); ch != "" && wake.Waiting(c, ch) > 0 {
+		queued = true
+	} else if l, _, err := try(ctx); l != nil || err != nil {
 		return l, err
 	}
 	var sub *wake.Sub // nil: fall back to polling
@@ -217,27 +224,38 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 			sub.Close()
 			sub, _ = wake.Subscribe(ctx, c, ch)
 			subscribed = ch
-		} else if l, retry, err = try(ctx); l != nil || err != nil {
-			return l, err
-		} else if ch := channel(); ch != subscribed && ch != "" {
-			continue // busy on another name now: move there first
+			continue
+		}
+		var retry time.Duration
+		if queued && sub != nil {
+			// Wait for our turn, bounded in case the wake-up is lost.
+			queued = false
+			retry = o.maxBackoff
 		} else {
-			var d time.Duration
-			if sub != nil {
-				// Small jitter so that waiters of several processes woken by
-				// the same expiry do not all hit Redis in the same microsecond.
-				d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
-			} else {
-				d = min(retry, rand.N(backoff)+time.Millisecond)
-				backoff = min(2*backoff, o.maxBackoff)
+			var l *Lease
+			var err error
+			if l, retry, err = try(ctx); l != nil || err != nil {
+				return l, err
 			}
-			t.Reset(d)
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-sub.Wake():
-			case <-t.C:
+			if ch := channel(); ch != subscribed && ch != "" {
+				continue // busy on another name now: move there first
 			}
+		}
+		var d time.Duration
+		if sub != nil {
+			// Small jitter so that waiters of several processes woken by
+			// the same expiry do not all hit Redis in the same microsecond.
+			d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
+		} else {
+			d = min(retry, rand.N(backoff)+time.Millisecond)
+			backoff = min(2*backoff, o.maxBackoff)
+		}
+		t.Reset(d)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-sub.Wake():
+		case <-t.C:
 		}
 	}
 }

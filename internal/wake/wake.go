@@ -92,6 +92,25 @@ func (s *Sub) Close() {
 	releaseHub(s.h)
 }
 
+// Waiting returns how many Subs of this process wait on channel through
+// client. It does no I/O.
+func Waiting(c redis.UniversalClient, channel string) int {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	n := 0
+	for k, h := range hubs {
+		if k.client != c {
+			continue
+		}
+		h.mu.Lock()
+		if e := h.chans[channel]; e != nil {
+			n += len(e.subs)
+		}
+		h.mu.Unlock()
+	}
+	return n
+}
+
 type errString string
 
 func (e errString) Error() string { return string(e) }
