@@ -37,7 +37,7 @@ var ErrUpgrade = errors.New("lock: cannot upgrade read lease")
 type RWMutex struct {
 	client  redis.UniversalClient
 	name    string
-	keys    []string // base, r, rf, ww, fence: see scripts.go
+	keys    []string // base, r, rf, ww, fence, rq, ra: see scripts.go
 	rd, wr  string   // wake-up channels of readers and writers
 	publish string
 	opts    options
@@ -53,7 +53,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 	return &RWMutex{
 		client:  client,
 		name:    name,
-		keys:    []string{string(ks), ks.key("r"), ks.key("rf"), ks.key("ww"), ks.key("fence")},
+		keys:    []string{string(ks), ks.key("r"), ks.key("rf"), ks.key("ww"), ks.key("fence"), ks.key("rq"), ks.key("ra")},
 		rd:      ks.key("rd"),
 		wr:      ks.key("wr"),
 		publish: wake.PublishCommand(client),
@@ -66,13 +66,22 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 // holds the lock or waits for it. On failure RLock returns ctx.Err() or a
 // Redis error and holds nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	return acquire(ctx, rw.client, rw.rd, &rw.opts, rw.tryRead)
+	token := newToken() // one place among the waiting readers for the whole wait
+	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return rw.tryRead(ctx, token, "wait")
+	})
+	if err != nil {
+		rctx, cancel := detached(ctx)
+		_ = rwRCancel.Run(rctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
+		cancel()
+	}
+	return l, err
 }
 
 // TryRLock makes one attempt to lock for reading, in one round trip. It
 // reports false, with a nil error, if a writer holds the lock or waits.
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
-	l, _, err := rw.tryRead(ctx)
+	l, _, err := rw.tryRead(ctx, newToken(), "try")
 	return l, l != nil, err
 }
 
@@ -126,10 +135,9 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
 }
 
-func (rw *RWMutex) tryRead(ctx context.Context) (*Lease, time.Duration, error) {
-	token := newToken()
+func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl)).Int64Slice()
+	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl), mode).Int64Slice()
 	if err != nil {
 		if !neverSent(err) {
 			rctx, cancel := detached(ctx)
@@ -139,7 +147,8 @@ func (rw *RWMutex) tryRead(ctx context.Context) (*Lease, time.Duration, error) {
 		return nil, 0, redisErr(ctx, "rlock", rw.name, err)
 	}
 	if res[0] == 0 {
-		return nil, retryAfter(res[1], &rw.opts), nil
+		// Come back before the waiting reader's place runs out, to renew it.
+		return nil, min(retryAfter(res[1], &rw.opts), rw.opts.ttl/3), nil
 	}
 	return newLease(reader{rw}, rw.name, token, res[1], sent, &rw.opts), 0, nil
 }
@@ -166,7 +175,7 @@ func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, ti
 type reader struct{ rw *RWMutex }
 
 func (h reader) release(ctx context.Context, token string) (bool, error) {
-	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr}, token, h.rw.publish).Int64()
+	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr, h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }
 
@@ -183,7 +192,7 @@ func (h reader) pttl(ctx context.Context, token string) (time.Duration, error) {
 type writer struct{ rw *RWMutex }
 
 func (h writer) release(ctx context.Context, token string) (bool, error) {
-	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr}, token, h.rw.publish).Int64()
+	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr, h.rw.keys[5], h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }
 

@@ -168,6 +168,73 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	}
 }
 
+func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
+	// Two writers take turns back to back, so a writer always waits. A
+	// reader must still get in at the next writer's unlock (as with
+	// sync.RWMutex), not only when the writers stop.
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "hot", lock.WithTTL(5*time.Second))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				l, err := rw.Lock(ctx)
+				if err != nil {
+					return
+				}
+				writes.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				l.Unlock(context.Background())
+			}
+		})
+	}
+	for writes.Load() < 6 { // wait until the writers are in full swing
+		time.Sleep(time.Millisecond)
+	}
+	var worst time.Duration
+	for range 10 {
+		start := time.Now()
+		r, err := rw.RLock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst = max(worst, time.Since(start))
+		r.Unlock(t.Context())
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("reader waited at most %v under writers taking turns", worst)
+	if worst > 250*time.Millisecond {
+		t.Errorf("reader waited %v; want about one write hold (10ms)", worst)
+	}
+}
+
+func TestRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T) {
+	rdb := redistest.Start(t)
+	rw := lock.NewRWMutex(rdb, "gone", lock.WithTTL(time.Minute))
+	w, err := rw.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error)
+	go func() {
+		_, err := rw.RLock(ctx)
+		errc <- err
+	}()
+	waitQueue(t, rdb, "dogpile:rw:{gone}:rq", 1)
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Errorf("RLock = %v; want context.Canceled", err)
+	}
+	w.Unlock(t.Context()) // would admit the waiting reader, had it stayed
+	if _, ok, err := rw.TryLock(t.Context()); !ok || err != nil {
+		t.Errorf("TryLock after the waiting reader left = %v, %v; want true", ok, err)
+	}
+}
+
 func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
 	rdb := redistest.Start(t)
 	rw := lock.NewRWMutex(rdb, "pending", lock.WithTTL(time.Minute))
