@@ -25,7 +25,8 @@ var ErrUpgrade = errors.New("lock: cannot upgrade read lease")
 // overlapping readers: it waits only for the readers already inside. A
 // waiting writer's claim is itself a lease of one TTL that it renews while
 // waiting, so a writer that dies while waiting stops blocking readers
-// within one TTL.
+// within one TTL. Readers are not starved either: when a writer unlocks,
+// the readers waiting at that moment are admitted before the next writer.
 //
 // A read lease is never upgraded by waiting: Lock called while the caller
 // holds a read lease of the same name would wait for itself (until that
