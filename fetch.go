@@ -62,9 +62,9 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		panic("dogpile: nil compute")
 	}
 	checkTTL(ttl)
-	ks := c.keys(key)
+	vk := c.valueKey(key)
 	for {
-		v, err, retry := c.fetch(ctx, key, ks, ttl, compute)
+		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
 		if !retry {
 			return v, err
 		}
@@ -82,12 +82,12 @@ var errLeaseLost = errors.New("dogpile: compute lock lost")
 // A call is one flight: the work for one key shared by the concurrent
 // Fetch calls of one process.
 type call struct {
-	done chan struct{} // closed when b and err are set
-	b    []byte        // encoded value, if any
-	err  error
-	hit  bool // found by the first GET
+	b   []byte // encoded value, if any; set before done is closed
+	err error
+	hit bool // found by the first GET
 
 	// Guarded by group.mu.
+	done   chan struct{}      // made once a caller must wait; closed by finish
 	refs   int                // callers waiting for done
 	busy   bool               // computing: runs on even if every caller leaves
 	cancel context.CancelFunc // ends the wait of a flight nobody waits for
@@ -100,30 +100,37 @@ type group struct {
 
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
-func (c *Cache[T]) fetch(ctx context.Context, key string, ks keys, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
+func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	g := &c.flights
 	g.mu.Lock()
 	if cl := g.m[key]; cl != nil {
+		// A flight in the map has not ended (finish removes it first, under
+		// g.mu), so a done made here is closed by that finish.
+		if cl.done == nil {
+			cl.done = make(chan struct{})
+		}
 		cl.refs++
 		g.mu.Unlock()
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, cl)
 	}
-	cl := &call{done: make(chan struct{}), refs: 1}
+	// No done channel yet: a hit with no company, the common case, never
+	// needs one.
+	cl := &call{refs: 1}
 	g.m[key] = cl
 	g.mu.Unlock()
 
 	// The hit path: one GET, run by the first caller on its own context
-	// (its deadline applies to its own round trip).
-	b, err := c.client.Get(ctx, ks.value).Bytes()
+	// (its deadline applies to its own round trip). Only the value key is
+	// built here; the other names are derived on a miss.
+	b, err := c.client.Get(ctx, vk).Bytes()
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
 	case err == nil:
 		v, derr := c.decode(b)
 		if derr == nil {
-			cl.hit = true
-			c.finish(key, cl, b, nil)
+			c.finishHit(key, cl, b)
 			c.stats.hits.Add(1)
 			return v, nil, false
 		}
@@ -152,8 +159,12 @@ func (c *Cache[T]) fetch(ctx context.Context, key string, ks keys, ttl time.Dura
 	} else {
 		wctx, cancel = context.WithCancel(base)
 	}
+	ks := keysFor(vk)
 	g.mu.Lock()
 	cl.cancel = cancel
+	if cl.done == nil {
+		cl.done = make(chan struct{})
+	}
 	g.mu.Unlock()
 	go func() {
 		defer cancel()
@@ -206,15 +217,29 @@ func (c *Cache[T]) leave(key string, cl *call) {
 	}
 }
 
+// finish ends the flight cl with b and err and wakes its waiting callers.
 func (c *Cache[T]) finish(key string, cl *call, b []byte, err error) {
+	c.end(key, cl, b, err, false)
+}
+
+// finishHit ends the flight cl with the value b found by its first GET.
+func (c *Cache[T]) finishHit(key string, cl *call, b []byte) {
+	c.end(key, cl, b, nil, true)
+}
+
+func (c *Cache[T]) end(key string, cl *call, b []byte, err error, hit bool) {
 	g := &c.flights
 	g.mu.Lock()
 	if g.m[key] == cl {
 		delete(g.m, key)
 	}
+	// Set under g.mu: a caller that joined has made done and reads the
+	// fields after it is closed; one that left early never reads them.
+	cl.b, cl.err, cl.hit = b, err, hit
+	if cl.done != nil {
+		close(cl.done)
+	}
 	g.mu.Unlock()
-	cl.b, cl.err = b, err
-	close(cl.done)
 }
 
 // pushWaitCap bounds one wait for a push wake-up, so that a lost message
