@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,7 +262,8 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 	// Subscribe before looking at Redis: a value stored after the fetch
 	// script below has run then always reaches us as a message, so the
 	// script is both the lock attempt and the re-check, and a waiter costs
-	// three commands (GET, script, script after the wake-up). On error,
+	// two commands (GET, script; the value comes with the wake-up, see
+	// storedBy), or three when it must read the value again. On error,
 	// fall back to polling within the holder's lease.
 	sub, serr := wake.Subscribe(wctx, c.client, ks.channel)
 	if serr != nil && wctx.Err() != nil {
@@ -348,6 +350,9 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 				return nil, waitErr(wctx, key)
 			case <-sub.Wake():
 				c.stats.push.Add(1)
+				if b, ok := c.storedBy(seen, sub.Payload()); ok {
+					return b, nil
+				}
 			case <-t.C:
 				c.stats.poll.Add(1)
 			}
@@ -359,6 +364,49 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 			return nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", key, res)
 		}
 	}
+}
+
+// maxWakeValue is the longest encoded value that the store script sends
+// along with its wake-up. Longer values are read again by each waiting
+// process (one more round trip), rather than pushed through every
+// subscriber's connection and kept in each Sub.
+const maxWakeValue = 64 << 10
+
+// storedBy returns the value carried by a wake-up payload (see storeScript)
+// if the compute that stored it is the one of holder, the token that the
+// last fetch script saw holding the lock, and the value decodes.
+//
+// Why the token must match: a payload is the value exactly as the holder
+// stored it, in the same atomic step that checked the holder still held
+// the lock (a fenced store, so never a value computed under a lock that a
+// Set, a Delete or a takeover had taken away). Holder's store ran after our
+// fetch script saw holder holding the lock and no value, which was after
+// this flight began: the value is then at least as fresh as a GET made
+// when the wake-up was sent, i.e. what re-reading would have returned at
+// that moment. A payload of any other compute has no such order with
+// respect to our observation: a message published before our subscription
+// was in place (the hub shares one connection, and a Sub joining a
+// channel that another Cache of this process already listens to may be
+// handed a message that was in flight), or by the holder of an earlier
+// lock, may carry a value that a Delete since removed or a Set since
+// replaced. Those, a plain "v", a payload that does not decode, and every
+// other wake-up fall back to reading Redis again (the fetch script), as
+// does a payload replaced by a later message (Set, Delete) before we read
+// it: Payload keeps the latest.
+func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
+	rest, ok := strings.CutPrefix(payload, "v")
+	if !ok || holder == "" {
+		return nil, false
+	}
+	token, value, ok := strings.Cut(rest, ":")
+	if !ok || token != holder {
+		return nil, false
+	}
+	b := []byte(value)
+	if _, err := c.decode(b); err != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // leaseLeft turns a holder's PTTL into a wait: 0 means the lock expires
@@ -407,7 +455,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, key string, ks keys, ttl tim
 	// another process took over, or the key was Set or Deleted) must not
 	// overwrite what is newer; its callers still get the value it computed.
 	err = storeScript.Run(dctx, c.client, []string{ks.value, ks.lock, ks.channel},
-		token, b, ms(ttl), c.publish).Err()
+		token, b, ms(ttl), c.publish, maxWakeValue).Err()
 	if err != nil {
 		if c.opts.computeIfDown && unreachable(err) {
 			return b, nil, false
