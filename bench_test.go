@@ -53,7 +53,7 @@ func BenchmarkFetchHit(b *testing.B) {
 			var i atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					k := c.keys(strconv.Itoa(int(i.Add(1)) % keys)).value
+					k := c.valueKey(strconv.Itoa(int(i.Add(1)) % keys))
 					raw, err := rdb.Get(ctx, k).Bytes()
 					if err != nil {
 						b.Fatal(err)

@@ -189,22 +189,28 @@ type keys struct {
 	channel string // wake-ups: a value was stored, a compute failed, ...
 }
 
-func (c *Cache[T]) keys(key string) keys {
+func (c *Cache[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
+
+// keysFor derives the other names of a cache key from its value key. Only
+// the miss path needs them: a hit builds the value key alone.
+func keysFor(value string) keys {
+	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake"}
+}
+
+// valueKey is the Redis key of the value cached under key.
+func (c *Cache[T]) valueKey(key string) string {
 	if key == "" {
 		panic("dogpile: empty key")
 	}
-	var v string
 	if strings.ContainsAny(key, "{}") {
 		// A brace inside the tag would end it early (or make it empty),
 		// and a key's value and lock could land in different slots. The
 		// trailing '#' keeps a hashed key apart from a plain key that
 		// happens to look like a hash.
 		sum := sha256.Sum256([]byte(key))
-		v = c.opts.prefix + "{" + hex.EncodeToString(sum[:16]) + "}#"
-	} else {
-		v = c.opts.prefix + "{" + key + "}"
+		return c.opts.prefix + "{" + hex.EncodeToString(sum[:16]) + "}#"
 	}
-	return keys{value: v, lock: v + ":lock", errs: v + ":err", channel: v + ":wake"}
+	return c.opts.prefix + "{" + key + "}"
 }
 
 // Get returns the value cached under key. It returns an error matching
@@ -212,8 +218,7 @@ func (c *Cache[T]) keys(key string) keys {
 // errors come from Redis, wrapped. Get panics if key is empty.
 func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	var zero T
-	ks := c.keys(key)
-	b, err := c.client.Get(ctx, ks.value).Bytes()
+	b, err := c.client.Get(ctx, c.valueKey(key)).Bytes()
 	switch {
 	case err == redis.Nil:
 		c.stats.misses.Add(1)

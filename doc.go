@@ -21,7 +21,8 @@
 //   - Waiting processes are woken by pub/sub (sharded pub/sub on a cluster),
 //     all keys of a client sharing one subscription connection, and each wait
 //     is bounded by the holder's remaining lease, so a lost message costs at
-//     most one lease.
+//     most one lease. The wake-up carries a stored value of up to 64 KiB,
+//     which waiters decode without reading it again.
 //   - The lease (see [WithLease]) is renewed while compute runs. A process
 //     that dies mid-compute is taken over within one lease.
 //   - A failed compute stores nothing, releases the lock at once and tells the

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +63,9 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		panic("dogpile: nil compute")
 	}
 	checkTTL(ttl)
-	ks := c.keys(key)
+	vk := c.valueKey(key)
 	for {
-		v, err, retry := c.fetch(ctx, key, ks, ttl, compute)
+		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
 		if !retry {
 			return v, err
 		}
@@ -82,12 +83,12 @@ var errLeaseLost = errors.New("dogpile: compute lock lost")
 // A call is one flight: the work for one key shared by the concurrent
 // Fetch calls of one process.
 type call struct {
-	done chan struct{} // closed when b and err are set
-	b    []byte        // encoded value, if any
-	err  error
-	hit  bool // found by the first GET
+	b   []byte // encoded value, if any; set before done is closed
+	err error
+	hit bool // found by the first GET
 
 	// Guarded by group.mu.
+	done   chan struct{}      // made once a caller must wait; closed by finish
 	refs   int                // callers waiting for done
 	busy   bool               // computing: runs on even if every caller leaves
 	cancel context.CancelFunc // ends the wait of a flight nobody waits for
@@ -100,30 +101,37 @@ type group struct {
 
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
-func (c *Cache[T]) fetch(ctx context.Context, key string, ks keys, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
+func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	g := &c.flights
 	g.mu.Lock()
 	if cl := g.m[key]; cl != nil {
+		// A flight in the map has not ended (finish removes it first, under
+		// g.mu), so a done made here is closed by that finish.
+		if cl.done == nil {
+			cl.done = make(chan struct{})
+		}
 		cl.refs++
 		g.mu.Unlock()
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, cl)
 	}
-	cl := &call{done: make(chan struct{}), refs: 1}
+	// No done channel yet: a hit with no company, the common case, never
+	// needs one.
+	cl := &call{refs: 1}
 	g.m[key] = cl
 	g.mu.Unlock()
 
 	// The hit path: one GET, run by the first caller on its own context
-	// (its deadline applies to its own round trip).
-	b, err := c.client.Get(ctx, ks.value).Bytes()
+	// (its deadline applies to its own round trip). Only the value key is
+	// built here; the other names are derived on a miss.
+	b, err := c.client.Get(ctx, vk).Bytes()
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
 	case err == nil:
 		v, derr := c.decode(b)
 		if derr == nil {
-			cl.hit = true
-			c.finish(key, cl, b, nil)
+			c.finishHit(key, cl, b)
 			c.stats.hits.Add(1)
 			return v, nil, false
 		}
@@ -152,8 +160,12 @@ func (c *Cache[T]) fetch(ctx context.Context, key string, ks keys, ttl time.Dura
 	} else {
 		wctx, cancel = context.WithCancel(base)
 	}
+	ks := keysFor(vk)
 	g.mu.Lock()
 	cl.cancel = cancel
+	if cl.done == nil {
+		cl.done = make(chan struct{})
+	}
 	g.mu.Unlock()
 	go func() {
 		defer cancel()
@@ -206,15 +218,29 @@ func (c *Cache[T]) leave(key string, cl *call) {
 	}
 }
 
+// finish ends the flight cl with b and err and wakes its waiting callers.
 func (c *Cache[T]) finish(key string, cl *call, b []byte, err error) {
+	c.end(key, cl, b, err, false)
+}
+
+// finishHit ends the flight cl with the value b found by its first GET.
+func (c *Cache[T]) finishHit(key string, cl *call, b []byte) {
+	c.end(key, cl, b, nil, true)
+}
+
+func (c *Cache[T]) end(key string, cl *call, b []byte, err error, hit bool) {
 	g := &c.flights
 	g.mu.Lock()
 	if g.m[key] == cl {
 		delete(g.m, key)
 	}
+	// Set under g.mu: a caller that joined has made done and reads the
+	// fields after it is closed; one that left early never reads them.
+	cl.b, cl.err, cl.hit = b, err, hit
+	if cl.done != nil {
+		close(cl.done)
+	}
 	g.mu.Unlock()
-	cl.b, cl.err = b, err
-	close(cl.done)
 }
 
 // pushWaitCap bounds one wait for a push wake-up, so that a lost message
@@ -236,7 +262,8 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 	// Subscribe before looking at Redis: a value stored after the fetch
 	// script below has run then always reaches us as a message, so the
 	// script is both the lock attempt and the re-check, and a waiter costs
-	// three commands (GET, script, script after the wake-up). On error,
+	// two commands (GET, script; the value comes with the wake-up, see
+	// storedBy), or three when it must read the value again. On error,
 	// fall back to polling within the holder's lease.
 	sub, serr := wake.Subscribe(wctx, c.client, ks.channel)
 	if serr != nil && wctx.Err() != nil {
@@ -323,6 +350,9 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 				return nil, waitErr(wctx, key)
 			case <-sub.Wake():
 				c.stats.push.Add(1)
+				if b, ok := c.storedBy(seen, sub.Payload()); ok {
+					return b, nil
+				}
 			case <-t.C:
 				c.stats.poll.Add(1)
 			}
@@ -334,6 +364,49 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 			return nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", key, res)
 		}
 	}
+}
+
+// maxWakeValue is the longest encoded value that the store script sends
+// along with its wake-up. Longer values are read again by each waiting
+// process (one more round trip), rather than pushed through every
+// subscriber's connection and kept in each Sub.
+const maxWakeValue = 64 << 10
+
+// storedBy returns the value carried by a wake-up payload (see storeScript)
+// if the compute that stored it is the one of holder, the token that the
+// last fetch script saw holding the lock, and the value decodes.
+//
+// Why the token must match: a payload is the value exactly as the holder
+// stored it, in the same atomic step that checked the holder still held
+// the lock (a fenced store, so never a value computed under a lock that a
+// Set, a Delete or a takeover had taken away). Holder's store ran after our
+// fetch script saw holder holding the lock and no value, which was after
+// this flight began: the value is then at least as fresh as a GET made
+// when the wake-up was sent, i.e. what re-reading would have returned at
+// that moment. A payload of any other compute has no such order with
+// respect to our observation: a message published before our subscription
+// was in place (the hub shares one connection, and a Sub joining a
+// channel that another Cache of this process already listens to may be
+// handed a message that was in flight), or by the holder of an earlier
+// lock, may carry a value that a Delete since removed or a Set since
+// replaced. Those, a plain "v", a payload that does not decode, and every
+// other wake-up fall back to reading Redis again (the fetch script), as
+// does a payload replaced by a later message (Set, Delete) before we read
+// it: Payload keeps the latest.
+func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
+	rest, ok := strings.CutPrefix(payload, "v")
+	if !ok || holder == "" {
+		return nil, false
+	}
+	token, value, ok := strings.Cut(rest, ":")
+	if !ok || token != holder {
+		return nil, false
+	}
+	b := []byte(value)
+	if _, err := c.decode(b); err != nil {
+		return nil, false
+	}
+	return b, true
 }
 
 // leaseLeft turns a holder's PTTL into a wait: 0 means the lock expires
@@ -382,7 +455,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, key string, ks keys, ttl tim
 	// another process took over, or the key was Set or Deleted) must not
 	// overwrite what is newer; its callers still get the value it computed.
 	err = storeScript.Run(dctx, c.client, []string{ks.value, ks.lock, ks.channel},
-		token, b, ms(ttl), c.publish).Err()
+		token, b, ms(ttl), c.publish, maxWakeValue).Err()
 	if err != nil {
 		if c.opts.computeIfDown && unreachable(err) {
 			return b, nil, false

@@ -33,6 +33,8 @@ var behaviour = []struct {
 	{"SetDuringComputeIsFenced", testSetDuringComputeIsFenced},
 	{"KeyWithBraces", testKeyWithBraces},
 	{"CommandsPerFetch", testCommandsPerFetch},
+	{"WakeUpCarriesValue", testWakeUpCarriesValue},
+	{"LargeValueReadAgain", testLargeValueReadAgain},
 }
 
 func TestFetchRedis(t *testing.T) {
@@ -501,7 +503,7 @@ func testCommandsPerFetch(t *testing.T, b backend) {
 	if got := wcount.take(); len(got) != 1 {
 		t.Errorf("hit sent %d commands %v; want 1", len(got), got)
 	}
-	// Waiter: GET, fetch script (wait), fetch script after the wake-up.
+	// Waiter: GET, fetch script (wait); the value comes with the wake-up.
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) { return 2, nil })
 	close(release)
 	if r := <-hres; r.err != nil {
@@ -510,8 +512,8 @@ func testCommandsPerFetch(t *testing.T, b backend) {
 	if r := <-wres; r.err != nil || r.v != 2 {
 		t.Fatalf("waiter = %v, %v", r.v, r.err)
 	}
-	if got := wcount.take(); len(got) > 3 {
-		t.Errorf("waiter sent %d commands %v; want at most 3", len(got), got)
+	if got := wcount.take(); len(got) > 2 {
+		t.Errorf("waiter sent %d commands %v; want at most 2", len(got), got)
 	}
 }
 
@@ -536,4 +538,88 @@ func TestBadInput(t *testing.T) {
 	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })
 	mustPanic(t, "WithWaitTimeout(-1)", func() { WithWaitTimeout(-1) })
 	_ = c.client.Close()
+}
+
+// testWakeUpCarriesValue sends forged wake-ups to a waiting process: it
+// takes the value from a wake-up only if the compute it waits for sent it
+// and it decodes; anything else makes it look in Redis again.
+func testWakeUpCarriesValue(t *testing.T, b backend) {
+	ctx := t.Context()
+	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) { return 2, nil })
+	ks := waiter.keys("k")
+	token, err := waiter.client.Get(ctx, ks.lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(v int) string {
+		b, err := waiter.encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	publish := func(msg string) {
+		t.Helper()
+		push := waiter.Stats().PushWakeups
+		var err error
+		if b.cluster {
+			err = waiter.client.SPublish(ctx, ks.channel, msg).Err()
+		} else {
+			err = waiter.client.Publish(ctx, ks.channel, msg).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); waiter.Stats().PushWakeups == push; {
+			if time.Now().After(deadline) {
+				t.Fatalf("wake-up %q not received", msg)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	publish("v" + "another-holder:" + enc(99)) // an earlier compute's value
+	publish("v" + token + ":" + "garbage")     // does not decode
+	publish("v")                               // no value: look again
+	select {
+	case r := <-wres:
+		t.Fatalf("waiter returned %v, %v on a wake-up it must not trust", r.v, r.err)
+	default:
+	}
+	// The value is not in Redis: only the wake-up can have carried it.
+	publish("v" + token + ":" + enc(77))
+	if r := <-wres; r.err != nil || r.v != 77 {
+		t.Errorf("waiter = %v, %v; want 77 from the wake-up", r.v, r.err)
+	}
+	close(release)
+	if r := <-hres; r.err != nil || r.v != 2 {
+		t.Errorf("holder = %v, %v; want 2, nil", r.v, r.err)
+	}
+	if s := waiter.Stats(); s.PushWakeups != 4 || s.PollWakeups != 0 || s.DecodeErrors != 0 {
+		t.Errorf("waiter Stats = %+v; want 4 push wake-ups, no poll, no decode error", s)
+	}
+}
+
+// testLargeValueReadAgain: a value too long to travel with the wake-up is
+// read again by the waiter (GET, fetch script, fetch script).
+func testLargeValueReadAgain(t *testing.T, b backend) {
+	hrdb, wrdb := b.client(t), b.client(t)
+	loadScripts(t, hrdb)
+	wcount := &commandCounter{}
+	wrdb.AddHook(wcount)
+	holder := New[string](hrdb, prefix(t))
+	waiter := New[string](wrdb, prefix(t))
+	big := strings.Repeat("x", maxWakeValue)
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (string, error) { return big, nil })
+	close(release)
+	if r := <-hres; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r := <-wres; r.err != nil || r.v != big {
+		t.Fatalf("waiter = %d bytes, %v; want %d bytes", len(r.v), r.err, len(big))
+	}
+	if got := wcount.take(); len(got) != 3 {
+		t.Errorf("waiter sent %d commands %v; want 3 (the value read again)", len(got), got)
+	}
 }

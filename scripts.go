@@ -32,13 +32,18 @@ return {1}
 
 // storeScript stores the computed value, releases the lock and wakes every
 // waiter, if the lock still holds our token; else it changes nothing and
-// returns 0. KEYS: value, lock, channel. ARGV: token, value, ttl ms,
-// PUBLISH or SPUBLISH.
+// returns 0. The wake-up carries our token and the value,
+// "v"..token..":"..value, if the value is at most ARGV[5] bytes long, so
+// that waiters need not read it again (see Cache.flight); else it is "v".
+// KEYS: value, lock, channel. ARGV: token, value, ttl ms, PUBLISH or
+// SPUBLISH, longest value to publish.
 var storeScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
-redis.call(ARGV[4], KEYS[3], 'v')
+local m = 'v'
+if #ARGV[2] <= tonumber(ARGV[5]) then m = 'v' .. ARGV[1] .. ':' .. ARGV[2] end
+redis.call(ARGV[4], KEYS[3], m)
 return 1
 `)
 

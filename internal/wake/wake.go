@@ -38,9 +38,10 @@ const readyTimeout = 2 * time.Second
 
 // A Sub is one waiter's interest in one channel.
 type Sub struct {
-	h  *hub
-	ch string
-	c  chan struct{}
+	h       *hub
+	ch      string
+	c       chan struct{}
+	payload string // guarded by h.mu; see Payload
 }
 
 // Subscribe registers interest in channel and returns once the server has
@@ -80,6 +81,19 @@ func (s *Sub) Wake() <-chan struct{} {
 		return nil
 	}
 	return s.c
+}
+
+// Payload returns the payload of the latest message that woke s, or "" if
+// none did, or if s was woken by connection trouble (or by a wake-up passed
+// on from a Sub that left) since. Read it after a receive from [Sub.Wake]:
+// a later message may have replaced it, never an earlier one.
+func (s *Sub) Payload() string {
+	if s == nil {
+		return ""
+	}
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.payload
 }
 
 // Close ends the subscription. The last Close on a connection closes it.
@@ -244,7 +258,7 @@ func (h *hub) remove(s *Sub) {
 	if len(s.c) > 0 {
 		// s leaves holding a wake-up it will never act on: pass it on, or
 		// a wake-one message would be lost for this process.
-		e.wakeOne()
+		e.wakeOne("")
 	}
 	if len(e.subs) > 0 || h.closed {
 		return
@@ -275,7 +289,7 @@ func (h *hub) loop() {
 			// the next Receive). Messages may have been lost: wake everyone
 			// to look again rather than sleep out a whole lease.
 			for _, e := range h.chans {
-				e.wakeAll()
+				e.wakeAll("")
 			}
 			h.mu.Unlock()
 			select {
@@ -292,9 +306,9 @@ func (h *hub) loop() {
 			switch e := h.chans[m.Channel]; {
 			case e == nil:
 			case m.Payload == One:
-				e.wakeOne()
+				e.wakeOne(m.Payload)
 			default:
-				e.wakeAll()
+				e.wakeAll(m.Payload)
 			}
 		case *redis.Subscription:
 			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
@@ -315,19 +329,24 @@ func (e *entry) confirm() {
 	}
 }
 
-// wakeOne wakes the longest waiter that has no wake-up pending.
-func (e *entry) wakeOne() {
+// wakeOne wakes the longest waiter that has no wake-up pending, with
+// payload. The hub's mu is held.
+func (e *entry) wakeOne(payload string) {
 	for _, s := range e.subs {
 		select {
 		case s.c <- struct{}{}:
+			s.payload = payload
 			return
 		default:
 		}
 	}
 }
 
-func (e *entry) wakeAll() {
+// wakeAll wakes every waiter with payload; one with a wake-up pending
+// keeps it and sees the newer payload. The hub's mu is held.
+func (e *entry) wakeAll(payload string) {
 	for _, s := range e.subs {
+		s.payload = payload
 		select {
 		case s.c <- struct{}{}:
 		default:

@@ -143,3 +143,45 @@ func TestSubscribeRedisDown(t *testing.T) {
 		t.Errorf("Subscribe with Redis down = %v, %v; want nil, error", s, err)
 	}
 }
+
+func TestPayloadOfLatestMessage(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	a, err := Subscribe(ctx, rdb, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Subscribe(ctx, rdb, "ch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if p := a.Payload(); p != "" {
+		t.Errorf("Payload before any message = %q; want \"\"", p)
+	}
+	rdb.Publish(ctx, "ch", "v1")
+	if got := woken([]*Sub{a, b}); got != 2 {
+		t.Fatalf("broadcast woke %d subs; want 2", got)
+	}
+	if pa, pb := a.Payload(), b.Payload(); pa != "v1" || pb != "v1" {
+		t.Errorf("Payloads = %q, %q; want \"v1\" for both", pa, pb)
+	}
+	// Two messages before the waiter looks: one wake-up, the later payload.
+	rdb.Publish(ctx, "ch", "v2")
+	rdb.Publish(ctx, "ch", "v3")
+	if got := woken([]*Sub{a}); got != 1 {
+		t.Fatalf("woke %d; want 1", got)
+	}
+	for a.Payload() != "v3" { // v3 may still be on its way
+		select {
+		case <-a.Wake():
+		case <-time.After(2 * time.Second):
+			t.Fatalf("Payload = %q; want \"v3\"", a.Payload())
+		}
+	}
+	var nilSub *Sub
+	if p := nilSub.Payload(); p != "" {
+		t.Errorf("nil Sub Payload = %q", p)
+	}
+}
