@@ -83,6 +83,14 @@ func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
 // an attempt a small part of the TTL rather than all of it.
 func (r *Redlock) nodeTimeout() time.Duration { return max(r.opts.ttl/20, 50*time.Millisecond) }
 
+// slowTimeout bounds each server's reply to a release, an extension or a
+// TTL query. These do not race the lock's validity (an extension's counts
+// from when it was sent), so a loaded server gets more time than during an
+// acquire, but less than a third of the TTL, the watchdog's period.
+func (r *Redlock) slowTimeout() time.Duration {
+	return max(r.nodeTimeout(), min(r.opts.ttl/3, time.Second))
+}
+
 // reply is one server's answer: a script's integer or integers.
 type reply struct {
 	v   []int64
@@ -97,7 +105,7 @@ var errNoReply = errors.New("no reply in time")
 // that overruns its timeout (go-redis can block on a hung server beyond a
 // context's deadline): that server counts as failed, and its late reply is
 // dropped.
-func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
+func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
 	type indexed struct {
 		i int
 		reply
@@ -105,7 +113,7 @@ func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, c redis.
 	ch := make(chan indexed, len(r.clients)) // buffered: stragglers never block
 	for i, c := range r.clients {
 		go func() {
-			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout())
+			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			v, err := f(nctx, c, i)
 			ch <- indexed{i, reply{v, err}}
@@ -115,7 +123,7 @@ func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, c redis.
 	for i := range out {
 		out[i].err = errNoReply
 	}
-	t := time.NewTimer(r.nodeTimeout() + 10*time.Millisecond)
+	t := time.NewTimer(timeout + 10*time.Millisecond)
 	defer t.Stop()
 	for range r.clients {
 		select {
@@ -131,7 +139,7 @@ func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, c redis.
 func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := newToken()
 	sent := time.Now()
-	replies := r.each(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		return mutexAcquire.Run(ctx, c, r.keys[:3], token, ms(r.opts.ttl)).Int64Slice()
 	})
 	ok, failed := 0, 0
@@ -173,10 +181,10 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 
 // count runs a script that returns 1 for "done" on every server and
 // returns how many did it, and the errors of those that failed.
-func (r *Redlock) count(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (int, error) {
+func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (int, error) {
 	n := 0
 	var errs []error
-	for _, rep := range r.each(ctx, func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error) {
+	for _, rep := range r.each(ctx, timeout, func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error) {
 		v, err := f(ctx, c, i)
 		return []int64{v}, err
 	}) {
@@ -192,7 +200,7 @@ func (r *Redlock) count(ctx context.Context, f func(ctx context.Context, c redis
 // release deletes the lock on every server; it reports true if a majority
 // still held it.
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
-	n, err := r.count(ctx, func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
+	n, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
 		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[3]}, token, r.publish[i]).Int64()
 	})
 	if n >= r.quorum {
@@ -205,7 +213,7 @@ func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 // a majority did. With too many servers failing it returns their errors:
 // the watchdog then retries, and the safe deadline still holds.
 func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := r.count(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
+	n, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
 		return mutexExtend.Run(ctx, c, r.keys[:1], token, ms(ttl)).Int64()
 	})
 	if n >= r.quorum {
@@ -218,7 +226,7 @@ func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (
 func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error) {
 	var held []int64
 	var errs []error
-	for _, rep := range r.each(ctx, func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+	for _, rep := range r.each(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		v, err := mutexPTTL.Run(ctx, c, r.keys[:1], token).Int64()
 		return []int64{v}, err
 	}) {
