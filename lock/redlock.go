@@ -181,8 +181,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 
 // count runs a script that returns 1 for "done" on every server and
 // returns how many did it, and the errors of those that failed.
-func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (int, error) {
-	n := 0
+func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (n, failed int, err error) {
 	var errs []error
 	for _, rep := range r.each(ctx, timeout, func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error) {
 		v, err := f(ctx, c, i)
@@ -194,26 +193,32 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 			n += int(rep.v[0])
 		}
 	}
-	return n, errors.Join(errs...)
+	return n, len(errs), errors.Join(errs...)
 }
 
 // release deletes the lock on every server; it reports true if a majority
 // still held it.
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
-	n, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
+	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
 		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[3]}, token, r.publish[i]).Int64()
 	})
-	if n >= r.quorum {
+	// Servers that did not answer may still hold our key (a dead server
+	// cannot grant it to anyone else while down): the lease was held to the
+	// end unless the servers that answered show it expired on a majority.
+	switch {
+	case n+unreachable >= r.quorum && n > 0:
 		return true, nil
+	case n == 0 && unreachable >= r.quorum:
+		return false, err
 	}
-	return false, err
+	return false, nil // ErrNotHeld: it expired on a majority
 }
 
 // extend renews the lock on every server that holds it; it reports true if
 // a majority did. With too many servers failing it returns their errors:
 // the watchdog then retries, and the safe deadline still holds.
 func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
+	n, _, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
 		return mutexExtend.Run(ctx, c, r.keys[:1], token, ms(ttl)).Int64()
 	})
 	if n >= r.quorum {
