@@ -259,16 +259,15 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 	if down {
 		return c.computeLocal(ctx, key, compute, cl)
 	}
-	// Subscribe before looking at Redis: a value stored after the fetch
-	// script below has run then always reaches us as a message, so the
-	// script is both the lock attempt and the re-check, and a waiter costs
-	// two commands (GET, script; the value comes with the wake-up, see
-	// storedBy), or three when it must read the value again. On error,
-	// fall back to polling within the holder's lease.
-	sub, serr := wake.Subscribe(wctx, c.client, ks.channel)
-	if serr != nil && wctx.Err() != nil {
-		return nil, waitErr(wctx, key)
-	}
+	// Subscribe only once the fetch script says another process computes:
+	// the winner, whose compute the whole fleet waits for, must not spend a
+	// round trip on a subscription first. A waiter then runs the script once
+	// more after subscribing (a value stored in between would otherwise be
+	// missed), so it costs three commands (GET, script, script; the value
+	// comes with the wake-up, see storedBy). On error, fall back to polling
+	// within the holder's lease.
+	var sub *wake.Sub
+	subscribed := false
 	defer func() { sub.Close() }()
 
 	token := newToken()
@@ -322,12 +321,18 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 			// Deleted, or Redis was unreachable for a lease) and compute
 			// gave up: look again, as a newcomer.
 			token, seen, bad = newToken(), "", ""
-			if sub, serr = wake.Subscribe(wctx, c.client, ks.channel); serr != nil && wctx.Err() != nil {
-				return nil, waitErr(wctx, key)
-			}
+			subscribed = false
 		case 2: // another holder computes: wait for its message
 			seen, _ = at[string](res, 1)
 			pttl, _ := at[int64](res, 2)
+			if !subscribed {
+				subscribed = true
+				var serr error
+				if sub, serr = wake.Subscribe(wctx, c.client, ks.channel); serr != nil && wctx.Err() != nil {
+					return nil, waitErr(wctx, key)
+				}
+				continue // look again, now that no store can go unnoticed
+			}
 			if !waited {
 				waited = true
 				c.stats.waits.Add(1)
