@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -131,7 +130,7 @@ func TestBeerWaiterTwoProcesses(t *testing.T) {
 func TestBeerWaiterEmbedded(t *testing.T) {
 	t.Parallel()
 	cfg := smallConfig("")
-	cfg.Probe = deadAddr(t)
+	cfg.Probe = redistest.DeadAddr(t)
 	cfg.Procs = 2 // the workers use the parent's embedded server
 	cfg.JSON = false
 	var out bytes.Buffer
@@ -205,31 +204,6 @@ func TestBeerWaiterRejectsBadConfig(t *testing.T) {
 			t.Errorf("run(%+v) succeeded; want an error", cfg)
 		}
 	}
-}
-
-// deadAddr returns a loopback address where no Redis answers: a listener,
-// held for the whole test so that no server started meanwhile (by this or
-// another test binary) can take the port, that closes every connection at
-// once.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
 }
 
 // TestBeerWaiterOnCluster gives -redis several comma-separated addresses:

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -137,7 +136,7 @@ func TestModesInProcessText(t *testing.T) {
 func TestDogpileOnEmbeddedServer(t *testing.T) {
 	t.Parallel()
 	cfg := smallConfig("")
-	cfg.Probe = deadAddr(t)
+	cfg.Probe = redistest.DeadAddr(t)
 	cfg.JSON = false
 	var out bytes.Buffer
 	if err := run(t.Context(), cfg, &out); err != nil {
@@ -174,31 +173,6 @@ func TestRejectsBadConfig(t *testing.T) {
 			t.Errorf("run(%+v) succeeded; want an error", cfg)
 		}
 	}
-}
-
-// deadAddr returns a loopback address where no Redis answers: a listener,
-// held for the whole test so that no server started meanwhile (by this or
-// another test binary) can take the port, that closes every connection at
-// once.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
 }
 
 // TestDogpileOnCluster gives -redis several comma-separated addresses: the

@@ -490,3 +490,27 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// DeadAddr returns a loopback address where no Redis answers: a listener
+// that closes every connection at once, held until the test ends so that no
+// server started meanwhile (by this or another test binary) takes the port.
+func DeadAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	tb.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -106,34 +105,9 @@ func TestRedactHidesPassword(t *testing.T) {
 	}
 }
 
-// deadAddr returns a loopback address where no Redis answers: a listener,
-// held for the whole test so that no server started meanwhile (by this or
-// another test binary) can take the port, that closes every connection at
-// once.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
-}
-
 func TestConnectFallsBackToEmbedded(t *testing.T) {
 	var out bytes.Buffer
-	c, err := Connect(t.Context(), "", deadAddr(t), &out)
+	c, err := Connect(t.Context(), "", redistest.DeadAddr(t), &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +140,7 @@ func TestConnectUsesProbeWhenItAnswers(t *testing.T) {
 }
 
 func TestConnectReportsDeadServer(t *testing.T) {
-	_, err := Connect(t.Context(), "redis://:pw@"+deadAddr(t), "", &bytes.Buffer{})
+	_, err := Connect(t.Context(), "redis://:pw@"+redistest.DeadAddr(t), "", &bytes.Buffer{})
 	if err == nil || strings.Contains(err.Error(), "pw") {
 		t.Errorf("Connect to a dead server: err = %v; want an error without the password", err)
 	}
