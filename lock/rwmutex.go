@@ -181,7 +181,7 @@ func (h reader) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h reader) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := rwRExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, ms(ttl)).Int64()
+	n, err := semExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, ms(ttl)).Int64()
 	return n == 1, err
 }
 

@@ -163,8 +163,9 @@ if held then return 1 end
 return 0
 `)
 
-// semExtend renews token's permits if they are still live; it never
-// re-creates expired ones. KEYS: h, n. ARGV: token, ttl ms.
+// semExtend renews token's permits (or a reader of an RWMutex: KEYS r, rf)
+// if they are still live; it never re-creates expired ones.
+// KEYS: h, n. ARGV: token, ttl ms.
 var semExtend = redis.NewScript(semLib + `
 local now = clock()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -339,17 +340,6 @@ if #q > 0 then
 end
 redis.call(ARGV[2], KEYS[3], 'all')
 redis.call(ARGV[2], KEYS[4], '1')
-return 1
-`)
-
-// rwRExtend renews a live reader; it never re-creates an expired one.
-// KEYS: r, rf. ARGV: token, ttl ms.
-var rwRExtend = redis.NewScript(rwLib + `
-local now = clock()
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not s or tonumber(s) <= now then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-keep(KEYS[1], KEYS[2], now)
 return 1
 `)
 
