@@ -42,9 +42,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 			b.Fatal(err)
 		}
 		got := make(chan time.Time)
-		waiting := make(chan struct{})
 		go func() {
-			close(waiting)
 			l, err := m.Lock(ctx)
 			if err != nil {
 				b.Error(err)
@@ -52,8 +50,7 @@ func BenchmarkWakeLatency(b *testing.B) {
 			got <- time.Now()
 			l.Unlock(ctx)
 		}()
-		<-waiting
-		time.Sleep(2 * time.Millisecond) // let the waiter subscribe and block
+		waitForWaiter(b, rdb, "dogpile:mutex:{wake}:wake")
 		if err := held.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}

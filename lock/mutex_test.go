@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -298,7 +299,7 @@ func testLockCancelledWhileWaiting(t *testing.T, rdb redis.UniversalClient) {
 		_, err := m.Lock(ctx)
 		errc <- err
 	}()
-	time.Sleep(30 * time.Millisecond) // let it start waiting
+	waitForWaiter(t, rdb, "dogpile:mutex:{busy}:wake")
 	cancel()
 	select {
 	case err := <-errc:
@@ -331,7 +332,7 @@ func testWaiterWokenByRelease(t *testing.T, rdb redis.UniversalClient) {
 		got <- time.Now()
 		l.Unlock(context.Background())
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitForWaiter(t, rdb, "dogpile:mutex:{tap}:wake")
 	released := time.Now()
 	if err := held.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -490,5 +491,18 @@ func testLeaseHandOff(t *testing.T, rdb redis.UniversalClient) {
 	go func() { done <- l.Unlock(context.Background()) }() // another goroutine releases
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitForWaiter returns once a goroutine of this process waits, subscribed,
+// on the wake-up channel of a lock.
+func waitForWaiter(tb testing.TB, rdb redis.UniversalClient, channel string) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for wake.Waiting(rdb, channel) == 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("nobody waits on %s", channel)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

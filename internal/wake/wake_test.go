@@ -57,7 +57,10 @@ func TestWakeOneServesLongestWaiterAndHandsOff(t *testing.T) {
 	second, _ := Subscribe(ctx, rdb, "ch")
 	defer second.Close()
 	rdb.Publish(ctx, "ch", One)
-	time.Sleep(50 * time.Millisecond) // let the message arrive
+	deadline := time.Now().Add(5 * time.Second)
+	for len(first.c)+len(second.c) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // until the message arrives
+	}
 	if len(first.c) != 1 || len(second.c) != 0 {
 		t.Fatalf("pending wake-ups first=%d second=%d; want the longest waiter woken", len(first.c), len(second.c))
 	}
