@@ -33,11 +33,11 @@ return {0, t}
 `)
 
 // mutexRelease deletes the lock if it holds our token and wakes one waiter
-// per process (payload "1", see wake.One).
+// per process (payload "1", see wake.One). The hash has one field, so
+// removing our token removes the key.
 // KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
 var mutexRelease = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1])
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call(ARGV[2], KEYS[2], '1')
 return 1
 `)
