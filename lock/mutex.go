@@ -24,6 +24,11 @@ type Mutex struct {
 	fairKey string     // the fair holders of the same name (see WithFair)
 	fair    *Semaphore // non-nil with WithFair
 	opts    options
+
+	// Argument lists built once: go-redis copies them, and an acquire or a
+	// release should cost the caller no allocation it can avoid.
+	acquireKeys, releaseKeys, lockKeys []string
+	publishArg                         any
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
@@ -46,6 +51,10 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
 	}
 	m.fairKey = ks.key("h") // = m.fair.keys[0]
+	m.acquireKeys = []string{m.lock, m.fence, m.fairKey}
+	m.releaseKeys = []string{m.lock, m.channel}
+	m.lockKeys = []string{m.lock}
+	m.publishArg = m.publish
 	return m
 }
 
@@ -77,7 +86,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := newToken()
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, []string{m.lock, m.fence, m.fairKey}, token, ms(m.opts.ttl)).Int64Slice()
+	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, ms(m.opts.ttl)).Int64Slice()
 	if err != nil {
 		// The script may have run even though we saw no reply (a timeout,
 		// a cancelled context, a broken connection): undo it, so a failed
@@ -96,17 +105,17 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 }
 
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := mutexRelease.Run(ctx, m.client, []string{m.lock, m.channel}, token, m.publish).Int64()
+	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg).Int64()
 	return n == 1, err
 }
 
 func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, m.client, []string{m.lock}, token, ms(ttl)).Int64()
+	n, err := mutexExtend.Run(ctx, m.client, m.lockKeys, token, ms(ttl)).Int64()
 	return n == 1, err
 }
 
 func (m *Mutex) pttl(ctx context.Context, token string) (time.Duration, error) {
-	n, err := mutexPTTL.Run(ctx, m.client, []string{m.lock}, token).Int64()
+	n, err := mutexPTTL.Run(ctx, m.client, m.lockKeys, token).Int64()
 	if err != nil {
 		return 0, err
 	}
