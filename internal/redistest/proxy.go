@@ -1,0 +1,114 @@
+package redistest
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// A Proxy forwards TCP connections to a Redis server and can lose a reply
+// on purpose: the fault behind go-redis's automatic retries, where a
+// command ran on the server but its caller never heard back.
+type Proxy struct {
+	l        net.Listener
+	target   string
+	dropNext atomic.Bool
+	dropped  atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// StartProxy starts a proxy to target on a free loopback port and stops it,
+// closing every connection, in tb.Cleanup.
+func StartProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	tb.Cleanup(p.close)
+	return p
+}
+
+// Addr returns the address clients connect to.
+func (p *Proxy) Addr() string { return p.l.Addr().String() }
+
+// DropNextReply makes the proxy swallow the next bytes the server sends on
+// any connection and close that connection, as a network failure would
+// after the server has executed the command.
+func (p *Proxy) DropNextReply() { p.dropNext.Store(true) }
+
+// Dropped returns how many replies were dropped.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, s) {
+			return
+		}
+		p.wg.Go(func() { p.pipe(s, c, false) })
+		p.wg.Go(func() { p.pipe(c, s, true) })
+	}
+}
+
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+// pipe copies from src to dst; replies (server to client) may be dropped.
+func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if replies && p.dropNext.CompareAndSwap(true, false) {
+				p.dropped.Add(1)
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) close() {
+	p.l.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,68 @@
+package lock_test
+
+import (
+	"testing"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestAcquireReplyLost: the acquire script runs on the server but its reply
+// is lost with the connection. go-redis then resends it; the resent script
+// must find its own token and succeed with the same fence, instead of
+// reporting the lock busy and leaving it orphaned for a whole TTL.
+func TestAcquireReplyLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1})
+	defer rdb.Close()
+	m := lock.NewMutex(rdb, "flaky")
+	warm, err := m.Lock(t.Context()) // loads the scripts, opens the connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+
+	proxy.DropNextReply()
+	l, ok, err := m.TryLock(t.Context())
+	if proxy.Dropped() != 1 {
+		t.Fatalf("dropped %d replies; want 1", proxy.Dropped())
+	}
+	if !ok || err != nil {
+		t.Fatalf("TryLock after a lost reply = %v, %v; want the lock (the retry sees its own token)", ok, err)
+	}
+	if l.Fence() != warm.Fence()+1 {
+		t.Errorf("fence = %d after %d; want %d (one acquisition, not two)", l.Fence(), warm.Fence(), warm.Fence()+1)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+}
+
+// TestAcquireReplyLostNoRetry: without client retries, the acquire fails,
+// and the lock it may have taken is removed at once, not left for a TTL.
+func TestAcquireReplyLostNoRetry(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1, MaxRetries: -1})
+	defer rdb.Close()
+	m := lock.NewMutex(rdb, "flaky")
+	warm, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+
+	proxy.DropNextReply()
+	if _, ok, err := m.TryLock(t.Context()); ok || err == nil {
+		t.Fatalf("TryLock with its reply lost and no retry = %v, %v; want an error", ok, err)
+	}
+	direct := srv.Client(t)
+	if n := direct.Exists(t.Context(), "dogpile:mutex:{flaky}").Val(); n != 0 {
+		t.Error("a failed acquire left the lock behind")
+	}
+	if f := direct.Get(t.Context(), "dogpile:mutex:{flaky}:fence").Val(); f != "2" {
+		t.Errorf("fence counter = %s; want 2 (the lost acquire did run)", f)
+	}
+}
