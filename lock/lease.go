@@ -138,6 +138,11 @@ func (l *Lease) expired() bool {
 // cancelled (the round trip is then bounded by the client's timeouts), so a
 // deferred Unlock works after a timeout. Unlock on a nil Lease returns
 // ErrNotHeld. The watchdog, if any, has stopped when Unlock returns.
+//
+// If the connection fails after Redis released the lock but before the
+// reply arrived, go-redis resends the release, which then finds nothing to
+// release and Unlock reports ErrNotHeld although the lease was held to the
+// end. The lock is released either way.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
