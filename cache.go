@@ -80,6 +80,7 @@ type options struct {
 	codec         Codec
 	lease         time.Duration
 	waitTimeout   time.Duration
+	maxCompute    time.Duration
 	computeIfDown bool
 }
 
@@ -124,6 +125,21 @@ func WithLease(d time.Duration) Option {
 		panic(fmt.Sprintf("dogpile: lease %v is below 10ms", d))
 	}
 	return optionFunc(func(o *options) { o.lease = d })
+}
+
+// WithMaxCompute bounds how long one compute may keep the compute lock.
+// compute's context ends after d, and the lease is no longer renewed past
+// d, so a compute that hangs (and ignores its context) is taken over by
+// another process within one lease after d, instead of blocking every
+// process's callers for as long as it hangs. A compute that ends past d is
+// still returned to its own callers, but stores nothing if another process
+// took over. The default is no bound. WithMaxCompute panics if d is not
+// positive.
+func WithMaxCompute(d time.Duration) Option {
+	if d <= 0 {
+		panic("dogpile: max compute must be positive")
+	}
+	return optionFunc(func(o *options) { o.maxCompute = d })
 }
 
 // WithWaitTimeout bounds how long a Fetch waits for another process to

@@ -76,6 +76,10 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 // callers that joined it start over (one of them leads the next flight).
 var errRetry = errors.New("dogpile: retry")
 
+// errComputeTooLong is the cause that ends compute's context after the
+// bound set by WithMaxCompute.
+var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
+
 // errLeaseLost is the cancellation cause of compute's context when the
 // compute lock was lost.
 var errLeaseLost = errors.New("dogpile: compute lock lost")
@@ -433,6 +437,11 @@ func (c *Cache[T]) computeHeld(ctx context.Context, key string, ks keys, ttl tim
 	c.setBusy(cl)
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if c.opts.maxCompute > 0 {
+		var tcancel context.CancelFunc
+		cctx, tcancel = context.WithTimeoutCause(cctx, c.opts.maxCompute, errComputeTooLong)
+		defer tcancel()
+	}
 	r := c.renew(ctx, ks, token, sent, cancel)
 	v, cerr := c.runCompute(cctx, compute)
 	lost := r.end()
@@ -551,6 +560,9 @@ func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.T
 			case <-tick.C:
 			}
 			s := time.Now()
+			if max := c.opts.maxCompute; max > 0 && s.Sub(sent) >= max {
+				continue // let the lease run out: another process takes over
+			}
 			rctx, rcancel := context.WithTimeout(ctx, interval)
 			n, err := extendScript.Run(rctx, c.client, []string{ks.lock}, token, ms(lease)).Int64()
 			rcancel()

@@ -536,6 +536,7 @@ func TestBadInput(t *testing.T) {
 	mustPanic(t, "Get with an empty key", func() { _, _ = c.Get(ctx, "") })
 	mustPanic(t, "WithPrefix with a brace", func() { WithPrefix("a{") })
 	mustPanic(t, "WithLease(0)", func() { WithLease(0) })
+	mustPanic(t, "WithMaxCompute(0)", func() { WithMaxCompute(0) })
 	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })
 	mustPanic(t, "WithWaitTimeout(-1)", func() { WithWaitTimeout(-1) })
 	_ = c.client.Close()
