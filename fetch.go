@@ -560,7 +560,7 @@ func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.T
 			case <-tick.C:
 			}
 			s := time.Now()
-			if max := c.opts.maxCompute; max > 0 && s.Sub(sent) >= max {
+			if limit := c.opts.maxCompute; limit > 0 && s.Sub(sent) >= limit {
 				continue // let the lease run out: another process takes over
 			}
 			rctx, rcancel := context.WithTimeout(ctx, interval)
