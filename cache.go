@@ -2,10 +2,9 @@ package dogpile
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -218,15 +217,7 @@ func (c *Cache[T]) valueKey(key string) string {
 	if key == "" {
 		panic("dogpile: empty key")
 	}
-	if strings.ContainsAny(key, "{}") {
-		// A brace inside the tag would end it early (or make it empty),
-		// and a key's value and lock could land in different slots. The
-		// trailing '#' keeps a hashed key apart from a plain key that
-		// happens to look like a hash.
-		sum := sha256.Sum256([]byte(key))
-		return c.opts.prefix + "{" + hex.EncodeToString(sum[:16]) + "}#"
-	}
-	return c.opts.prefix + "{" + key + "}"
+	return c.opts.prefix + redisutil.Tag(key)
 }
 
 // Get returns the value cached under key. It returns an error matching
@@ -262,7 +253,7 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
-	err = setScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, b, ms(ttl), c.publish).Err()
+	err = setScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl), c.publish).Err()
 	if err != nil {
 		return redisErr(ctx, "set", key, err)
 	}
@@ -287,12 +278,6 @@ func checkTTL(ttl time.Duration) {
 	if ttl < time.Millisecond {
 		panic(fmt.Sprintf("dogpile: TTL %v is below 1ms", ttl))
 	}
-}
-
-// ms converts d to whole milliseconds for PX/PEXPIRE, rounding up so that a
-// sub-millisecond remainder never becomes an invalid PX 0.
-func ms(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // redisErr reports a failed round trip. A done context wins, unwrapped, so

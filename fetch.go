@@ -2,14 +2,12 @@ package dogpile
 
 import (
 	"context"
-	crand "crypto/rand"
 	"crypto/sha1"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"math/rand/v2"
-	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -274,7 +272,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 	subscribed := false
 	defer func() { sub.Close() }()
 
-	token := newToken()
+	token := redisutil.Token()
 	seen := "" // the holder we wait for
 	waited := false
 	backoff := 5 * time.Millisecond
@@ -283,12 +281,12 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 	for {
 		sent := time.Now()
 		res, err := fetchScript.Run(wctx, c.client, []string{ks.value, ks.lock, ks.errs},
-			token, ms(c.opts.lease), seen, bad).Slice()
+			token, redisutil.Millis(c.opts.lease), seen, bad).Slice()
 		if err != nil {
 			// The script may have run even though we saw no reply (a
 			// timeout, a cancelled wait, a broken connection): undo a lock
 			// it may have taken, so no process waits a lease for nothing.
-			if !neverSent(err) {
+			if !redisutil.NeverSent(err) {
 				c.release(ctx, ks, token)
 			}
 			if wctx.Err() != nil {
@@ -324,7 +322,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 			// Our lease was lost while compute ran (the key was Set or
 			// Deleted, or Redis was unreachable for a lease) and compute
 			// gave up: look again, as a newcomer.
-			token, seen, bad = newToken(), "", ""
+			token, seen, bad = redisutil.Token(), "", ""
 			subscribed = false
 		case 2: // another holder computes: wait for its message
 			seen, _ = at[string](res, 1)
@@ -346,7 +344,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, key string, ks keys, ttl ti
 			}
 			// Each wait is bounded by the holder's remaining lease: a lost
 			// message, or a holder that died, costs at most that long.
-			d := leaseLeft(pttl)
+			d := redisutil.Wait(pttl, pushWaitCap)
 			if sub != nil {
 				d = min(d, pushWaitCap) + rand.N(time.Millisecond)
 			} else {
@@ -418,18 +416,6 @@ func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
 	return b, true
 }
 
-// leaseLeft turns a holder's PTTL into a wait: 0 means the lock expires
-// this very millisecond, -1 a lock without TTL (not one of ours).
-func leaseLeft(pttl int64) time.Duration {
-	switch {
-	case pttl == 0:
-		return time.Millisecond
-	case pttl < 0:
-		return pushWaitCap
-	}
-	return time.Duration(pttl) * time.Millisecond
-}
-
 // computeHeld runs compute while holding the lock with token, acquired by
 // a request sent at sent, and stores the result. again reports that the
 // lease was lost and compute failed: the caller should start over.
@@ -461,7 +447,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, key string, ks keys, ttl tim
 		}
 		// Tell the waiting processes, and let the next Fetch try again.
 		_ = failScript.Run(dctx, c.client, []string{ks.lock, ks.errs, ks.channel},
-			token, errText(cerr), ms(c.opts.lease+time.Second), c.publish).Err()
+			token, errText(cerr), redisutil.Millis(c.opts.lease+time.Second), c.publish).Err()
 		return nil, cerr, false
 	}
 	// The write is fenced: it happens only if the lock still holds our
@@ -469,7 +455,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, key string, ks keys, ttl tim
 	// another process took over, or the key was Set or Deleted) must not
 	// overwrite what is newer; its callers still get the value it computed.
 	err = storeScript.Run(dctx, c.client, []string{ks.value, ks.lock, ks.channel},
-		token, b, ms(ttl), c.publish, maxWakeValue).Err()
+		token, b, redisutil.Millis(ttl), c.publish, maxWakeValue).Err()
 	if err != nil {
 		if c.opts.computeIfDown && unreachable(err) {
 			return b, nil, false
@@ -564,7 +550,7 @@ func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.T
 				continue // let the lease run out: another process takes over
 			}
 			rctx, rcancel := context.WithTimeout(ctx, interval)
-			n, err := extendScript.Run(rctx, c.client, []string{ks.lock}, token, ms(lease)).Int64()
+			n, err := extendScript.Run(rctx, c.client, []string{ks.lock}, token, redisutil.Millis(lease)).Int64()
 			rcancel()
 			switch {
 			case err != nil: // try again at the next tick, within the deadline
@@ -613,20 +599,6 @@ func unreachable(err error) bool {
 	var re redis.Error
 	return !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, redis.ErrClosed)
-}
-
-// neverSent reports whether err proves a request never reached Redis (the
-// connection could not even be made), so there is nothing to undo.
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// newToken returns 128 random bits, unguessable by other holders.
-func newToken() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:]) // never fails (crypto/rand doc)
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func sha1hex(b []byte) string {

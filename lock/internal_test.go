@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -30,20 +29,6 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	other, _ := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000).Int64Slice()
 	if other[0] != 0 || other[1] <= 0 || other[1] > 1000 {
 		t.Errorf("foreign acquire = %v; want {0, pttl}", other)
-	}
-}
-
-func TestMillisecondsRoundUp(t *testing.T) {
-	for _, c := range []struct {
-		d    time.Duration
-		want int64
-	}{
-		{time.Microsecond, 1}, {999 * time.Microsecond, 1}, {time.Millisecond, 1},
-		{1001 * time.Microsecond, 2}, {time.Hour * 24 * 30, 2592000000}, {1 << 62, 4611686018428},
-	} {
-		if got := ms(c.d); got != c.want {
-			t.Errorf("ms(%v) = %d; want %d", c.d, got, c.want)
-		}
 	}
 }
 

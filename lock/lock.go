@@ -2,15 +2,10 @@ package lock
 
 import (
 	"context"
-	crand "crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"math/rand/v2"
-	"net"
-	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -133,30 +128,10 @@ func newKeyspace(kind, name string) keyspace {
 	if name == "" {
 		panic("lock: empty name")
 	}
-	tag := name
-	if strings.ContainsAny(name, "{}") {
-		// A brace inside the tag would end it early (or make it empty), and
-		// keys of one lock could then land in different slots.
-		sum := sha256.Sum256([]byte(name))
-		tag = hex.EncodeToString(sum[:16])
-	}
-	return keyspace("dogpile:" + kind + ":{" + tag + "}")
+	return keyspace("dogpile:" + kind + ":" + redisutil.Tag(name))
 }
 
 func (k keyspace) key(suffix string) string { return string(k) + ":" + suffix }
-
-// newToken returns 128 random bits, unguessable by other owners.
-func newToken() string {
-	var b [16]byte
-	_, _ = crand.Read(b[:]) // never fails (crypto/rand doc)
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// ms converts d to whole milliseconds for PX/PEXPIRE, rounding up so that a
-// sub-millisecond remainder never becomes an invalid PX 0.
-func ms(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
 
 // attempt tries to acquire once. It returns a lease on success; otherwise
 // retry is how long the current holder may keep the lock (its PTTL), the
@@ -166,13 +141,7 @@ type attempt func(ctx context.Context) (l *Lease, retry time.Duration, err error
 // retryAfter turns a holder's PTTL reply into a wait: 0 means the key is
 // expiring this very millisecond, -1 a key without TTL (not one of ours).
 func retryAfter(pttl int64, o *options) time.Duration {
-	switch {
-	case pttl == 0:
-		return time.Millisecond
-	case pttl < 0:
-		return o.maxBackoff
-	}
-	return time.Duration(pttl) * time.Millisecond
+	return redisutil.Wait(pttl, o.maxBackoff)
 }
 
 // pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
@@ -267,13 +236,6 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 		return cerr
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, name, err)
-}
-
-// neverSent reports whether err proves a request never reached Redis (the
-// connection could not even be made), so there is nothing to undo.
-func neverSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // detached returns a context for cleanup work (release, rollback) that must

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"slices"
 	"strings"
 	"time"
@@ -82,7 +83,7 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 // was busy last. On failure it returns ctx.Err() or a Redis error and holds
 // none of the names.
 func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
-	token := newToken()
+	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
 	return acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		l, retry, b, err := mm.try(ctx, token)
@@ -94,7 +95,7 @@ func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 // TryLock makes one attempt to lock every name. It reports false, with a
 // nil error, if any of them is held by another owner; it then holds none.
 func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
-	l, _, _, err := mm.try(ctx, newToken())
+	l, _, _, err := mm.try(ctx, redisutil.Token())
 	return l, l != nil, err
 }
 
@@ -110,7 +111,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			m := mm.mutexes[i]
 			keys = append(keys, m.lock, m.fence, m.fairKey)
 		}
-		res, err := multiAcquire.Run(ctx, mm.client, keys, token, ms(mm.opts.ttl)).Int64Slice()
+		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl)).Int64Slice()
 		if err != nil {
 			// This group's script may have run: undo it with the others.
 			rctx, cancel := detached(ctx)
@@ -177,7 +178,7 @@ func (mm *MultiMutex) release(ctx context.Context, token string) (bool, error) {
 // extend renews every group; one group that lost a name loses the lease.
 func (mm *MultiMutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
 	for _, g := range mm.groups {
-		n, err := multiExtend.Run(ctx, mm.client, mm.locks(g), token, ms(ttl)).Int64()
+		n, err := multiExtend.Run(ctx, mm.client, mm.locks(g), token, redisutil.Millis(ttl)).Int64()
 		if err != nil || n == 0 {
 			return false, err
 		}

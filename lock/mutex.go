@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -84,14 +85,14 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 }
 
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
-	token := newToken()
+	token := redisutil.Token()
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, ms(m.opts.ttl)).Int64Slice()
+	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl)).Int64Slice()
 	if err != nil {
 		// The script may have run even though we saw no reply (a timeout,
 		// a cancelled context, a broken connection): undo it, so a failed
 		// Lock never leaves an orphan lock behind for a whole TTL.
-		if !neverSent(err) {
+		if !redisutil.NeverSent(err) {
 			rctx, cancel := detached(ctx)
 			_, _ = m.release(rctx, token)
 			cancel()
@@ -110,7 +111,7 @@ func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, m.client, m.lockKeys, token, ms(ttl)).Int64()
+	n, err := mutexExtend.Run(ctx, m.client, m.lockKeys, token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"slices"
 	"time"
 
@@ -137,10 +138,10 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 }
 
 func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
-	token := newToken()
+	token := redisutil.Token()
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
-		return mutexAcquire.Run(ctx, c, r.keys[:3], token, ms(r.opts.ttl)).Int64Slice()
+		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl)).Int64Slice()
 	})
 	ok, failed := 0, 0
 	var errs []error
@@ -219,7 +220,7 @@ func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 // the watchdog then retries, and the safe deadline still holds.
 func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
 	n, _, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
-		return mutexExtend.Run(ctx, c, r.keys[:1], token, ms(ttl)).Int64()
+		return mutexExtend.Run(ctx, c, r.keys[:1], token, redisutil.Millis(ttl)).Int64()
 	})
 	if n >= r.quorum {
 		return true, nil

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -67,7 +68,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 // holds the lock or waits for it. On failure RLock returns ctx.Err() or a
 // Redis error and holds nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
-	token := newToken() // one place among the waiting readers for the whole wait
+	token := redisutil.Token() // one place among the waiting readers for the whole wait
 	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
@@ -82,7 +83,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 // TryRLock makes one attempt to lock for reading, in one round trip. It
 // reports false, with a nil error, if a writer holds the lock or waits.
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
-	l, _, err := rw.tryRead(ctx, newToken(), "try")
+	l, _, err := rw.tryRead(ctx, redisutil.Token(), "try")
 	return l, l != nil, err
 }
 
@@ -91,7 +92,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 // failure Lock returns ctx.Err() or a Redis error, holds nothing and no
 // longer keeps readers out.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
-	token := newToken()
+	token := redisutil.Token()
 	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryWrite(ctx, token, "wait")
 	})
@@ -107,7 +108,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 // reports false, with a nil error, if a writer or a reader holds the lock;
 // it does not keep readers out.
 func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
-	l, _, err := rw.tryWrite(ctx, newToken(), "try")
+	l, _, err := rw.tryWrite(ctx, redisutil.Token(), "try")
 	return l, l != nil, err
 }
 
@@ -124,7 +125,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 		return nil, ErrUpgrade
 	}
 	sent := time.Now()
-	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, ms(rw.opts.ttl)).Int64Slice()
+	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, redisutil.Millis(rw.opts.ttl)).Int64Slice()
 	if err != nil {
 		return nil, redisErr(ctx, "upgrade", rw.name, err)
 	}
@@ -138,9 +139,9 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl), mode).Int64Slice()
+	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
 	if err != nil {
-		if !neverSent(err) {
+		if !redisutil.NeverSent(err) {
 			rctx, cancel := detached(ctx)
 			_, _ = reader{rw}.release(rctx, token)
 			cancel()
@@ -156,9 +157,9 @@ func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, tim
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, ms(rw.opts.ttl), mode).Int64Slice()
+	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
 	if err != nil {
-		if !neverSent(err) {
+		if !redisutil.NeverSent(err) {
 			rctx, cancel := detached(ctx)
 			_, _ = writer{rw}.release(rctx, token)
 			cancel()
@@ -181,7 +182,7 @@ func (h reader) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h reader) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := semExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, ms(ttl)).Int64()
+	n, err := semExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 
@@ -198,7 +199,7 @@ func (h writer) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h writer) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, ms(ttl)).Int64()
+	n, err := mutexExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 

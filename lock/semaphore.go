@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -80,7 +81,7 @@ func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permit
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	s.check(n)
-	token := newToken()
+	token := redisutil.Token()
 	l, err := acquire(ctx, s.client, s.prefix+token, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return s.try(ctx, token, n, "wait")
 	})
@@ -101,7 +102,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 // permits.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, error) {
 	s.check(n)
-	l, _, err := s.try(ctx, newToken(), n, "try")
+	l, _, err := s.try(ctx, redisutil.Token(), n, "try")
 	return l, l != nil, err
 }
 
@@ -123,10 +124,10 @@ func (s *Semaphore) check(n int64) {
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, ms(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
+	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
 	if err != nil {
 		// As in Mutex.try: the script may have run; undo it.
-		if !neverSent(err) {
+		if !redisutil.NeverSent(err) {
 			rctx, cancel := detached(ctx)
 			_, _ = s.release(rctx, token)
 			cancel()
@@ -146,7 +147,7 @@ func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (s *Semaphore) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := semExtend.Run(ctx, s.client, s.keys[:2], token, ms(ttl)).Int64()
+	n, err := semExtend.Run(ctx, s.client, s.keys[:2], token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 

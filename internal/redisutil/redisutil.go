@@ -1,0 +1,62 @@
+// Package redisutil holds the small rules that the cache and the lock
+// package must apply the same way when they talk to Redis: hash tags that
+// keep one object's keys in one cluster slot, owner tokens, millisecond
+// TTLs, and how to read an error or a PTTL reply.
+package redisutil
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net"
+	"strings"
+	"time"
+)
+
+// Tag returns the hash tag, braces included, under which every key of the
+// object called name is stored, so that they all share one cluster slot.
+// A name with a brace would end the tag early (or leave it empty) and split
+// the keys over slots, so it is replaced by a hash of it; the trailing '#'
+// keeps a hashed name apart from a plain name that looks like a hash.
+func Tag(name string) string {
+	if strings.ContainsAny(name, "{}") {
+		sum := sha256.Sum256([]byte(name))
+		return "{" + hex.EncodeToString(sum[:16]) + "}#"
+	}
+	return "{" + name + "}"
+}
+
+// Token returns 128 random bits, unguessable by other owners.
+func Token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Millis converts d to whole milliseconds for PX and PEXPIRE, rounding up
+// so that a sub-millisecond remainder never becomes an invalid PX 0.
+func Millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// NeverSent reports whether err proves a request never reached Redis (the
+// connection could not even be made), so there is nothing to undo.
+func NeverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// Wait turns a holder's PTTL reply into how long to wait before looking
+// again: 0 means the key expires this very millisecond, and a negative
+// reply (a key without TTL, not one of ours) gets unknown.
+func Wait(pttl int64, unknown time.Duration) time.Duration {
+	switch {
+	case pttl == 0:
+		return time.Millisecond
+	case pttl < 0:
+		return unknown
+	}
+	return time.Duration(pttl) * time.Millisecond
+}
