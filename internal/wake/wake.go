@@ -12,6 +12,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,7 @@ type Sub struct {
 	ch      string
 	c       chan struct{}
 	payload string // guarded by h.mu; see Payload
+	closed  atomic.Bool
 }
 
 // Subscribe registers interest in channel and returns once the server has
@@ -97,9 +99,9 @@ func (s *Sub) Payload() string {
 }
 
 // Close ends the subscription. The last Close on a connection closes it.
-// Close on a nil Sub does nothing.
+// Close on a nil or closed Sub does nothing.
 func (s *Sub) Close() {
-	if s == nil {
+	if s == nil || !s.closed.CompareAndSwap(false, true) {
 		return
 	}
 	s.h.remove(s)
@@ -109,6 +111,9 @@ func (s *Sub) Close() {
 // Waiting returns how many Subs of this process wait on channel through
 // client. It does no I/O.
 func Waiting(c redis.UniversalClient, channel string) int {
+	if waiting.Load() == 0 {
+		return 0 // the common case, on every uncontended acquire: no lock
+	}
 	hubsMu.Lock()
 	defer hubsMu.Unlock()
 	n := 0
@@ -139,6 +144,8 @@ type hubKey struct {
 var (
 	hubsMu sync.Mutex
 	hubs   = map[hubKey]*hub{}
+
+	waiting atomic.Int64 // Subs of all hubs, so Waiting can skip hubsMu
 )
 
 // A hub owns one pub/sub connection and fans its messages out to Subs.
@@ -244,6 +251,7 @@ func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {
 		}
 	}
 	e.subs = append(e.subs, s)
+	waiting.Add(1)
 	return e.ready, nil
 }
 
@@ -254,7 +262,9 @@ func (h *hub) remove(s *Sub) {
 	if e == nil {
 		return
 	}
+	before := len(e.subs)
 	e.subs = slices.DeleteFunc(e.subs, func(x *Sub) bool { return x == s })
+	waiting.Add(int64(len(e.subs) - before))
 	if len(s.c) > 0 {
 		// s leaves holding a wake-up it will never act on: pass it on, or
 		// a wake-one message would be lost for this process.

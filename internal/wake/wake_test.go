@@ -188,3 +188,27 @@ func TestPayloadOfLatestMessage(t *testing.T) {
 		t.Errorf("nil Sub Payload = %q", p)
 	}
 }
+
+func TestWaitingCounts(t *testing.T) {
+	rdb := redistest.Start(t)
+	other := redistest.Start(t)
+	if n := Waiting(rdb, "ch"); n != 0 {
+		t.Fatalf("Waiting before any Sub = %d", n)
+	}
+	a, _ := Subscribe(t.Context(), rdb, "ch")
+	b, _ := Subscribe(t.Context(), rdb, "ch")
+	c, _ := Subscribe(t.Context(), other, "ch")
+	if n := Waiting(rdb, "ch"); n != 2 {
+		t.Errorf("Waiting = %d; want 2 (the other client's Sub does not count)", n)
+	}
+	a.Close()
+	b.Close()
+	b.Close() // twice: must not count down twice
+	if n := Waiting(rdb, "ch"); n != 0 {
+		t.Errorf("Waiting after Close = %d; want 0", n)
+	}
+	if n := Waiting(other, "ch"); n != 1 {
+		t.Errorf("Waiting(other) = %d; want 1", n)
+	}
+	c.Close()
+}
