@@ -144,6 +144,32 @@ func retryAfter(pttl int64, o *options) time.Duration {
 	return redisutil.Wait(pttl, o.maxBackoff)
 }
 
+// grant turns the reply of an acquire script, {1, fence} or {0, pttl}, into
+// the result of an attempt by token on behalf of holder h. On a Redis error
+// the script may have run although no reply came back (a timeout, a
+// cancelled context, a broken connection): h releases token on a detached
+// context, so a failed acquire never leaves an orphan lock behind for a
+// whole TTL. A waiter that holds a place it must renew (a ticket, a claim)
+// comes back within a third of the TTL.
+func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, res []int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
+	if err != nil {
+		if !redisutil.NeverSent(err) {
+			rctx, cancel := detached(ctx)
+			_, _ = h.release(rctx, token)
+			cancel()
+		}
+		return nil, 0, redisErr(ctx, op, name, err)
+	}
+	if res[0] == 0 {
+		retry := retryAfter(res[1], o)
+		if renew {
+			retry = min(retry, o.ttl/3)
+		}
+		return nil, retry, nil
+	}
+	return newLease(h, name, token, res[1], sent, o), 0, nil
+}
+
 // pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
 // holder with a long TTL (or a watchdog) cost at most this much latency.
 const pushWaitCap = 2 * time.Second

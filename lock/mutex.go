@@ -88,21 +88,7 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()
 	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl)).Int64Slice()
-	if err != nil {
-		// The script may have run even though we saw no reply (a timeout,
-		// a cancelled context, a broken connection): undo it, so a failed
-		// Lock never leaves an orphan lock behind for a whole TTL.
-		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = m.release(rctx, token)
-			cancel()
-		}
-		return nil, 0, redisErr(ctx, "acquire", m.name, err)
-	}
-	if res[0] == 0 {
-		return nil, retryAfter(res[1], &m.opts), nil
-	}
-	return newLease(m, m.name, token, res[1], sent, &m.opts), 0, nil
+	return grant(ctx, m, "acquire", m.name, token, sent, res, err, &m.opts, false)
 }
 
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {

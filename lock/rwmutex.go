@@ -140,37 +140,13 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
-	if err != nil {
-		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = reader{rw}.release(rctx, token)
-			cancel()
-		}
-		return nil, 0, redisErr(ctx, "rlock", rw.name, err)
-	}
-	if res[0] == 0 {
-		// Come back before the waiting reader's place runs out, to renew it.
-		return nil, min(retryAfter(res[1], &rw.opts), rw.opts.ttl/3), nil
-	}
-	return newLease(reader{rw}, rw.name, token, res[1], sent, &rw.opts), 0, nil
+	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, res, err, &rw.opts, true) // renews its place
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
-	if err != nil {
-		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = writer{rw}.release(rctx, token)
-			cancel()
-		}
-		return nil, 0, redisErr(ctx, "lock", rw.name, err)
-	}
-	if res[0] == 0 {
-		// Come back before the waiting writer's claim runs out, to renew it.
-		return nil, min(retryAfter(res[1], &rw.opts), rw.opts.ttl/3), nil
-	}
-	return newLease(writer{rw}, rw.name, token, res[1], sent, &rw.opts), 0, nil
+	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, res, err, &rw.opts, true) // renews its claim
 }
 
 // reader is the holder of a read lease.

@@ -125,20 +125,7 @@ func (s *Semaphore) check(n int64) {
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
-	if err != nil {
-		// As in Mutex.try: the script may have run; undo it.
-		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = s.release(rctx, token)
-			cancel()
-		}
-		return nil, 0, redisErr(ctx, "acquire", s.name, err)
-	}
-	if res[0] == 0 {
-		// Come back before the ticket's lease runs out, to renew it.
-		return nil, min(retryAfter(res[1], &s.opts), s.opts.ttl/3), nil
-	}
-	return newLease(s, s.name, token, res[1], sent, &s.opts), 0, nil
+	return grant(ctx, s, "acquire", s.name, token, sent, res, err, &s.opts, true) // renews its ticket
 }
 
 func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
