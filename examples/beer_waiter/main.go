@@ -24,7 +24,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
@@ -73,7 +72,7 @@ func main() {
 		os.Exit(demo.ServeWorker(drinkers))
 	}
 	cfg := defaultConfig()
-	flag.StringVar(&cfg.Redis, "redis", os.Getenv("REDIS_URL"), "Redis `URL` (redis://, rediss://; several comma-separated addresses for a cluster); default $REDIS_URL, else localhost:6379 if it answers, else an embedded miniredis")
+	server := demo.ServerFlags()
 	flag.IntVar(&cfg.Waiters, "n", cfg.Waiters, "number of waiters, over all processes")
 	flag.IntVar(&cfg.Procs, "procs", cfg.Procs, "number of worker processes sharing the tap (1: this process)")
 	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long a waiter waits for the tap before giving up")
@@ -85,19 +84,10 @@ func main() {
 	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (lock.WithFair), and check that nobody is overtaken")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed for drink times (0: random)")
-	embedded := flag.Bool("embedded", false, "use an embedded miniredis even if a Redis answers on localhost:6379")
 	flag.Parse()
-	if *embedded {
-		cfg.Redis, cfg.Probe = "", ""
-	}
+	cfg.Redis, cfg.Probe = server()
 	cfg.Progress = os.Stderr
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "beer_waiter:", err)
-		os.Exit(1)
-	}
+	demo.Main("beer_waiter", func(ctx context.Context) error { return run(ctx, cfg, os.Stdout) })
 }
 
 // task is one process's share of the waiters.

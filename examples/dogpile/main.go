@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,7 +77,7 @@ func main() {
 		os.Exit(demo.ServeWorker(load))
 	}
 	cfg := defaultConfig()
-	flag.StringVar(&cfg.Redis, "redis", os.Getenv("REDIS_URL"), "Redis `URL` (redis://, rediss://; several comma-separated addresses for a cluster); default $REDIS_URL, else localhost:6379 if it answers, else an embedded miniredis")
+	server := demo.ServerFlags()
 	flag.StringVar(&cfg.Mode, "mode", cfg.Mode, "cache strategy: "+strings.Join(modes, ", "))
 	flag.BoolVar(&cfg.Compare, "compare", false, "run every mode, one after the other, and compare them")
 	flag.IntVar(&cfg.Procs, "procs", cfg.Procs, "worker processes (1: this process)")
@@ -89,19 +88,10 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each mode runs")
 	flag.DurationVar(&cfg.Think, "think", 0, "pause between a goroutine's calls")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
-	embedded := flag.Bool("embedded", false, "use an embedded miniredis even if a Redis answers on localhost:6379")
 	flag.Parse()
-	if *embedded {
-		cfg.Redis, cfg.Probe = "", ""
-	}
+	cfg.Redis, cfg.Probe = server()
 	cfg.Progress = os.Stderr
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "dogpile:", err)
-		os.Exit(1)
-	}
+	demo.Main("dogpile", func(ctx context.Context) error { return run(ctx, cfg, os.Stdout) })
 }
 
 func (cfg config) check() error {
