@@ -1,0 +1,141 @@
+package dogpile_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/dogpile-go/dogpile"
+	"github.com/redis/go-redis/v9"
+)
+
+// These examples run against miniredis, an in-memory Redis for tests, so
+// that their output is checked by go test. In production the client points
+// at a real Redis or Redis Cluster.
+
+// newTestRedis starts an in-memory Redis and returns it with a client.
+func newTestRedis() (*miniredis.Miniredis, *redis.Client) {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	return m, redis.NewClient(&redis.Options{Addr: m.Addr()})
+}
+
+func ExampleCache_Set() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb)
+
+	// Set writes through: a compute of "42" running anywhere at this moment
+	// loses its lock and cannot overwrite this value.
+	if err := beers.Set(ctx, "42", Beer{Name: "Pils", ABV: 4.8}, time.Hour); err != nil {
+		panic(err)
+	}
+	b, err := beers.Get(ctx, "42")
+	fmt.Println(b.Name, b.ABV, err)
+	// Output: Pils 4.8 <nil>
+}
+
+func ExampleCache_Delete() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb)
+
+	_ = beers.Set(ctx, "42", Beer{Name: "Pils"}, time.Hour)
+	if err := beers.Delete(ctx, "42"); err != nil {
+		panic(err)
+	}
+	_, err := beers.Get(ctx, "42")
+	fmt.Println(errors.Is(err, dogpile.ErrMiss))
+	// Output: true
+}
+
+func ExampleCache_Stats() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb)
+
+	load := func(ctx context.Context) (Beer, error) { return Beer{Name: "Pils"}, nil }
+	for range 3 {
+		if _, err := beers.Fetch(ctx, "42", time.Minute, load); err != nil {
+			panic(err)
+		}
+	}
+	s := beers.Stats()
+	fmt.Printf("hits %d, misses %d, computes %d\n", s.Hits, s.Misses, s.Computes)
+	// Output: hits 2, misses 1, computes 1
+}
+
+func ExampleWithPrefix() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+
+	// Two caches on one Redis keep apart by prefix; the cache key is wrapped
+	// in a hash tag so that all of one key's Redis keys share a cluster slot.
+	beers := dogpile.New[Beer](rdb, dogpile.WithPrefix("beers:"))
+	_ = beers.Set(ctx, "42", Beer{Name: "Pils"}, time.Hour)
+	fmt.Println(m.Keys())
+	// Output: [beers:{42}]
+}
+
+// jsonCodec stores values as JSON, readable with redis-cli.
+type jsonCodec struct{}
+
+func (jsonCodec) Marshal(v any) ([]byte, error)   { return json.Marshal(v) }
+func (jsonCodec) Unmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func ExampleWithCodec() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb, dogpile.WithPrefix("beers:"), dogpile.WithCodec(jsonCodec{}))
+
+	_ = beers.Set(ctx, "42", Beer{Name: "Pils", ABV: 4.8}, time.Hour)
+	raw, _ := rdb.Get(ctx, "beers:{42}").Bytes()
+	// The stored bytes are a 3-byte header (magic and format version), then
+	// the codec's bytes.
+	fmt.Printf("%s\n", raw[3:])
+	// Output: {"Name":"Pils","ABV":4.8}
+}
+
+// Example_testingWithMiniredis shows how to test code that uses a Cache
+// without a Redis server: miniredis runs in the test process, and
+// FastForward moves its clock so that TTLs expire without sleeping.
+func Example_testingWithMiniredis() {
+	m, rdb := newTestRedis() // in a test: m := miniredis.RunT(t)
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb)
+
+	loads := 0
+	load := func(ctx context.Context) (Beer, error) {
+		loads++
+		return Beer{Name: fmt.Sprintf("Pils #%d", loads)}, nil
+	}
+	b, _ := beers.Fetch(ctx, "42", time.Minute, load)
+	fmt.Println(b.Name)
+	b, _ = beers.Fetch(ctx, "42", time.Minute, load) // a hit
+	fmt.Println(b.Name)
+
+	m.FastForward(61 * time.Second) // the value's TTL runs out
+	b, _ = beers.Fetch(ctx, "42", time.Minute, load)
+	fmt.Println(b.Name)
+	// Output:
+	// Pils #1
+	// Pils #1
+	// Pils #2
+}
