@@ -77,40 +77,31 @@ func testExclusive(t *testing.T, clients []redis.UniversalClient, goroutines, ro
 	}
 }
 
-// TestMutex runs the mutex suite on a plain server and on a 3-master
-// cluster, where every script must stay within one hash slot.
+// TestMutex runs the mutex suite on every kind of deployment: a plain
+// server, a 3-master cluster (where every script must stay within one hash
+// slot), a 2-shard ring and a sentinel-monitored master.
 func TestMutex(t *testing.T) {
-	srv := redistest.StartServer(t)
-	cl := redistest.StartCluster(t, 3)
-	backends := []struct {
-		name    string
-		clients []redis.UniversalClient
-	}{
-		{"server", []redis.UniversalClient{srv.Client(t), srv.Client(t), srv.Client(t)}},
-		{"cluster", []redis.UniversalClient{cl.Client(t), cl.Client(t), cl.Client(t)}},
-	}
-	for _, b := range backends {
-		rdb := b.clients[0]
-		t.Run(b.name, func(t *testing.T) {
-			t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, b.clients, 100, 3) })
-			for name, f := range map[string]func(*testing.T, redis.UniversalClient){
-				"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
-				"FencingOutlivesLocks":               testFencingOutlivesLocks,
-				"AutoExtendKeepsLeaseAndReportsLoss": testAutoExtendKeepsLeaseAndReportsLoss,
-				"MaxHoldStopsAutoExtend":             testMaxHoldStopsAutoExtend,
-				"LockCancelledWhileWaiting":          testLockCancelledWhileWaiting,
-				"WaiterWokenByRelease":               testWaiterWokenByRelease,
-				"ExpiryFreesWaiterWithoutMessage":    testExpiryFreesWaiterWithoutMessage,
-				"UnlockWithCancelledContext":         testUnlockWithCancelledContext,
-				"SurvivesScriptFlush":                testSurvivesScriptFlush,
-				"DoReleasesOnPanic":                  testDoReleasesOnPanic,
-				"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
-				"LeaseHandOff":                       testLeaseHandOff,
-			} {
-				t.Run(name, func(t *testing.T) { f(t, rdb) })
-			}
-		})
-	}
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		clients := b.Clients(t, 3)
+		rdb := clients[0]
+		t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, clients, 100, 3) })
+		for name, f := range map[string]func(*testing.T, redis.UniversalClient){
+			"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
+			"FencingOutlivesLocks":               testFencingOutlivesLocks,
+			"AutoExtendKeepsLeaseAndReportsLoss": testAutoExtendKeepsLeaseAndReportsLoss,
+			"MaxHoldStopsAutoExtend":             testMaxHoldStopsAutoExtend,
+			"LockCancelledWhileWaiting":          testLockCancelledWhileWaiting,
+			"WaiterWokenByRelease":               testWaiterWokenByRelease,
+			"ExpiryFreesWaiterWithoutMessage":    testExpiryFreesWaiterWithoutMessage,
+			"UnlockWithCancelledContext":         testUnlockWithCancelledContext,
+			"SurvivesScriptFlush":                testSurvivesScriptFlush,
+			"DoReleasesOnPanic":                  testDoReleasesOnPanic,
+			"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
+			"LeaseHandOff":                       testLeaseHandOff,
+		} {
+			t.Run(name, func(t *testing.T) { f(t, rdb) })
+		}
+	})
 }
 
 // TestMutexEmbedded proves the mutex works against miniredis, which users
