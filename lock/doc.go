@@ -36,6 +36,19 @@
 // waiters of a client share one subscription connection. Messages can be
 // lost, so each wait is also bounded by the holder's remaining TTL.
 //
+// # Deadlines
+//
+// Every call returns by its context's deadline, provided the go-redis
+// client honours it: create the client with ContextTimeoutEnabled set
+// (redis.Options, redis.ClusterOptions, redis.RingOptions or
+// redis.FailoverOptions). Without it go-redis bounds a round trip by its
+// own read and write timeouts (3 s by default), whatever the context says.
+// When an acquire's deadline passes with its request in flight, the
+// request may still take the lock in Redis; the lock is then released in
+// the background (bounded, at most 3 s each) instead of while the caller
+// waits, so a stalled Redis costs the caller nothing past its deadline and
+// leaves no lock behind once it answers again.
+//
 // # Guarantees and limits
 //
 // On one Redis server, a lock is held by at most one lease at a time, as

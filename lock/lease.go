@@ -134,10 +134,15 @@ func (l *Lease) expired() bool {
 
 // Unlock releases the lease and wakes waiters. It returns [ErrNotHeld] if
 // the lease had expired or was taken over by another owner; the other
-// owner's lock is untouched. Unlock runs even when ctx is already
-// cancelled (the round trip is then bounded by the client's timeouts), so a
-// deferred Unlock works after a timeout. Unlock on a nil Lease returns
-// ErrNotHeld. The watchdog, if any, has stopped when Unlock returns.
+// owner's lock is untouched. Unlock on a nil Lease returns ErrNotHeld. The
+// watchdog, if any, has stopped when Unlock returns.
+//
+// Unlock returns by ctx's deadline (with a client that has
+// ContextTimeoutEnabled, see the package doc); if ctx ends first, the
+// release goes on in the background, so the lock is still freed once Redis
+// answers. A ctx that is already done when Unlock is called does not stop
+// the release: Unlock then waits for it, bounded by 3 s, so that a
+// deferred Unlock after a timeout still frees the lock at once.
 //
 // If the connection fails after Redis released the lock but before the
 // reply arrived, go-redis resends the release, which then finds nothing to
@@ -148,9 +153,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.stopWatchdog()
-	// Release even if ctx is already cancelled. go-redis's read and write
-	// timeouts still bound the round trip.
-	ok, err := l.h.release(context.WithoutCancel(ctx), l.token)
+	var ok bool
+	var err error
+	if ctx.Err() != nil {
+		rctx, cancel := detached(ctx)
+		ok, err = l.h.release(rctx, l.token)
+		cancel()
+	} else if ok, err = l.h.release(ctx, l.token); err != nil && ctx.Err() != nil {
+		releaseLater(ctx, l.h, l.token)
+	}
 	l.end(ErrNotHeld)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)

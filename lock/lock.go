@@ -147,16 +147,14 @@ func retryAfter(pttl int64, o *options) time.Duration {
 // grant turns the reply of an acquire script, {1, fence} or {0, pttl}, into
 // the result of an attempt by token on behalf of holder h. On a Redis error
 // the script may have run although no reply came back (a timeout, a
-// cancelled context, a broken connection): h releases token on a detached
-// context, so a failed acquire never leaves an orphan lock behind for a
-// whole TTL. A waiter that holds a place it must renew (a ticket, a claim)
+// cancelled context, a broken connection): h releases token in the
+// background (see rollback), so a failed acquire never leaves an orphan
+// lock behind for a whole TTL and never keeps its caller waiting. A waiter that holds a place it must renew (a ticket, a claim)
 // comes back within a third of the TTL.
 func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, res []int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
 	if err != nil {
 		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = h.release(rctx, token)
-			cancel()
+			releaseLater(ctx, h, token)
 		}
 		return nil, 0, redisErr(ctx, op, name, err)
 	}

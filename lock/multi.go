@@ -114,17 +114,16 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl)).Int64Slice()
 		if err != nil {
 			// This group's script may have run: undo it with the others.
-			rctx, cancel := detached(ctx)
-			_ = mm.releaseGroups(rctx, token, mm.groups[:gi+1])
-			cancel()
+			mm.releaseLater(ctx, token, mm.groups[:gi+1])
 			return nil, 0, "", redisErr(ctx, "acquire", mm.label, err)
 		}
 		if res[0] == 0 {
+			// Back off before waiting. If that fails, the next attempt
+			// must not meet a late release of its own token: the caller
+			// gets the error, and the rollback runs in the background.
 			if gi > 0 {
-				rctx, cancel := detached(ctx)
-				err := mm.releaseGroups(rctx, token, mm.groups[:gi])
-				cancel()
-				if err != nil {
+				if err := mm.releaseGroups(ctx, token, mm.groups[:gi]); err != nil {
+					mm.releaseLater(ctx, token, mm.groups[:gi])
 					return nil, 0, "", redisErr(ctx, "back off", mm.label, err)
 				}
 			}
@@ -139,6 +138,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 	l := newLease(mm, mm.label, token, top, sent, &mm.opts)
 	l.fences = fences
 	return l, 0, "", nil
+}
+
+// releaseLater rolls back token's hold on groups in the background.
+func (mm *MultiMutex) releaseLater(ctx context.Context, token string, groups [][]int) {
+	rollback(ctx, func(ctx context.Context) { _ = mm.releaseGroups(ctx, token, groups) })
 }
 
 func (mm *MultiMutex) releaseGroups(ctx context.Context, token string, groups [][]int) error {

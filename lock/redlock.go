@@ -102,8 +102,8 @@ type reply struct {
 var errNoReply = errors.New("no reply in time")
 
 // each runs f against every server at once, each bounded by nodeTimeout,
-// and returns the replies in server order. It does not wait for a server
-// that overruns its timeout (go-redis can block on a hung server beyond a
+// and returns the replies in server order. It returns when ctx ends, and it
+// does not wait for a server that overruns its timeout (go-redis can block on a hung server beyond a
 // context's deadline): that server counts as failed, and its late reply is
 // dropped.
 func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
@@ -132,6 +132,8 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 			out[x.i] = x.reply
 		case <-t.C:
 			return out
+		case <-ctx.Done():
+			return out // the caller's deadline wins over the servers'
 		}
 	}
 	return out
@@ -160,9 +162,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	// Not granted (or granted too late to be of use): undo on every
 	// server, including those whose reply was lost.
 	if ok > 0 || failed > 0 {
-		rctx, cancel := detached(ctx)
-		_, _ = r.release(rctx, token)
-		cancel()
+		releaseLater(ctx, r, token)
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, 0, cerr

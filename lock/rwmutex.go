@@ -73,9 +73,9 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
 	if err != nil {
-		rctx, cancel := detached(ctx)
-		_ = rwRCancel.Run(rctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
-		cancel()
+		rollback(ctx, func(ctx context.Context) {
+			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
+		})
 	}
 	return l, err
 }
@@ -97,9 +97,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 		return rw.tryWrite(ctx, token, "wait")
 	})
 	if err != nil {
-		rctx, cancel := detached(ctx)
-		_, _ = writer{rw}.release(rctx, token)
-		cancel()
+		releaseLater(ctx, writer{rw}, token)
 	}
 	return l, err
 }

@@ -237,6 +237,7 @@ func testRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T, rdb redis.Universa
 	if err := <-errc; err != context.Canceled {
 		t.Errorf("RLock = %v; want context.Canceled", err)
 	}
+	lock.WaitRollbacks()
 	w.Unlock(t.Context()) // would admit the waiting reader, had it stayed
 	if _, ok, err := rw.TryLock(t.Context()); !ok || err != nil {
 		t.Errorf("TryLock after the waiting reader left = %v, %v; want true", ok, err)
@@ -263,6 +264,7 @@ func testRWMutexWaitingWriterBlocksNewReaders(t *testing.T, rdb redis.UniversalC
 	if err := <-errc; err != context.Canceled {
 		t.Errorf("Lock = %v; want context.Canceled", err)
 	}
+	lock.WaitRollbacks()
 	l, ok, err := rw.TryRLock(t.Context())
 	if !ok || err != nil {
 		t.Errorf("TryRLock after the writer gave up = %v, %v; want true", ok, err)

@@ -88,9 +88,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	if err != nil {
 		// Leave the queue now rather than when the ticket expires: a ghost
 		// at the head would hold up everyone behind it for one TTL.
-		rctx, cancel := detached(ctx)
-		_, _ = s.release(rctx, token)
-		cancel()
+		releaseLater(ctx, s, token)
 	}
 	return l, err
 }
