@@ -19,6 +19,14 @@ var (
 	// overlapped with another holder's; fencing numbers tell which is newer.
 	ErrNotHeld = errors.New("lock: not held")
 
+	// ErrNotObtained is returned by a blocking acquire (Lock, RLock,
+	// Acquire) that gave up because its context ended or its wait timeout
+	// passed before the lock was free: the lock is busy, not broken. The
+	// error also matches the context's error, so errors.Is(err,
+	// context.DeadlineExceeded) still tells a timeout from a cancellation.
+	// TryLock and its kin report a busy lock as false with a nil error.
+	ErrNotObtained = errors.New("lock: not obtained")
+
 	// ErrLost is the cause reported by [Lease.Err] once a lease was lost:
 	// it expired in Redis, an extension was refused, or no extension was
 	// confirmed before the lease's safe deadline.
@@ -68,7 +76,8 @@ func WithTTL(d time.Duration) Option {
 
 // WithWaitTimeout bounds how long a blocking acquire waits, on top of its
 // context's deadline (the seeds' "retry_timeout"). When it passes, the
-// acquire returns an error matching [context.DeadlineExceeded]. The default
+// acquire returns an error matching [ErrNotObtained] and
+// [context.DeadlineExceeded]. The default
 // is to wait as long as the context allows; use TryLock for no waiting.
 // WithWaitTimeout panics if d is negative.
 func WithWaitTimeout(d time.Duration) Option {
@@ -195,6 +204,15 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
 		defer cancel()
 	}
+	l, err := wait(ctx, c, channel, o, try)
+	if cerr := ctx.Err(); err != nil && cerr != nil && errors.Is(err, cerr) {
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, cerr)
+	}
+	return l, err
+}
+
+// wait is the loop of acquireOn.
+func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o *options, try attempt) (*Lease, error) {
 	// When goroutines of this process already wait for this lock, a new
 	// caller queues behind them instead of trying at once: a holder that
 	// unlocks and locks again would otherwise reach Redis before the waiter

@@ -80,8 +80,8 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 
 // Lock blocks until it holds every name or ctx is done (or the wait timeout
 // passes, see [WithWaitTimeout]). It waits for a release of whichever name
-// was busy last. On failure it returns ctx.Err() or a Redis error and holds
-// none of the names.
+// was busy last. On failure it returns an error matching [ErrNotObtained]
+// and ctx.Err(), or a Redis error, and holds none of the names.
 func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel

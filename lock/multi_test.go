@@ -167,8 +167,8 @@ func testMultiMutexDuplicatesAndCancel(t *testing.T, rdb redis.UniversalClient) 
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := lock.NewMultiMutex(rdb, []string{"e", "f"}).Lock(ctx); err != context.Canceled {
-		t.Errorf("Lock(cancelled) = %v; want context.Canceled", err)
+	if _, err := lock.NewMultiMutex(rdb, []string{"e", "f"}).Lock(ctx); !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock(cancelled) = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock with a cancelled ctx = %v", err)

@@ -61,11 +61,12 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 
 // Lock blocks until it acquires the mutex or ctx is done (or the wait
 // timeout passes, see [WithWaitTimeout]). With [WithFair], waiters are
-// served in arrival order, as by a [Semaphore] of one permit. Waiters are woken by a message
-// Redis publishes on release, not by polling; each wait is still bounded by
-// the holder's remaining TTL, so a lost message or a crashed holder costs
-// at most one TTL. On failure Lock returns ctx.Err() or a Redis error, and
-// holds nothing.
+// served in arrival order, as by a [Semaphore] of one permit. Waiters are
+// woken by a message Redis publishes on release, not by polling; each wait
+// is still bounded by the holder's remaining TTL, so a lost message or a
+// crashed holder costs at most one TTL. On failure Lock returns an error
+// matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
+// nothing.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.fair != nil {
 		return m.fair.Acquire(ctx, 1)

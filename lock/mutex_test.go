@@ -294,8 +294,8 @@ func testLockCancelledWhileWaiting(t *testing.T, rdb redis.UniversalClient) {
 	cancel()
 	select {
 	case err := <-errc:
-		if err != context.Canceled {
-			t.Errorf("Lock = %v; want context.Canceled", err)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+			t.Errorf("Lock = %v; want ErrNotObtained and context.Canceled", err)
 		}
 	case <-time.After(time.Second):
 		t.Fatal("Lock did not return after cancel")
@@ -465,8 +465,8 @@ func TestBadInput(t *testing.T) {
 	// A cancelled context fails fast and leaves nothing behind.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := lock.NewMutex(rdb, "x").Lock(ctx); err != context.Canceled {
-		t.Errorf("Lock(cancelled) = %v; want context.Canceled", err)
+	if _, err := lock.NewMutex(rdb, "x").Lock(ctx); !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock(cancelled) = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	if n := rdb.Exists(t.Context(), "dogpile:mutex:{x}").Val(); n != 0 {
 		t.Errorf("cancelled Lock left the lock key behind")

@@ -65,8 +65,9 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 
 // RLock blocks until it holds the lock for reading or ctx is done (or the
 // wait timeout passes, see [WithWaitTimeout]). It waits while a writer
-// holds the lock or waits for it. On failure RLock returns ctx.Err() or a
-// Redis error and holds nothing.
+// holds the lock or waits for it. On failure RLock returns an error
+// matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
+// nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token() // one place among the waiting readers for the whole wait
 	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
@@ -89,8 +90,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 
 // Lock blocks until it holds the lock for writing or ctx is done (or the
 // wait timeout passes). While it waits, new readers are kept out. On
-// failure Lock returns ctx.Err() or a Redis error, holds nothing and no
-// longer keeps readers out.
+// failure Lock returns an error matching [ErrNotObtained] and ctx.Err(), or
+// a Redis error; it holds nothing and no longer keeps readers out.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token()
 	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {

@@ -234,8 +234,8 @@ func testRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T, rdb redis.Universa
 	}()
 	waitQueue(t, rdb, "dogpile:rw:{gone}:rq", 1)
 	cancel()
-	if err := <-errc; err != context.Canceled {
-		t.Errorf("RLock = %v; want context.Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("RLock = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	lock.WaitRollbacks()
 	w.Unlock(t.Context()) // would admit the waiting reader, had it stayed
@@ -261,8 +261,8 @@ func testRWMutexWaitingWriterBlocksNewReaders(t *testing.T, rdb redis.UniversalC
 		t.Errorf("TryRLock with a writer waiting = %v, %v; want false, nil", ok, err)
 	}
 	cancel() // the writer gives up: readers are welcome again at once
-	if err := <-errc; err != context.Canceled {
-		t.Errorf("Lock = %v; want context.Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	lock.WaitRollbacks()
 	l, ok, err := rw.TryRLock(t.Context())

@@ -76,8 +76,9 @@ func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permit
 // Acquire blocks until it holds n permits or ctx is done (or the wait
 // timeout passes, see [WithWaitTimeout]). It joins the back of the queue and
 // is woken by a message when it reaches the head and permits are free. On
-// failure Acquire returns ctx.Err() or a Redis error, holds nothing, and has
-// left the queue (or will within one TTL if Redis could not be reached).
+// failure Acquire returns an error matching [ErrNotObtained] and
+// ctx.Err(), or a Redis error; it holds nothing, and has left the queue (or
+// will within one TTL if Redis could not be reached).
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	s.check(n)

@@ -381,8 +381,8 @@ func testSemaphoreCancelledWaiterLeavesQueue(t *testing.T, rdb redis.UniversalCl
 	}()
 	waitQueue(t, rdb, "dogpile:sem:{impatient}:q", 1)
 	cancel()
-	if err := <-errc; err != context.Canceled {
-		t.Errorf("Acquire = %v; want context.Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Acquire = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	lock.WaitRollbacks() // leaving runs in the background, see TestDeadlineHoldsWhileRedisPaused
 	if n := queueLen(t, rdb, "dogpile:sem:{impatient}:q"); n != 0 {
