@@ -17,6 +17,7 @@ type primitive struct {
 	name string
 	lock func(ctx context.Context) (*lock.Lease, error)
 	try  func(ctx context.Context) (*lock.Lease, bool, error)
+	key  string // a key a holder's lease lives in
 }
 
 // primitives returns every kind of lock on rdb, all called name, each
@@ -29,13 +30,14 @@ func primitives(rdb redis.UniversalClient, name string, opts ...lock.Option) []p
 	mm := lock.NewMultiMutex(rdb, []string{name + "-a", name + "-b"}, opts...)
 	rl := lock.NewRedlock([]redis.UniversalClient{rdb}, name, opts...)
 	return []primitive{
-		{"Mutex", m.Lock, m.TryLock},
-		{"fair Mutex", fair.Lock, fair.TryLock},
+		{"Mutex", m.Lock, m.TryLock, "dogpile:mutex:{" + name + "}"},
+		{"fair Mutex", fair.Lock, fair.TryLock, "dogpile:mutex:{" + name + "-fair}:h"},
 		{"Semaphore", func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) },
-			func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }},
-		{"RWMutex writer", rw.Lock, rw.TryLock},
-		{"MultiMutex", mm.Lock, mm.TryLock},
-		{"Redlock", rl.Lock, rl.TryLock},
+			func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) },
+			"dogpile:sem:{" + name + "}:h"},
+		{"RWMutex writer", rw.Lock, rw.TryLock, "dogpile:rw:{" + name + "}"},
+		{"MultiMutex", mm.Lock, mm.TryLock, "dogpile:mutex:{" + name + "-b}"},
+		{"Redlock", rl.Lock, rl.TryLock, "dogpile:redlock:{" + name + "}"},
 	}
 }
 

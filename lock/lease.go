@@ -15,6 +15,8 @@ type holder interface {
 	// pttl returns the lease's remaining time to live in Redis, or
 	// ErrNotHeld.
 	pttl(ctx context.Context, token string) (time.Duration, error)
+	// keys names the Redis keys of the lock, for errors.
+	where() string
 }
 
 // A Lease is one owner's hold on a lock, returned by a successful acquire.
@@ -163,6 +165,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		releaseLater(ctx, l.h, l.token)
 	}
 	l.end(ErrNotHeld)
+	if foreign(err) {
+		return foreignErr("release", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
@@ -185,6 +190,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	ok, err := l.h.extend(ctx, l.token, ttl)
+	if foreign(err) {
+		l.end(ErrLost)
+		return foreignErr("extend", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil {
 		return redisErr(ctx, "extend", l.name, err)
 	}
@@ -202,6 +211,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	d, err := l.h.pttl(ctx, l.token)
+	if foreign(err) {
+		return 0, foreignErr("ttl", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil && err != ErrNotHeld {
 		return 0, redisErr(ctx, "ttl", l.name, err)
 	}
@@ -285,6 +297,9 @@ func (l *Lease) watch(ctx context.Context) {
 		ok, err := l.h.extend(rctx, l.token, ttl)
 		cancel()
 		switch {
+		case foreign(err):
+			l.end(ErrLost) // overwritten by another program: not ours any more
+			return
 		case err != nil:
 			continue
 		case !ok:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -161,6 +162,9 @@ func retryAfter(pttl int64, o *options) time.Duration {
 // lock behind for a whole TTL and never keeps its caller waiting. A waiter that holds a place it must renew (a ticket, a claim)
 // comes back within a third of the TTL.
 func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, res []int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
+	if foreign(err) {
+		return nil, 0, foreignErr(op, name, h, err) // nothing was taken
+	}
 	if err != nil {
 		if !redisutil.NeverSent(err) {
 			releaseLater(ctx, h, token)
@@ -278,6 +282,28 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 		return cerr
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, name, err)
+}
+
+// foreign reports whether err is Redis refusing a command on a key that
+// holds another type of value: a key of the lock holds data that another
+// program wrote there. It is no lock of ours, and no sign of a dead server.
+func foreign(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+}
+
+// foreignErr reports that op on the lock called name found foreign data
+// at h's keys; it wraps cause (ErrNotHeld, or Redis's error).
+func foreignErr(op, name string, h holder, cause error) error {
+	return fmt.Errorf("lock: %s %q: %s holds data that is not this lock's: %w", op, name, h.where(), cause)
+}
+
+// keyList names the keys of a lock for foreignErr.
+func keyList(keys ...string) string {
+	if len(keys) == 1 {
+		return "key " + keys[0]
+	}
+	return "one of the keys " + strings.Join(keys, ", ")
 }
 
 // detached returns a context for cleanup work (release, rollback) that must

@@ -112,6 +112,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			keys = append(keys, m.lock, m.fence, m.fairKey)
 		}
 		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl)).Int64Slice()
+		if foreign(err) {
+			// Refused before it wrote anything: undo the groups before it.
+			mm.releaseLater(ctx, token, mm.groups[:gi])
+			return nil, 0, "", foreignErr("acquire", mm.label, mm, err)
+		}
 		if err != nil {
 			// This group's script may have run: undo it with the others.
 			mm.releaseLater(ctx, token, mm.groups[:gi+1])
@@ -171,6 +176,14 @@ func (mm *MultiMutex) locks(g []int) []string {
 		keys[j] = mm.mutexes[i].lock
 	}
 	return keys
+}
+
+func (mm *MultiMutex) where() string {
+	var keys []string
+	for _, m := range mm.mutexes {
+		keys = append(keys, m.lock, m.fairKey)
+	}
+	return keyList(keys...)
 }
 
 // release frees every name; it reports true only if all were still held.

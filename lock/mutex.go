@@ -92,6 +92,8 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	return grant(ctx, m, "acquire", m.name, token, sent, res, err, &m.opts, false)
 }
 
+func (m *Mutex) where() string { return keyList(m.lock, m.fairKey) }
+
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg).Int64()
 	return n == 1, err

@@ -145,10 +145,16 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl)).Int64Slice()
 	})
-	ok, failed := 0, 0
+	ok, failed, alien := 0, 0, 0
 	var errs []error
+	var alienErr error
 	for _, rep := range replies {
 		switch {
+		case foreign(rep.err):
+			// That server answered: the key holds foreign data, so the
+			// lock is busy there, not the server dead.
+			alien++
+			alienErr = rep.err
 		case rep.err != nil:
 			failed++
 			errs = append(errs, rep.err)
@@ -167,6 +173,11 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, 0, cerr
 	}
+	if alien > len(r.clients)-r.quorum {
+		// Foreign data on so many servers that a majority is out of reach
+		// until someone removes it: say so instead of waiting forever.
+		return nil, 0, foreignErr("acquire", r.name, r, alienErr)
+	}
 	if failed > len(r.clients)-r.quorum {
 		return nil, 0, fmt.Errorf("lock: redlock %q: %d of %d servers failed, a majority is out of reach: %w",
 			r.name, failed, len(r.clients), errors.Join(errs...))
@@ -180,6 +191,8 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	return nil, retry, nil
 }
 
+func (r *Redlock) where() string { return keyList(r.keys[0]) }
+
 // count runs a script that returns 1 for "done" on every server and
 // returns how many did it, and the errors of those that failed.
 func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (n, failed int, err error) {
@@ -188,9 +201,12 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 		v, err := f(ctx, c, i)
 		return []int64{v}, err
 	}) {
-		if rep.err != nil {
+		switch {
+		case foreign(rep.err):
+			// It answered, and holds no lease of ours: foreign data.
+		case rep.err != nil:
 			errs = append(errs, rep.err)
-		} else {
+		default:
 			n += int(rep.v[0])
 		}
 	}
@@ -237,6 +253,7 @@ func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error)
 		return []int64{v}, err
 	}) {
 		switch {
+		case foreign(rep.err):
 		case rep.err != nil:
 			errs = append(errs, rep.err)
 		case rep.v[0] >= 0:

@@ -391,12 +391,13 @@ return out
 `)
 
 // multiRelease deletes each lock that holds our token and wakes one waiter
-// per process on its channel; it returns how many it deleted.
+// per process on its channel; it returns how many it deleted. A key that
+// holds foreign data is not ours (pcall: it must not stop the others).
 // KEYS: (lock, wake channel)... ARGV: token, PUBLISH or SPUBLISH.
 var multiRelease = redis.NewScript(`
 local n = 0
 for i = 1, #KEYS, 2 do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 1 then
+  if redis.pcall('HEXISTS', KEYS[i], ARGV[1]) == 1 then
     redis.call('DEL', KEYS[i])
     redis.call(ARGV[2], KEYS[i+1], '1')
     n = n + 1

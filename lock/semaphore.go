@@ -127,6 +127,8 @@ func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string)
 	return grant(ctx, s, "acquire", s.name, token, sent, res, err, &s.opts, true) // renews its ticket
 }
 
+func (s *Semaphore) where() string { return keyList(s.keys[:4]...) }
+
 func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
 	n, err := semRelease.Run(ctx, s.client, s.keys[:4], token, s.permits, s.prefix, s.publish).Int64()
 	return n == 1, err
