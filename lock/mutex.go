@@ -85,6 +85,16 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	return l, l != nil, err
 }
 
+// Locked reports whether anyone holds the mutex: a plain or a fair holder,
+// in any process. It is a snapshot: the lock may change hands at once.
+func (m *Mutex) Locked(ctx context.Context) (bool, error) {
+	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
+	if err != nil {
+		return false, redisErr(ctx, "locked", m.name, err)
+	}
+	return n == 1, nil
+}
+
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()

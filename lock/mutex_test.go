@@ -98,6 +98,7 @@ func TestMutex(t *testing.T) {
 			"DoReleasesOnPanic":                  testDoReleasesOnPanic,
 			"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
 			"LeaseHandOff":                       testLeaseHandOff,
+			"Locked":                             testMutexLocked,
 		} {
 			t.Run(name, func(t *testing.T) { f(t, rdb) })
 		}

@@ -136,6 +136,17 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
 }
 
+// Locked reports whether anyone holds the lock: a writer, or any live
+// reader, in any process. A writer that waits does not count. It is a
+// snapshot: the lock may change hands at once.
+func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
+	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
+	if err != nil {
+		return false, redisErr(ctx, "locked", rw.name, err)
+	}
+	return n == 1, nil
+}
+
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()

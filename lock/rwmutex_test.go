@@ -102,6 +102,7 @@ func TestRWMutex(t *testing.T) {
 			{"Upgrade", testRWMutexUpgrade},
 			{"DoubleUnlockAndCancelledContext", testRWMutexDoubleUnlockAndCancelledContext},
 			{"ReaderLeasesExtendAlone", testRWMutexReaderLeasesExtendAlone},
+			{"Locked", testRWMutexLocked},
 		} {
 			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
 		}

@@ -57,6 +57,23 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end
 return redis.call('PTTL', KEYS[1])
 `)
 
+// lockedLib tells whether a lock key is held: the key exists (it always
+// carries a TTL when it is ours), or a zset of holders scored by expiry
+// (server time, ms) has a live member.
+const lockedLib = `
+local function held(key, holders)
+  if redis.call('EXISTS', key) == 1 then return 1 end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('ZCOUNT', holders, '(' .. now, '+inf') > 0 then return 1 end
+  return 0
+end
+`
+
+// mutexLocked returns 1 if a plain or a fair (WithFair) holder holds the
+// mutex, else 0. KEYS: lock, fair holders.
+var mutexLocked = redis.NewScript(lockedLib + `return held(KEYS[1], KEYS[2])`)
+
 // A semaphore (and a fair mutex, a semaphore of one permit) keeps:
 //
 //	h      zset  {token: expiry ms, server time}  one member per holder
@@ -255,6 +272,10 @@ redis.call('HSET', KEYS[3], ARGV[1], f)
 keep(KEYS[2], KEYS[3], now)
 return {1, f}
 `)
+
+// rwLocked returns 1 if a writer or a live reader holds the lock, else 0.
+// KEYS: base, r.
+var rwLocked = redis.NewScript(lockedLib + `return held(KEYS[1], KEYS[2])`)
 
 // rwRCancel withdraws a reader that gave up waiting: it leaves the waiting
 // and the admitted readers, so it keeps no writer out.
