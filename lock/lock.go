@@ -101,9 +101,11 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithAutoExtend makes every lease extend itself by its TTL every third of
 // the TTL while held (a watchdog), so work may outlast the TTL while a
-// crashed holder still frees the lock within one TTL. When an extension is
-// refused, or none is confirmed before the lease's safe deadline, the lease
-// is lost: [Lease.Done] closes. The watchdog stops before Unlock returns.
+// crashed holder still frees the lock within one TTL. An extension that
+// fails (a lost reply, a timeout) is retried at once with backoff, so
+// network blips cost nothing. When an extension is refused, or none is
+// confirmed before the lease's safe deadline, the lease is lost:
+// [Lease.Done] closes. The watchdog stops before Unlock returns.
 func WithAutoExtend() Option {
 	return optionFunc(func(o *options) { o.autoExtend = true })
 }
