@@ -29,6 +29,13 @@
 // pass it to the storage you protect and have it reject numbers lower than
 // the highest it has seen.
 //
+// The fencing counter is the one key that outlives a lock's leases. It is
+// kept for a retention after the last acquisition ([WithRetention], 7 days
+// by default), so that locks named per request leave nothing behind. A
+// counter created anew starts from the Redis server's clock in
+// microseconds, so numbers keep increasing across the reset as long as the
+// server's clock does not go back by more than the retention.
+//
 // # Waiting
 //
 // A blocked acquire does not poll. Releases publish a message on a channel

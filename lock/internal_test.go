@@ -15,18 +15,18 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
 	keys := []string{m.lock, m.fence, m.lock + ":h"}
-	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
+	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
+	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first[0] != 1 || again[0] != 1 || first[1] != again[1] {
 		t.Errorf("acquire = %v, retry = %v; want both {1, same fence}", first, again)
 	}
-	other, _ := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000).Int64Slice()
+	other, _ := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 60000).Int64Slice()
 	if other[0] != 0 || other[1] <= 0 || other[1] > 1000 {
 		t.Errorf("foreign acquire = %v; want {0, pttl}", other)
 	}

@@ -50,6 +50,8 @@ type options struct {
 	autoExtend  bool
 	maxHold     time.Duration
 	fair        bool
+	retention   time.Duration
+	retentionMs int64 // the script argument, computed once
 }
 
 func buildOptions(opts []Option) options {
@@ -57,10 +59,12 @@ func buildOptions(opts []Option) options {
 		ttl:        10 * time.Second,
 		minBackoff: 2 * time.Millisecond,
 		maxBackoff: 500 * time.Millisecond,
+		retention:  DefaultRetention,
 	}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
+	o.retentionMs = redisutil.Millis(o.retention)
 	return o
 }
 
@@ -129,6 +133,29 @@ func WithMaxHold(d time.Duration) Option {
 // process must use WithFair. Other primitives ignore this option.
 func WithFair() Option {
 	return optionFunc(func(o *options) { o.fair = true })
+}
+
+// DefaultRetention is how long a lock's fencing counter outlives its last
+// acquisition unless [WithRetention] says otherwise.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// WithRetention sets how long a lock's fencing counter, the one key of a
+// lock that outlives its leases, is kept after the lock was last acquired.
+// Past that, the lock leaves no key at all in Redis, so locks named per
+// request (an order ID, an invoice number) do not accumulate. The default
+// is [DefaultRetention], 7 days.
+//
+// Fencing numbers still strictly increase per name across the reset: a
+// counter created anew starts from the Redis server's clock in
+// microseconds, which exceeds every number the expired counter gave out,
+// as long as the server's clock never goes back by more than the retention
+// (and a lock is acquired less than a million times a second). WithRetention
+// panics if d is less than a millisecond.
+func WithRetention(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("lock: retention %v is below 1ms", d))
+	}
+	return optionFunc(func(o *options) { o.retention = d })
 }
 
 // keyspace derives the Redis names of a lock. Every key and channel of one

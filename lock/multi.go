@@ -111,7 +111,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			m := mm.mutexes[i]
 			keys = append(keys, m.lock, m.fence, m.fairKey)
 		}
-		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl)).Int64Slice()
+		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs).Int64Slice()
 		if foreign(err) {
 			// Refused before it wrote anything: undo the groups before it.
 			mm.releaseLater(ctx, token, mm.groups[:gi])

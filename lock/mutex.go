@@ -19,7 +19,7 @@ type Mutex struct {
 	client  redis.UniversalClient
 	name    string
 	lock    string // hash {token: fence}, with the lease TTL
-	fence   string // fencing counter; never expires
+	fence   string // fencing counter, kept for the retention (WithRetention)
 	channel string // wake-ups on release
 	publish string
 	fairKey string     // the fair holders of the same name (see WithFair)
@@ -98,7 +98,7 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl)).Int64Slice()
+	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl), m.opts.retentionMs).Int64Slice()
 	return grant(ctx, m, "acquire", m.name, token, sent, res, err, &m.opts, false)
 }
 

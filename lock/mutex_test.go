@@ -225,8 +225,8 @@ func testFencingOutlivesLocks(t *testing.T, rdb redis.UniversalClient) {
 	if n := rdb.Exists(ctx, "dogpile:mutex:{fenced}").Val(); n != 0 {
 		t.Errorf("lock key left after release")
 	}
-	if d := rdb.PTTL(ctx, "dogpile:mutex:{fenced}:fence").Val(); d != -1 {
-		t.Errorf("fence counter PTTL = %v; want no expiry (it outlives every lock)", d)
+	if d := rdb.PTTL(ctx, "dogpile:mutex:{fenced}:fence").Val(); d < lock.DefaultRetention-time.Minute || d > lock.DefaultRetention {
+		t.Errorf("fence counter PTTL = %v; want the retention, %v (it outlives every lock)", d, lock.DefaultRetention)
 	}
 }
 
@@ -444,6 +444,7 @@ func TestBadInput(t *testing.T) {
 		"bad backoff":  func() { lock.WithBackoff(time.Second, time.Millisecond) },
 		"zero extend":  func() { (&lock.Lease{}).Extend(t.Context(), 0) },
 		"neg max hold": func() { lock.WithMaxHold(-1) },
+		"no retention": func() { lock.WithRetention(0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

@@ -143,7 +143,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
-		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl)).Int64Slice()
+		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs).Int64Slice()
 	})
 	ok, failed, alien := 0, 0, 0
 	var errs []error

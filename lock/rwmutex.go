@@ -149,13 +149,13 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
+	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
 	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, res, err, &rw.opts, true) // renews its place
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
+	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
 	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, res, err, &rw.opts, true) // renews its claim
 }
 

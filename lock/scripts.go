@@ -9,17 +9,39 @@ import "github.com/redis/go-redis/v9"
 // A mutex is a hash {token: fence} with a TTL, so that the token and the
 // fencing number it was given live and die together.
 
+// fenceLib mints fencing numbers. A lock's counter expires after keep ms
+// without an acquisition (WithRetention), so that per-request lock names
+// do not fill Redis. A counter created anew starts from the server's clock
+// in microseconds instead of 1: above every number the expired counter
+// gave, since that counter started from an earlier clock reading and
+// grew by one per acquisition (far fewer than one per microsecond), unless
+// the server's clock went back by more than the retention.
+const fenceLib = `
+local function nextfence(key, keep)
+  local f = redis.call('INCR', key)
+  if f == 1 then
+    local t = redis.call('TIME')
+    local us = t[1] .. string.sub('00000' .. t[2], -6)
+    redis.call('SET', key, us)
+    f = tonumber(us)
+  end
+  redis.call('PEXPIRE', key, keep)
+  return f
+end
+`
+
 // mutexAcquire takes the lock if it is free, or reports that it is already
 // ours (a retried request whose first reply was lost: go-redis retries on
 // network errors), returning {1, fence}; otherwise {0, holder's PTTL}. A
 // fair holder of the same name (see WithFair) keeps it busy too.
-// KEYS: lock, fence counter, fair holders. ARGV: token, ttl ms.
-var mutexAcquire = redis.NewScript(`
+// KEYS: lock, fence counter, fair holders. ARGV: token, ttl ms, retention
+// ms.
+var mutexAcquire = redis.NewScript(fenceLib + `
 local t = redis.call('PTTL', KEYS[1])
 if t == -2 then
   local fair = redis.call('PTTL', KEYS[3])
   if fair ~= -2 then return {0, fair} end
-  local f = redis.call('INCR', KEYS[2])
+  local f = nextfence(KEYS[2], ARGV[3])
   redis.call('HSET', KEYS[1], ARGV[1], f)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, f}
@@ -80,14 +102,14 @@ var mutexLocked = redis.NewScript(lockedLib + `return held(KEYS[1], KEYS[2])`)
 //	n      hash  {token: "permits:fence"}
 //	q      zset  {token: sequence}                 the FIFO queue of waiters
 //	qx     zset  {token: expiry ms}                each ticket's own lease
-//	fence  counter, never expires; also numbers the queue
+//	fence  counter (see fenceLib); also numbers the queue
 //	base   the plain mutex key of the same name: busy while it exists
 //
 // Each zset gets a PEXPIRE at its latest score, so an abandoned semaphore
-// leaves only its counter behind. Expired members are pruned at the start
+// leaves only its counter behind, until the retention passes. Expired members are pruned at the start
 // of every script, so the count of permits in use is always derived from
 // live holders: a double release or a dead holder can never inflate it.
-const semLib = `
+const semLib = fenceLib + `
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -123,7 +145,7 @@ end
 // wait} and, in "wait" mode, queues token (once) and renews its ticket.
 // When permits are left after a grant, the next waiter is woken.
 // KEYS: h, n, q, qx, fence, base. ARGV: token, n, permits, ttl ms, mode,
-// wake channel prefix, PUBLISH or SPUBLISH.
+// wake channel prefix, PUBLISH or SPUBLISH, retention ms.
 var semAcquire = redis.NewScript(semLib + `
 local now = clock()
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
@@ -139,7 +161,7 @@ local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if base == -2 and (#head == 0 or head[1] == tok) and used + want <= permits then
   redis.call('ZREM', KEYS[3], tok)
   redis.call('ZREM', KEYS[4], tok)
-  local f = redis.call('INCR', KEYS[5])
+  local f = nextfence(KEYS[5], ARGV[8])
   redis.call('ZADD', KEYS[1], now + ttl, tok)
   redis.call('HSET', KEYS[2], tok, want .. ':' .. f)
   keep(KEYS[1], KEYS[2], now)
@@ -152,7 +174,7 @@ if #first > 0 then wait = tonumber(first[2]) - now end
 if base > 0 then wait = math.min(wait, base) end
 if ARGV[5] == 'wait' then
   if not redis.call('ZSCORE', KEYS[3], tok) then
-    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), tok)
+    redis.call('ZADD', KEYS[3], nextfence(KEYS[5], ARGV[8]), tok)
   end
   redis.call('ZADD', KEYS[4], now + ttl, tok)
   keep(KEYS[4], KEYS[3], now)
@@ -214,7 +236,7 @@ return tonumber(ARGV[1]) - used
 //	r      zset  {token: expiry ms}   one member per reader
 //	rf     hash  {token: fence}       the readers' fences
 //	ww     zset  {token: expiry ms}   writers waiting, each with its own lease
-//	fence  counter, never expires
+//	fence  counter (see fenceLib)
 //	rq     zset  {token: expiry ms}   readers waiting, each with its own lease
 //	ra     zset  {token: expiry ms}   readers admitted by the last writer
 //
@@ -239,7 +261,8 @@ end
 // holds the lock or waits for it, unless token was admitted by the last
 // writer's unlock. In "wait" mode a refused reader registers (or renews) its
 // place among the waiting readers.
-// KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode.
+// KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode,
+// retention ms.
 var rwRLock = redis.NewScript(rwLib + `
 local now = clock()
 local ttl = tonumber(ARGV[2])
@@ -266,7 +289,7 @@ if redis.call('ZREM', KEYS[7], ARGV[1]) == 0 then
   if #ww > 0 then return refuse(math.max(1, tonumber(ww[2]) - now)) end
 end
 redis.call('ZREM', KEYS[6], ARGV[1])
-f = redis.call('INCR', KEYS[5])
+f = nextfence(KEYS[5], ARGV[4])
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], f)
 keep(KEYS[2], KEYS[3], now)
@@ -290,7 +313,8 @@ return 1
 // reader, admitted or in, returning {1, fence} (also for a retried
 // request). Otherwise it returns {0, ms to wait} and, in "wait" mode,
 // registers or renews token as a waiting writer, which keeps new readers
-// out. KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode.
+// out. KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode,
+// retention ms.
 var rwLock = redis.NewScript(rwLib + `
 local now = clock()
 local ttl = tonumber(ARGV[2])
@@ -307,7 +331,7 @@ local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if #last == 0 then last = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES') end
 if w == -2 and #last == 0 then
   redis.call('ZREM', KEYS[4], ARGV[1])
-  f = redis.call('INCR', KEYS[5])
+  f = nextfence(KEYS[5], ARGV[4])
   redis.call('HSET', KEYS[1], ARGV[1], f)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, f}
@@ -387,8 +411,8 @@ return {1, tonumber(f)}
 // multiAcquire takes every lock if all are free or already ours (a retried
 // request), returning {1, fence...} in KEYS order; otherwise it changes
 // nothing and returns {0, index of a busy name (from 1), its PTTL}.
-// KEYS: (lock, fence, fair holders)... ARGV: token, ttl ms.
-var multiAcquire = redis.NewScript(`
+// KEYS: (lock, fence, fair holders)... ARGV: token, ttl ms, retention ms.
+var multiAcquire = redis.NewScript(fenceLib + `
 for i = 1, #KEYS, 3 do
   local t = redis.call('PTTL', KEYS[i])
   if t == -2 then
@@ -402,7 +426,7 @@ local out = {1}
 for i = 1, #KEYS, 3 do
   local f = redis.call('HGET', KEYS[i], ARGV[1])
   if not f then
-    f = redis.call('INCR', KEYS[i+1])
+    f = nextfence(KEYS[i+1], ARGV[3])
     redis.call('HSET', KEYS[i], ARGV[1], f)
   end
   redis.call('PEXPIRE', KEYS[i], ARGV[2])

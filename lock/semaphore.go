@@ -123,7 +123,7 @@ func (s *Semaphore) check(n int64) {
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
+	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish, s.opts.retentionMs).Int64Slice()
 	return grant(ctx, s, "acquire", s.name, token, sent, res, err, &s.opts, true) // renews its ticket
 }
 
