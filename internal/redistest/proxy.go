@@ -11,10 +11,10 @@ import (
 // on purpose: the fault behind go-redis's automatic retries, where a
 // command ran on the server but its caller never heard back.
 type Proxy struct {
-	l        net.Listener
-	target   string
-	toDrop   atomic.Int64 // replies still to drop
-	dropped  atomic.Int64
+	l       net.Listener
+	target  string
+	toDrop  atomic.Int64 // replies still to drop
+	dropped atomic.Int64
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
