@@ -30,18 +30,22 @@
 // the highest it has seen.
 //
 // The fencing counter is the one key that outlives a lock's leases. It is
-// kept for a retention after the last acquisition ([WithRetention], 7 days
-// by default), so that locks named per request leave nothing behind. A
-// counter created anew starts from the Redis server's clock in
-// microseconds, so numbers keep increasing across the reset as long as the
-// server's clock does not go back by more than the retention.
+// kept for a retention ([WithRetention], 7 days by default) and then
+// created anew by the next acquisition, so that locks named per request
+// leave nothing behind. A counter created anew starts from the Redis
+// server's clock in microseconds, so numbers keep increasing across the
+// reset as long as the server's clock does not go back by more than the
+// retention. Fencing numbers increase with gaps: an attempt on a busy
+// mutex uses one up.
 //
 // # Waiting
 //
-// A blocked acquire does not poll. Releases publish a message on a channel
-// in the lock's hash slot (sharded pub/sub on a Redis Cluster), and all
-// waiters of a client share one subscription connection. Messages can be
-// lost, so each wait is also bounded by the holder's remaining TTL.
+// A blocked acquire does not poll. A waiter marks the lock as awaited, and
+// the release of an awaited lock publishes a message on a channel in the
+// lock's hash slot (sharded pub/sub on a Redis Cluster; a release nobody
+// waits for publishes nothing). All waiters of a client share one
+// subscription connection. Messages can be lost, so each wait is also
+// bounded by the holder's remaining TTL.
 //
 // # Deadlines
 //

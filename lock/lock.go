@@ -135,13 +135,14 @@ func WithFair() Option {
 	return optionFunc(func(o *options) { o.fair = true })
 }
 
-// DefaultRetention is how long a lock's fencing counter outlives its last
-// acquisition unless [WithRetention] says otherwise.
+// DefaultRetention is how long a lock's fencing counter is kept unless
+// [WithRetention] says otherwise.
 const DefaultRetention = 7 * 24 * time.Hour
 
 // WithRetention sets how long a lock's fencing counter, the one key of a
-// lock that outlives its leases, is kept after the lock was last acquired.
-// Past that, the lock leaves no key at all in Redis, so locks named per
+// lock that outlives its leases, is kept: it expires d after it was
+// created, and the next acquisition creates it anew. So a lock that nobody
+// acquires for d leaves no key at all in Redis, and locks named per
 // request (an order ID, an invoice number) do not accumulate. The default
 // is [DefaultRetention], 7 days.
 //
@@ -183,14 +184,15 @@ func retryAfter(pttl int64, o *options) time.Duration {
 	return redisutil.Wait(pttl, o.maxBackoff)
 }
 
-// grant turns the reply of an acquire script, {1, fence} or {0, pttl}, into
-// the result of an attempt by token on behalf of holder h. On a Redis error
+// grant turns the reply of an acquire script, granted with fence v or not
+// with the holder's PTTL v, into the result of an attempt by token on
+// behalf of holder h. On a Redis error
 // the script may have run although no reply came back (a timeout, a
 // cancelled context, a broken connection): h releases token in the
 // background (see rollback), so a failed acquire never leaves an orphan
 // lock behind for a whole TTL and never keeps its caller waiting. A waiter that holds a place it must renew (a ticket, a claim)
 // comes back within a third of the TTL.
-func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, res []int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
+func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, granted bool, v int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
 	if foreign(err) {
 		return nil, 0, foreignErr(op, name, h, err) // nothing was taken
 	}
@@ -200,14 +202,22 @@ func grant(ctx context.Context, h holder, op, name, token string, sent time.Time
 		}
 		return nil, 0, redisErr(ctx, op, name, err)
 	}
-	if res[0] == 0 {
-		retry := retryAfter(res[1], o)
+	if !granted {
+		retry := retryAfter(v, o)
 		if renew {
 			retry = min(retry, o.ttl/3)
 		}
 		return nil, retry, nil
 	}
-	return newLease(h, name, token, res[1], sent, o), 0, nil
+	return newLease(h, name, token, v, sent, o), 0, nil
+}
+
+// pair reads the {granted, value} reply of an acquire script.
+func pair(res []int64) (granted bool, v int64) {
+	if len(res) < 2 {
+		return false, 0
+	}
+	return res[0] == 1, res[1]
 }
 
 // pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
@@ -318,8 +328,12 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 // program wrote there. It is no lock of ours, and no sign of a dead server.
 func foreign(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+	return errors.Is(err, errNoTTL) || errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
+
+// errNoTTL stands for a lock key holding a value without expiry, which no
+// lease of ours ever leaves.
+var errNoTTL = errors.New("a value without expiry")
 
 // foreignErr reports that op on the lock called name found foreign data
 // at h's keys; it wraps cause (ErrNotHeld, or Redis's error).

@@ -109,7 +109,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 		keys := make([]string, 0, 3*len(g))
 		for _, i := range g {
 			m := mm.mutexes[i]
-			keys = append(keys, m.lock, m.fence, m.fairKey)
+			keys = append(keys, m.lock, m.fence)
 		}
 		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs).Int64Slice()
 		if foreign(err) {
@@ -121,6 +121,10 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			// This group's script may have run: undo it with the others.
 			mm.releaseLater(ctx, token, mm.groups[:gi+1])
 			return nil, 0, "", redisErr(ctx, "acquire", mm.label, err)
+		}
+		if len(res) > 0 && res[0] == multiForeign {
+			mm.releaseLater(ctx, token, mm.groups[:gi])
+			return nil, 0, "", foreignErr("acquire", mm.label, mm.mutexes[g[res[1]-1]], errNoTTL)
 		}
 		if res[0] == 0 {
 			// Back off before waiting. If that fails, the next attempt
@@ -178,10 +182,13 @@ func (mm *MultiMutex) locks(g []int) []string {
 	return keys
 }
 
+// multiForeign is multiAcquire's first reply for a key of foreign data.
+const multiForeign = -1
+
 func (mm *MultiMutex) where() string {
 	var keys []string
 	for _, m := range mm.mutexes {
-		keys = append(keys, m.lock, m.fairKey)
+		keys = append(keys, m.lock)
 	}
 	return keyList(keys...)
 }

@@ -18,7 +18,7 @@ import (
 type Mutex struct {
 	client  redis.UniversalClient
 	name    string
-	lock    string // hash {token: fence}, with the lease TTL
+	lock    string // "token:fence", with the lease TTL (see mutex_scripts.go)
 	fence   string // fencing counter, kept for the retention (WithRetention)
 	channel string // wake-ups on release
 	publish string
@@ -50,9 +50,10 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	}
 	if m.opts.fair {
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
+		m.fair.asFairMutex(m.channel)
 	}
 	m.fairKey = ks.key("h") // = m.fair.keys[0]
-	m.acquireKeys = []string{m.lock, m.fence, m.fairKey}
+	m.acquireKeys = []string{m.lock, m.fence}
 	m.releaseKeys = []string{m.lock, m.channel}
 	m.lockKeys = []string{m.lock}
 	m.publishArg = m.publish
@@ -97,12 +98,39 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 
 func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
+	// A waiter of this process that takes the lock while others of this
+	// process still wait marks it, so that its release wakes them.
+	mark := ""
+	if wake.Waiting(m.client, m.channel) > 0 {
+		mark = awaited
+	}
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl), m.opts.retentionMs).Int64Slice()
-	return grant(ctx, m, "acquire", m.name, token, sent, res, err, &m.opts, false)
+	n, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl), m.opts.retentionMs, mark).Int64()
+	granted, v, err := acquireReply(n, err)
+	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
 }
 
-func (m *Mutex) where() string { return keyList(m.lock, m.fairKey) }
+// awaited is the mark appended to a lock's value when someone waits for it.
+const awaited = "+"
+
+// replyForeign is mutexAcquire's reply for a key without TTL: foreign data.
+const replyForeign = 0
+
+// acquireReply reads mutexAcquire's reply: a fence (> 0) when granted, else
+// -1 - the holder's PTTL, or replyForeign.
+func acquireReply(n int64, err error) (granted bool, v int64, _ error) {
+	switch {
+	case err != nil:
+		return false, 0, err
+	case n == replyForeign:
+		return false, 0, errNoTTL
+	case n < 0:
+		return false, -1 - n, nil
+	}
+	return true, n, nil
+}
+
+func (m *Mutex) where() string { return keyList(m.lock) }
 
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg).Int64()

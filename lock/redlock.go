@@ -35,7 +35,7 @@ type Redlock struct {
 	clients []redis.UniversalClient
 	publish []string
 	name    string
-	keys    []string // lock, fence counter (unused), fair holders (unused), wake channel
+	keys    []string // lock, fence counter (fences unused), wake channel
 	quorum  int
 	opts    options
 }
@@ -51,7 +51,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 	r := &Redlock{
 		clients: slices.Clone(clients),
 		name:    name,
-		keys:    []string{string(ks), ks.key("fence"), ks.key("h"), ks.key("wake")},
+		keys:    []string{string(ks), ks.key("fence"), ks.key("wake")},
 		quorum:  len(clients)/2 + 1,
 		opts:    buildOptions(opts),
 	}
@@ -143,7 +143,11 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
-		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs).Int64Slice()
+		granted, v, err := acquireReply(mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs, "").Int64())
+		if granted {
+			return []int64{1, v}, err
+		}
+		return []int64{0, v}, err
 	})
 	ok, failed, alien := 0, 0, 0
 	var errs []error
@@ -217,7 +221,7 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 // still held it.
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
-		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[3]}, token, r.publish[i]).Int64()
+		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[2]}, token, r.publish[i]).Int64()
 	})
 	// Servers that did not answer may still hold our key (a dead server
 	// cannot grant it to anyone else while down): the lease was held to the

@@ -150,13 +150,15 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
-	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, res, err, &rw.opts, true) // renews its place
+	granted, v := pair(res)
+	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its place
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
-	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, res, err, &rw.opts, true) // renews its claim
+	granted, v := pair(res)
+	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its claim
 }
 
 // reader is the holder of a read lease.
@@ -193,12 +195,12 @@ func (h writer) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h writer) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
+	n, err := hashExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 
 func (h writer) pttl(ctx context.Context, token string) (time.Duration, error) {
-	return pttlReply(mutexPTTL.Run(ctx, h.rw.client, h.rw.keys[:1], token).Int64())
+	return pttlReply(hashPTTL.Run(ctx, h.rw.client, h.rw.keys[:1], token).Int64())
 }
 
 // pttlReply interprets the reply of a PTTL script: milliseconds left, or

@@ -4,80 +4,9 @@ import "github.com/redis/go-redis/v9"
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
-// the server's clock: no client timestamp ever reaches Redis.
-//
-// A mutex is a hash {token: fence} with a TTL, so that the token and the
-// fencing number it was given live and die together.
-
-// fenceLib mints fencing numbers. A lock's counter expires after keep ms
-// without an acquisition (WithRetention), so that per-request lock names
-// do not fill Redis. A counter created anew starts from the server's clock
-// in microseconds instead of 1: above every number the expired counter
-// gave, since that counter started from an earlier clock reading and
-// grew by one per acquisition (far fewer than one per microsecond), unless
-// the server's clock went back by more than the retention.
-const fenceLib = `
-local function nextfence(key, keep)
-  local f = redis.call('INCR', key)
-  if f == 1 then
-    local t = redis.call('TIME')
-    local us = t[1] .. string.sub('00000' .. t[2], -6)
-    redis.call('SET', key, us)
-    f = tonumber(us)
-  end
-  redis.call('PEXPIRE', key, keep)
-  return f
-end
-`
-
-// mutexAcquire takes the lock if it is free, or reports that it is already
-// ours (a retried request whose first reply was lost: go-redis retries on
-// network errors), returning {1, fence}; otherwise {0, holder's PTTL}. A
-// fair holder of the same name (see WithFair) keeps it busy too.
-// KEYS: lock, fence counter, fair holders. ARGV: token, ttl ms, retention
-// ms.
-var mutexAcquire = redis.NewScript(fenceLib + `
-local t = redis.call('PTTL', KEYS[1])
-if t == -2 then
-  local fair = redis.call('PTTL', KEYS[3])
-  if fair ~= -2 then return {0, fair} end
-  local f = nextfence(KEYS[2], ARGV[3])
-  redis.call('HSET', KEYS[1], ARGV[1], f)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, f}
-end
-local f = redis.call('HGET', KEYS[1], ARGV[1])
-if f then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(f)}
-end
-return {0, t}
-`)
-
-// mutexRelease deletes the lock if it holds our token and wakes one waiter
-// per process (payload "1", see wake.One). The hash has one field, so
-// removing our token removes the key.
-// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
-var mutexRelease = redis.NewScript(`
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call(ARGV[2], KEYS[2], '1')
-return 1
-`)
-
-// mutexExtend resets the TTL if the lock holds our token; it never
-// re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.
-var mutexExtend = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`)
-
-// mutexPTTL returns the lock's PTTL if it holds our token, else -3.
-// KEYS: lock. ARGV: token.
-var mutexPTTL = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end
-return redis.call('PTTL', KEYS[1])
-`)
+// the server's clock: no client timestamp ever reaches Redis. This file
+// holds the scripts of semaphores (and fair mutexes) and RWMutex; those of
+// the plain mutex are in mutex_scripts.go.
 
 // lockedLib tells whether a lock key is held: the key exists (it always
 // carries a TTL when it is ours), or a zset of holders scored by expiry
@@ -144,8 +73,11 @@ end
 // already holds them gets the same answer. Otherwise it returns {0, ms to
 // wait} and, in "wait" mode, queues token (once) and renews its ticket.
 // When permits are left after a grant, the next waiter is woken.
+// A fair mutex's grant also sets the plain mutex's key to "token:fence"
+// with the same TTL, so plain lockers find the lock busy at once.
 // KEYS: h, n, q, qx, fence, base. ARGV: token, n, permits, ttl ms, mode,
-// wake channel prefix, PUBLISH or SPUBLISH, retention ms.
+// wake channel prefix, PUBLISH or SPUBLISH, retention ms, "1" for a fair
+// mutex.
 var semAcquire = redis.NewScript(semLib + `
 local now = clock()
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
@@ -154,6 +86,7 @@ local mine = redis.call('HGET', KEYS[2], tok)
 if mine then
   redis.call('ZADD', KEYS[1], now + ttl, tok)
   keep(KEYS[1], KEYS[2], now)
+  if ARGV[9] == '1' and ours(redis.call('GET', KEYS[6]), tok) then redis.call('PEXPIRE', KEYS[6], ttl) end
   return {1, tonumber(string.match(mine, ':(%d+)$'))}
 end
 local base = redis.call('PTTL', KEYS[6])
@@ -163,8 +96,9 @@ if base == -2 and (#head == 0 or head[1] == tok) and used + want <= permits then
   redis.call('ZREM', KEYS[4], tok)
   local f = nextfence(KEYS[5], ARGV[8])
   redis.call('ZADD', KEYS[1], now + ttl, tok)
-  redis.call('HSET', KEYS[2], tok, want .. ':' .. f)
+  redis.call('HSET', KEYS[2], tok, want .. ':' .. digits(f))
   keep(KEYS[1], KEYS[2], now)
+  if ARGV[9] == '1' then redis.call('SET', KEYS[6], tok .. ':' .. digits(f), 'PX', ttl) end
   wakehead(KEYS[3], used + want, permits, ARGV[6], ARGV[7])
   return {1, f}
 end
@@ -184,8 +118,10 @@ return {0, math.max(wait, 1)}
 
 // semRelease frees token's permits and drops its ticket, if any, then wakes
 // the head of the queue. It returns 1 if token held live permits, else 0
-// (so a second release changes nothing).
-// KEYS: h, n, q, qx. ARGV: token, permits, wake channel prefix, PUBLISH or SPUBLISH.
+// (so a second release changes nothing). A fair mutex's release also
+// deletes the plain key it set and wakes plain waiters that marked it.
+// KEYS: h, n, q, qx[, base, plain wake channel]. ARGV: token, permits,
+// wake channel prefix, PUBLISH or SPUBLISH[, "1" for a fair mutex].
 var semRelease = redis.NewScript(semLib + `
 local now = clock()
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
@@ -194,6 +130,13 @@ if held then
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[1], ARGV[1])
   used = used - tonumber(string.match(held, '^%d+'))
+  if ARGV[5] == '1' then
+    local v = redis.call('GET', KEYS[5])
+    if ours(v, ARGV[1]) then
+      redis.call('DEL', KEYS[5])
+      if string.sub(v, -1) == '+' then redis.call(ARGV[4], KEYS[6], '1') end
+    end
+  end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -203,14 +146,16 @@ return 0
 `)
 
 // semExtend renews token's permits (or a reader of an RWMutex: KEYS r, rf)
-// if they are still live; it never re-creates expired ones.
-// KEYS: h, n. ARGV: token, ttl ms.
+// if they are still live, and a fair mutex's plain key; it never
+// re-creates expired ones.
+// KEYS: h, n[, base]. ARGV: token, ttl ms[, "1" for a fair mutex].
 var semExtend = redis.NewScript(semLib + `
 local now = clock()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) <= now then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 keep(KEYS[1], KEYS[2], now)
+if ARGV[3] == '1' and ours(redis.call('GET', KEYS[3]), ARGV[1]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 return 1
 `)
 
@@ -388,6 +333,22 @@ redis.call(ARGV[2], KEYS[4], '1')
 return 1
 `)
 
+// hashExtend resets the TTL of an RWMutex's write lock, a hash {token:
+// fence}, if it holds our token; it never re-creates a lock that expired.
+// KEYS: base. ARGV: token, ttl ms.
+var hashExtend = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// hashPTTL returns the write lock's PTTL if it holds our token, else -3.
+// KEYS: base. ARGV: token.
+var hashPTTL = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end
+return redis.call('PTTL', KEYS[1])
+`)
+
 // rwUpgrade turns reader token into the writer, keeping its fence, if it is
 // the only live reader and no writer holds the lock; {1, fence}, else {0}.
 // KEYS: base, r, rf. ARGV: token, ttl ms.
@@ -401,74 +362,4 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], f)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, tonumber(f)}
-`)
-
-// A MultiMutex locks the keys of several plain mutexes at once (KEYS in
-// triples: lock, fence counter, fair holders), so it excludes a Mutex of
-// any of its names. Keys of one script must share a cluster slot; the Go
-// side groups names by slot.
-
-// multiAcquire takes every lock if all are free or already ours (a retried
-// request), returning {1, fence...} in KEYS order; otherwise it changes
-// nothing and returns {0, index of a busy name (from 1), its PTTL}.
-// KEYS: (lock, fence, fair holders)... ARGV: token, ttl ms, retention ms.
-var multiAcquire = redis.NewScript(fenceLib + `
-for i = 1, #KEYS, 3 do
-  local t = redis.call('PTTL', KEYS[i])
-  if t == -2 then
-    local fair = redis.call('PTTL', KEYS[i+2])
-    if fair ~= -2 then return {0, (i+2)/3, fair} end
-  elseif redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then
-    return {0, (i+2)/3, t}
-  end
-end
-local out = {1}
-for i = 1, #KEYS, 3 do
-  local f = redis.call('HGET', KEYS[i], ARGV[1])
-  if not f then
-    f = nextfence(KEYS[i+1], ARGV[3])
-    redis.call('HSET', KEYS[i], ARGV[1], f)
-  end
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  out[#out+1] = tonumber(f)
-end
-return out
-`)
-
-// multiRelease deletes each lock that holds our token and wakes one waiter
-// per process on its channel; it returns how many it deleted. A key that
-// holds foreign data is not ours (pcall: it must not stop the others).
-// KEYS: (lock, wake channel)... ARGV: token, PUBLISH or SPUBLISH.
-var multiRelease = redis.NewScript(`
-local n = 0
-for i = 1, #KEYS, 2 do
-  if redis.pcall('HEXISTS', KEYS[i], ARGV[1]) == 1 then
-    redis.call('DEL', KEYS[i])
-    redis.call(ARGV[2], KEYS[i+1], '1')
-    n = n + 1
-  end
-end
-return n
-`)
-
-// multiExtend resets every lock's TTL if all still hold our token, else
-// changes nothing and returns 0. KEYS: locks. ARGV: token, ttl ms.
-var multiExtend = redis.NewScript(`
-for i = 1, #KEYS do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return 0 end
-end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-return 1
-`)
-
-// multiPTTL returns the smallest PTTL of the locks if all hold our token,
-// else -3. KEYS: locks. ARGV: token.
-var multiPTTL = redis.NewScript(`
-local least = -3
-for i = 1, #KEYS do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return -3 end
-  local t = redis.call('PTTL', KEYS[i])
-  if least == -3 or t < least then least = t end
-end
-return least
 `)
