@@ -29,7 +29,7 @@ type Mutex struct {
 	// Argument lists built once: go-redis copies them, and an acquire or a
 	// release should cost the caller no allocation it can avoid.
 	acquireKeys, releaseKeys, lockKeys []string
-	publishArg                         any
+	publishArg, ttlArg, retentionArg   any
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
@@ -57,6 +57,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	m.releaseKeys = []string{m.lock, m.channel}
 	m.lockKeys = []string{m.lock}
 	m.publishArg = m.publish
+	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
 	return m
 }
 
@@ -100,18 +101,19 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	// A waiter of this process that takes the lock while others of this
 	// process still wait marks it, so that its release wakes them.
-	mark := ""
+	mark := noMark
 	if wake.Waiting(m.client, m.channel) > 0 {
-		mark = awaited
+		mark = awaitedMark
 	}
 	sent := time.Now()
-	n, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl), m.opts.retentionMs, mark).Int64()
+	n, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark).Int64()
 	granted, v, err := acquireReply(n, err)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
 }
 
-// awaited is the mark appended to a lock's value when someone waits for it.
-const awaited = "+"
+// awaitedMark is the mark appended to a lock's value when someone waits
+// for it (boxed once: an acquire should not allocate for it).
+var awaitedMark, noMark any = "+", ""
 
 // replyForeign is mutexAcquire's reply for a key without TTL: foreign data.
 const replyForeign = 0

@@ -9,7 +9,7 @@ import "github.com/redis/go-redis/v9"
 // then. A fair holder (WithFair) sets the same key, so a plain acquirer
 // needs no second look to find the lock busy.
 
-// fenceLib mints fencing numbers. A lock's counter expires keep ms after
+// fenceLib mints fencing numbers (mutexAcquire has its own copy inline). A lock's counter expires keep ms after
 // it was created (WithRetention), so that per-request lock names do not
 // fill Redis, and is then created anew by the next acquisition. A new
 // counter starts from the server's clock in microseconds instead of 1:
@@ -32,6 +32,12 @@ local function nextfence(key, keep)
 end
 -- digits formats a fence: Lua's own number to string gives 1.79e+15.
 local function digits(n) return string.format('%d', n) end
+` + oursLib
+
+// oursLib tells whether a lock's value v is held by token tok. Scripts
+// that mint no fence take only this: every function a script defines is
+// built anew on every call.
+const oursLib = `
 local function ours(v, tok)
   return type(v) == 'string' and string.sub(v, 1, #tok + 1) == tok .. ':'
 end
@@ -45,11 +51,22 @@ end
 // data). A busy attempt wastes a fencing number: fences increase, with
 // gaps. KEYS: lock, fence counter. ARGV: token, ttl ms, retention ms, mark
 // ("+" when more waiters of this process wait, else "").
-var mutexAcquire = redis.NewScript(fenceLib + `
-local f = nextfence(KEYS[2], ARGV[3])
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. digits(f) .. ARGV[4], 'NX', 'PX', ARGV[2]) then return f end
+//
+// The fast path is written out, not called through fenceLib: a script's
+// functions are built anew on every call, and this one runs on every Lock.
+var mutexAcquire = redis.NewScript(`
+local f = redis.call('INCR', KEYS[2])
+if f == 1 then
+  local t = redis.call('TIME')
+  local us = t[1] .. string.sub('00000' .. t[2], -6)
+  redis.call('SET', KEYS[2], us, 'PX', ARGV[3])
+  f = tonumber(us)
+elseif f < 1e15 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4], 'NX', 'PX', ARGV[2]) then return f end
 local v = redis.call('GET', KEYS[1])
-if ours(v, ARGV[1]) then
+if type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(string.match(v, ':(%d+)'))
 end
@@ -62,9 +79,9 @@ return -1 - t
 // mutexRelease deletes the lock if it holds our token and, if someone
 // waits, wakes one waiter per process (payload "1", see wake.One).
 // KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
-var mutexRelease = redis.NewScript(fenceLib + `
+var mutexRelease = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if not ours(v, ARGV[1]) then return 0 end
+if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return 0 end
 redis.call('DEL', KEYS[1])
 if string.sub(v, -1) == '+' then redis.call(ARGV[2], KEYS[2], '1') end
 return 1
@@ -72,7 +89,7 @@ return 1
 
 // mutexExtend resets the TTL if the lock holds our token; it never
 // re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.
-var mutexExtend = redis.NewScript(fenceLib + `
+var mutexExtend = redis.NewScript(oursLib + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
@@ -80,7 +97,7 @@ return 1
 
 // mutexPTTL returns the lock's PTTL if it holds our token, else -3.
 // KEYS: lock. ARGV: token.
-var mutexPTTL = redis.NewScript(fenceLib + `
+var mutexPTTL = redis.NewScript(oursLib + `
 if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return -3 end
 return redis.call('PTTL', KEYS[1])
 `)
@@ -127,7 +144,7 @@ return out
 // it deleted. A key that holds foreign data is not ours (pcall: it must
 // not stop the others). KEYS: (lock, wake channel)... ARGV: token, PUBLISH
 // or SPUBLISH.
-var multiRelease = redis.NewScript(fenceLib + `
+var multiRelease = redis.NewScript(oursLib + `
 local n = 0
 for i = 1, #KEYS, 2 do
   local v = redis.pcall('GET', KEYS[i])
@@ -142,7 +159,7 @@ return n
 
 // multiExtend resets every lock's TTL if all still hold our token, else
 // changes nothing and returns 0. KEYS: locks. ARGV: token, ttl ms.
-var multiExtend = redis.NewScript(fenceLib + `
+var multiExtend = redis.NewScript(oursLib + `
 for i = 1, #KEYS do
   if not ours(redis.pcall('GET', KEYS[i]), ARGV[1]) then return 0 end
 end
@@ -152,7 +169,7 @@ return 1
 
 // multiPTTL returns the smallest PTTL of the locks if all hold our token,
 // else -3. KEYS: locks. ARGV: token.
-var multiPTTL = redis.NewScript(fenceLib + `
+var multiPTTL = redis.NewScript(oursLib + `
 local least = -3
 for i = 1, #KEYS do
   if not ours(redis.pcall('GET', KEYS[i]), ARGV[1]) then return -3 end
