@@ -15,20 +15,21 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
 	keys := []string{m.lock, m.fence}
-	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "").Int64()
+	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "").Int64()
+	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first <= 0 || again != first {
 		t.Errorf("acquire = %v, retry = %v; want both the same fence", first, again)
 	}
-	other, _ := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 60000, "").Int64()
-	if granted, pttl, _ := acquireReply(other, nil); granted || pttl <= 0 || pttl > 1000 {
-		t.Errorf("another owner's acquire = %v; want busy with the holder's PTTL", other)
+	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 60000, "", 0).Result()
+	var ticket int64
+	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= first {
+		t.Errorf("another owner's acquire = %v, %v; want busy with the holder's PTTL and a ticket", other, err)
 	}
 }
 

@@ -167,7 +167,7 @@ func (mm *MultiMutex) releaseCount(ctx context.Context, token string, groups [][
 		for _, i := range g {
 			keys = append(keys, mm.mutexes[i].lock, mm.mutexes[i].channel)
 		}
-		n, err := multiRelease.Run(ctx, mm.client, keys, token, mm.publish).Int()
+		n, err := multiRelease.Run(ctx, mm.client, keys, token, mm.publish, graceArg).Int()
 		total += n
 		errs = append(errs, err)
 	}

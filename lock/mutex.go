@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
@@ -73,7 +74,10 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.fair != nil {
 		return m.fair.Acquire(ctx, 1)
 	}
-	return acquire(ctx, m.client, m.channel, &m.opts, m.try)
+	var ticket int64
+	return acquire(ctx, m.client, m.channel, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return m.try(ctx, &ticket)
+	})
 }
 
 // TryLock makes one attempt to acquire the mutex, in one round trip. It
@@ -83,7 +87,8 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if m.fair != nil {
 		return m.fair.TryAcquire(ctx, 1)
 	}
-	l, _, err := m.try(ctx)
+	noWait := int64(-1)
+	l, _, err := m.try(ctx, &noWait)
 	return l, l != nil, err
 }
 
@@ -97,7 +102,10 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
+// try makes one attempt. *ticket is the waiter's place in line (see
+// mutex_scripts.go): 0 before its first attempt, which draws it; -1 for
+// an attempt that will not wait (TryLock).
+func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	// A waiter of this process that takes the lock while others of this
 	// process still wait marks it, so that its release wakes them.
@@ -105,37 +113,63 @@ func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
 	if wake.Waiting(m.client, m.channel) > 0 {
 		mark = awaitedMark
 	}
+	var t any = *ticket
+	if *ticket == 0 {
+		t = noTicket
+	}
 	sent := time.Now()
-	n, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark).Int64()
-	granted, v, err := acquireReply(n, err)
+	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark, t).Result()
+	granted, v, err := acquireReply(res, err, ticket)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
 }
 
 // awaitedMark is the mark appended to a lock's value when someone waits
-// for it (boxed once: an acquire should not allocate for it).
-var awaitedMark, noMark any = "+", ""
+// for it; noTicket is a first attempt's ticket. Both are boxed once: an
+// acquire should not allocate for them.
+var awaitedMark, noMark, noTicket any = "+", "", int64(0)
 
 // replyForeign is mutexAcquire's reply for a key without TTL: foreign data.
 const replyForeign = 0
 
-// acquireReply reads mutexAcquire's reply: a fence (> 0) when granted, else
-// -1 - the holder's PTTL, or replyForeign.
-func acquireReply(n int64, err error) (granted bool, v int64, _ error) {
-	switch {
-	case err != nil:
+// handoffGrace is how long a released lock stays reserved for its oldest
+// waiter (see mutex_scripts.go): enough for the wake-up and its attempt to
+// arrive; if that waiter is gone, others wait this much longer once.
+const handoffGrace = 10 * time.Millisecond
+
+var graceArg any = redisutil.Millis(handoffGrace)
+
+// acquireReply reads mutexAcquire's reply: a fence (> 0) when granted;
+// replyForeign; or {-1 - the holder's PTTL, the caller's ticket}, which is
+// stored in *ticket unless that is -1 (no waiting, no ticket).
+func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ error) {
+	if err != nil {
 		return false, 0, err
-	case n == replyForeign:
-		return false, 0, errNoTTL
-	case n < 0:
-		return false, -1 - n, nil
 	}
-	return true, n, nil
+	switch r := res.(type) {
+	case int64:
+		if r == replyForeign {
+			return false, 0, errNoTTL
+		}
+		return true, r, nil
+	case []any:
+		if len(r) == 2 {
+			pttl, ok1 := r[0].(int64)
+			t, ok2 := r[1].(int64)
+			if ok1 && ok2 {
+				if *ticket >= 0 {
+					*ticket = t
+				}
+				return false, -1 - pttl, nil
+			}
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v", res)
 }
 
 func (m *Mutex) where() string { return keyList(m.lock) }
 
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg).Int64()
+	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg, graceArg).Int64()
 	return n == 1, err
 }
 

@@ -8,6 +8,17 @@ import "github.com/redis/go-redis/v9"
 // that someone waits for the lock, so the release publishes a wake-up only
 // then. A fair holder (WithFair) sets the same key, so a plain acquirer
 // needs no second look to find the lock busy.
+//
+// Hand-off: every attempt draws a number from the fencing counter, and a
+// waiter keeps the number of its first attempt as its ticket. Waiters mark
+// the lock with the smallest ticket among them ("token:fence+ticket"). The
+// release of a lock so marked does not free it but reserves it for that
+// ticket for a short grace ("~ticket", PX grace) and wakes the waiters:
+// only a waiter holding that ticket (or an older one) may take it. So the
+// releaser, which would otherwise win every race by one round trip, and
+// waiters that came later queue behind the longest waiter, across
+// processes, at the cost of a key and a number per waiter. If that waiter
+// is gone, the reservation lapses after the grace.
 
 // fenceLib mints fencing numbers (mutexAcquire has its own copy inline). A lock's counter expires keep ms after
 // it was created (WithRetention), so that per-request lock names do not
@@ -43,14 +54,18 @@ local function ours(v, tok)
 end
 `
 
-// mutexAcquire takes the lock if it is free, returning the new fence; if
-// the lock is already ours (a retried request whose first reply was lost:
-// go-redis retries on network errors), it returns the fence it got then.
-// Otherwise it marks the lock as awaited and returns -1 - the holder's
-// PTTL, or 0 for a key without TTL, which no lock of ours ever is (foreign
-// data). A busy attempt wastes a fencing number: fences increase, with
-// gaps. KEYS: lock, fence counter. ARGV: token, ttl ms, retention ms, mark
-// ("+" when more waiters of this process wait, else "").
+// mutexAcquire takes the lock if it is free, or reserved for the caller's
+// ticket or a later one, returning the new fence; if the lock is already
+// ours (a retried request whose first reply was lost: go-redis retries on
+// network errors), it returns the fence it got then. Otherwise it marks
+// the lock with the caller's ticket, unless an older one marks it, and
+// returns {-1 - the holder's PTTL, the caller's ticket}; or 0 for a key
+// without TTL, which no lock of ours ever is (foreign data). A busy attempt
+// wastes a fencing number: fences increase, with gaps.
+// KEYS: lock, fence counter. ARGV: token, ttl ms, retention ms, mark ("+"
+// when more waiters of this process wait, else ""), ticket (0 for a first
+// attempt, -1 for one that will not wait: it neither marks nor takes a
+// reserved lock).
 //
 // The fast path is written out, not called through fenceLib: a script's
 // functions are built anew on every call, and this one runs on every Lock.
@@ -72,20 +87,54 @@ if type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
 end
 local t = redis.call('PTTL', KEYS[1])
 if t < 0 then return 0 end
-if string.sub(v, -1) ~= '+' then redis.call('APPEND', KEYS[1], '+') end
-return -1 - t
+local ticket = tonumber(ARGV[5])
+if ticket < 0 then return {-1 - t, 0} end
+if ticket == 0 then ticket = f end
+if string.sub(v, 1, 1) == '~' then
+  if ticket <= tonumber(string.sub(v, 2)) then
+    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4], 'PX', ARGV[2])
+    return f
+  end
+  return {-1 - t, ticket}
+end
+local plus = string.find(v, '+', 1, true)
+local oldest = plus and tonumber(string.sub(v, plus + 1))
+if not oldest or ticket < oldest then
+  local held = plus and string.sub(v, 1, plus - 1) or v
+  redis.call('SET', KEYS[1], held .. '+' .. string.format('%d', ticket), 'KEEPTTL', 'XX')
+end
+return {-1 - t, ticket}
 `)
 
-// mutexRelease deletes the lock if it holds our token and, if someone
-// waits, wakes one waiter per process (payload "1", see wake.One).
-// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
-var mutexRelease = redis.NewScript(`
+// mutexRelease frees the lock if it holds our token, or reserves it for
+// the oldest waiting ticket, and, if someone waits, wakes one waiter per
+// process (payload "1", see wake.One).
+// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH, grace ms.
+var mutexRelease = redis.NewScript(releaseLib + `
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return 0 end
-redis.call('DEL', KEYS[1])
-if string.sub(v, -1) == '+' then redis.call(ARGV[2], KEYS[2], '1') end
+release(KEYS[1], KEYS[2], v, ARGV[2], ARGV[3])
 return 1
 `)
+
+// releaseLib frees a lock whose value v we hold: reserved for the oldest
+// ticket that marked it, deleted otherwise; waiters are woken if any.
+const releaseLib = `
+local function release(key, channel, v, pub, grace)
+  local plus = string.find(v, '+', 1, true)
+  if not plus then
+    redis.call('DEL', key)
+    return
+  end
+  local ticket = string.sub(v, plus + 1)
+  if ticket == '' then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, '~' .. ticket, 'PX', grace)
+  end
+  redis.call(pub, channel, '1')
+end
+`
 
 // mutexExtend resets the TTL if the lock holds our token; it never
 // re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.
@@ -119,7 +168,7 @@ for i = 1, #KEYS, 2 do
   if v and not ours(v, ARGV[1]) then
     local t = redis.call('PTTL', KEYS[i])
     if t < 0 then return {-1, (i+1)/2} end
-    if string.sub(v, -1) ~= '+' then redis.call('APPEND', KEYS[i], '+') end
+    if not string.find(v, '[~+]') then redis.call('APPEND', KEYS[i], '+') end
     return {0, (i+1)/2, t}
   end
   vals[i] = v
@@ -139,18 +188,16 @@ end
 return out
 `)
 
-// multiRelease deletes each lock that holds our token and wakes one waiter
-// per process on the channel of each that was awaited; it returns how many
-// it deleted. A key that holds foreign data is not ours (pcall: it must
-// not stop the others). KEYS: (lock, wake channel)... ARGV: token, PUBLISH
-// or SPUBLISH.
-var multiRelease = redis.NewScript(oursLib + `
+// multiRelease releases each lock that holds our token as mutexRelease
+// does; it returns how many it released. A key that holds foreign data is
+// not ours (pcall: it must not stop the others). KEYS: (lock, wake
+// channel)... ARGV: token, PUBLISH or SPUBLISH, grace ms.
+var multiRelease = redis.NewScript(oursLib + releaseLib + `
 local n = 0
 for i = 1, #KEYS, 2 do
   local v = redis.pcall('GET', KEYS[i])
   if ours(v, ARGV[1]) then
-    redis.call('DEL', KEYS[i])
-    if string.sub(v, -1) == '+' then redis.call(ARGV[2], KEYS[i+1], '1') end
+    release(KEYS[i], KEYS[i+1], v, ARGV[2], ARGV[3])
     n = n + 1
   end
 end

@@ -22,8 +22,12 @@ end
 `
 
 // mutexLocked returns 1 if a plain or a fair (WithFair) holder holds the
-// mutex, else 0. KEYS: lock, fair holders.
-var mutexLocked = redis.NewScript(lockedLib + `return held(KEYS[1], KEYS[2])`)
+// mutex, else 0. A lock reserved for a waiter ("~ticket") is not held.
+// KEYS: lock, fair holders.
+var mutexLocked = redis.NewScript(lockedLib + `
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' and string.sub(v, 1, 1) == '~' then return 0 end
+return held(KEYS[1], KEYS[2])`)
 
 // A semaphore (and a fair mutex, a semaphore of one permit) keeps:
 //
@@ -134,7 +138,7 @@ if held then
     local v = redis.call('GET', KEYS[5])
     if ours(v, ARGV[1]) then
       redis.call('DEL', KEYS[5])
-      if string.sub(v, -1) == '+' then redis.call(ARGV[4], KEYS[6], '1') end
+      if string.find(v, '+', 1, true) then redis.call(ARGV[4], KEYS[6], '1') end
     end
   end
 end
