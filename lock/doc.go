@@ -47,6 +47,14 @@
 // subscription connection. Messages can be lost, so each wait is also
 // bounded by the holder's remaining TTL.
 //
+// A plain [Mutex] hands itself over: each waiter holds a ticket (a number
+// from the fencing counter), the lock remembers the oldest, and the
+// release of an awaited lock reserves it for that ticket for 10 ms. So the
+// process that just released it, one round trip ahead of everyone it woke,
+// cannot take it back first, and across processes waiters are served
+// roughly in arrival order. [WithFair] keeps a strict queue in Redis
+// instead.
+//
 // # Deadlines
 //
 // Every call returns by its context's deadline, provided the go-redis
