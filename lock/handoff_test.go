@@ -7,16 +7,21 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestReleaserDoesNotBarge: a process that releases a lock another process
 // waits for and at once asks for it again must not take it back (it would
 // win every race by a round trip, starving the waiter): the release hands
-// the lock to the waiter.
+// the lock to the waiter. On every kind of deployment.
 func TestReleaserDoesNotBarge(t *testing.T) {
-	srv := redistest.StartServer(t)
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		testReleaserDoesNotBarge(t, b.Client(t), b.Client(t)) // two processes
+	})
+}
+
+func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) {
 	ctx := t.Context()
-	mine, theirs := srv.Client(t), srv.Client(t) // two processes
 	m := lock.NewMutex(mine, "handoff", lock.WithTTL(time.Minute))
 	held, err := m.Lock(ctx)
 	if err != nil {
