@@ -181,7 +181,7 @@ return tonumber(ARGV[1]) - used
 
 // An RWMutex keeps:
 //
-//	base   hash  {token: fence} with the writer's TTL, as a Mutex
+//	base   hash  {token: fence} with the writer's TTL
 //	r      zset  {token: expiry ms}   one member per reader
 //	rf     hash  {token: fence}       the readers' fences
 //	ww     zset  {token: expiry ms}   writers waiting, each with its own lease
