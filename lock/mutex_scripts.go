@@ -69,29 +69,46 @@ end
 //
 // The fast path is written out, not called through fenceLib: a script's
 // functions are built anew on every call, and this one runs on every Lock.
+//
+// A waiter's retry (ticket > 0) looks before it draws a number: most
+// retries find the lock taken by the waiter it was reserved for, and then
+// cost neither a fence nor a failed SET.
 var mutexAcquire = redis.NewScript(`
-local f = redis.call('INCR', KEYS[2])
-if f == 1 then
-  local t = redis.call('TIME')
-  local us = t[1] .. string.sub('00000' .. t[2], -6)
-  redis.call('SET', KEYS[2], us, 'PX', ARGV[3])
-  f = tonumber(us)
-elseif f < 1e15 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local ticket = tonumber(ARGV[5])
+local v = false
+if ticket > 0 then
+  v = redis.call('GET', KEYS[1])
+  if v and string.sub(v, 1, 1) == '~' and ticket <= (tonumber(string.sub(v, 2)) or 0) then v = false end
 end
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4], 'NX', 'PX', ARGV[2]) then return f end
-local v = redis.call('GET', KEYS[1])
+local f = 0
+if not v then
+  f = redis.call('INCR', KEYS[2])
+  if f == 1 then
+    local t = redis.call('TIME')
+    local us = t[1] .. string.sub('00000' .. t[2], -6)
+    redis.call('SET', KEYS[2], us, 'PX', ARGV[3])
+    f = tonumber(us)
+  elseif f < 1e15 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  local nv = ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4]
+  if ticket > 0 then
+    redis.call('SET', KEYS[1], nv, 'PX', ARGV[2]) -- free, or reserved for us
+    return f
+  end
+  if redis.call('SET', KEYS[1], nv, 'NX', 'PX', ARGV[2]) then return f end
+  v = redis.call('GET', KEYS[1])
+end
 if type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(string.match(v, ':(%d+)'))
 end
 local t = redis.call('PTTL', KEYS[1])
 if t < 0 then return 0 end
-local ticket = tonumber(ARGV[5])
 if ticket < 0 then return {-1 - t, 0} end
 if ticket == 0 then ticket = f end
 if string.sub(v, 1, 1) == '~' then
-  if ticket <= tonumber(string.sub(v, 2)) then
+  if ticket <= (tonumber(string.sub(v, 2)) or 0) then
     redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4], 'PX', ARGV[2])
     return f
   end
