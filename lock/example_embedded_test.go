@@ -90,3 +90,31 @@ func ExampleRWMutex_Locked() {
 	// locked while read: true
 	// locked after: false
 }
+
+// Locks named per request leave only their fencing counter behind, and
+// that only for the retention.
+func ExampleWithRetention() {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	for _, invoice := range []string{"invoice:41", "invoice:42"} {
+		err := lock.Do(ctx, rdb, invoice, func(context.Context) error {
+			return nil // send the invoice
+		}, lock.WithRetention(time.Hour))
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("keys after the work:", rdb.DBSize(ctx).Val())
+	mr.FastForward(time.Hour) // miniredis's clock; a real server's just runs
+	fmt.Println("keys an hour later:", rdb.DBSize(ctx).Val())
+	// Output:
+	// keys after the work: 2
+	// keys an hour later: 0
+}
