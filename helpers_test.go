@@ -35,6 +35,16 @@ func clusterBackend(t *testing.T) backend {
 	return backend{name: "cluster", cluster: true, client: func(t *testing.T) redis.UniversalClient { return cl.Client(t) }}
 }
 
+func ringBackend(t *testing.T) backend {
+	r := redistest.StartRing(t, 2)
+	return backend{name: "ring", client: func(t *testing.T) redis.UniversalClient { return r.Client(t) }}
+}
+
+func sentinelBackend(t *testing.T) backend {
+	s := redistest.StartSentinel(t)
+	return backend{name: "sentinel", client: func(t *testing.T) redis.UniversalClient { return s.Client(t) }}
+}
+
 func miniBackend(t *testing.T) backend {
 	m := miniredis.RunT(t)
 	return backend{

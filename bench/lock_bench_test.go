@@ -142,7 +142,9 @@ var mutexLibs = []mutexLib{
 //     goroutine, as if each goroutine were its own process.
 //
 // Every scenario also reports Redis commands per Lock+Unlock ("cmds/op",
-// counted by a client hook; dogpile's SUBSCRIBEs are not included), new
+// counted by a client hook; dogpile's SUBSCRIBEs are not included), the
+// commands the server executed per Lock+Unlock, scripts' calls included
+// ("srv-cmds/op", INFO commandstats), new
 // connections per Lock+Unlock ("dials/op", pool and pub/sub), the
 // redis-server's CPU time per Lock+Unlock ("srv-µs/op") and the benchmark
 // process's ("cli-µs/op", harness included). On a small machine the
@@ -284,6 +286,7 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	}
 	cmds0, dials0 := cmds.cmds.Load(), cmds.dials.Load()
 	cpu0, cli0 := serverCPU(b, addr), processCPU()
+	calls0 := serverCalls(b, addr)
 	b.ResetTimer()
 	t0 := time.Now()
 	start.Done()
@@ -294,6 +297,8 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
 	b.ReportMetric(float64(cmds.dials.Load()-dials0)/float64(b.N), "dials/op")
 	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
+	// Less the INFO calls of serverCPU and serverCalls in between.
+	b.ReportMetric(float64(serverCalls(b, addr)-calls0-2)/float64(b.N), "srv-cmds/op")
 
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
 	b.ReportMetric(float64(failures.Load())/float64(b.N), "fail/op")

@@ -92,3 +92,30 @@ func serverCPU(tb testing.TB, addr string) time.Duration {
 	}
 	return total
 }
+
+// serverCalls returns how many commands the redis-server has executed so
+// far, from INFO commandstats, commands that scripts call included. Its
+// delta over a benchmark divided by b.N is the work one operation costs
+// the server, beside its CPU time. The INFO call itself counts one.
+func serverCalls(tb testing.TB, addr string) int64 {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatalf("INFO commandstats: %v", err)
+	}
+	var total int64
+	for line := range strings.Lines(info) {
+		_, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		if err != nil {
+			tb.Fatalf("INFO commandstats: %s: %v", line, err)
+		}
+		total += n
+	}
+	return total
+}

@@ -21,6 +21,7 @@ trap 'rm -rf "$(dirname "$bin")"' EXIT
 groups='
 ^BenchmarkMutex$/^uncontended-          5000x
 ^BenchmarkMutex$/^contended-            1000x
+^BenchmarkMutexProcs$                   1000x
 ^BenchmarkSemaphore$                    1000x
 ^BenchmarkRWMutex$                      1000x
 ^BenchmarkFetchHit$                     20000x

@@ -29,12 +29,44 @@
 // pass it to the storage you protect and have it reject numbers lower than
 // the highest it has seen.
 //
+// The fencing counter is the one key that outlives a lock's leases. It is
+// kept for a retention ([WithRetention], 7 days by default) and then
+// created anew by the next acquisition, so that locks named per request
+// leave nothing behind. A counter created anew starts from the Redis
+// server's clock in microseconds, so numbers keep increasing across the
+// reset as long as the server's clock does not go back by more than the
+// retention. Fencing numbers increase with gaps: an attempt on a busy
+// mutex uses one up.
+//
 // # Waiting
 //
-// A blocked acquire does not poll. Releases publish a message on a channel
-// in the lock's hash slot (sharded pub/sub on a Redis Cluster), and all
-// waiters of a client share one subscription connection. Messages can be
-// lost, so each wait is also bounded by the holder's remaining TTL.
+// A blocked acquire does not poll. A waiter marks the lock as awaited, and
+// the release of an awaited lock publishes a message on a channel in the
+// lock's hash slot (sharded pub/sub on a Redis Cluster; a release nobody
+// waits for publishes nothing). All waiters of a client share one
+// subscription connection. Messages can be lost, so each wait is also
+// bounded by the holder's remaining TTL.
+//
+// A plain [Mutex] hands itself over: each waiter holds a ticket (a number
+// from the fencing counter), the lock remembers the oldest, and the
+// release of an awaited lock reserves it for that ticket for 10 ms. So the
+// process that just released it, one round trip ahead of everyone it woke,
+// cannot take it back first, and across processes waiters are served
+// roughly in arrival order. [WithFair] keeps a strict queue in Redis
+// instead.
+//
+// # Deadlines
+//
+// Every call returns by its context's deadline, provided the go-redis
+// client honours it: create the client with ContextTimeoutEnabled set
+// (redis.Options, redis.ClusterOptions, redis.RingOptions or
+// redis.FailoverOptions). Without it go-redis bounds a round trip by its
+// own read and write timeouts (3 s by default), whatever the context says.
+// When an acquire's deadline passes with its request in flight, the
+// request may still take the lock in Redis; the lock is then released in
+// the background (bounded, at most 3 s each) instead of while the caller
+// waits, so a stalled Redis costs the caller nothing past its deadline and
+// leaves no lock behind once it answers again.
 //
 // # Guarantees and limits
 //

@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
@@ -62,7 +63,43 @@ func TestAcquireReplyLostNoRetry(t *testing.T) {
 	if n := direct.Exists(t.Context(), "dogpile:mutex:{flaky}").Val(); n != 0 {
 		t.Error("a failed acquire left the lock behind")
 	}
-	if f := direct.Get(t.Context(), "dogpile:mutex:{flaky}:fence").Val(); f != "2" {
-		t.Errorf("fence counter = %s; want 2 (the lost acquire did run)", f)
+	if f, _ := direct.Get(t.Context(), "dogpile:mutex:{flaky}:fence").Int64(); f != warm.Fence()+1 {
+		t.Errorf("fence counter = %d; want %d (the lost acquire did run)", f, warm.Fence()+1)
+	}
+}
+
+// TestWatchdogRidesOutLostRenewals: the replies of two renewals in a row
+// are lost (the client does not retry by itself). The watchdog must retry
+// promptly, with backoff, within the lease's safe deadline, and keep the
+// lease: not wait a whole interval per attempt and let it expire.
+func TestWatchdogRidesOutLostRenewals(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1, MaxRetries: -1})
+	defer rdb.Close()
+	l, err := lock.NewMutex(rdb, "blips", lock.WithTTL(ttl), lock.WithAutoExtend()).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	proxy.DropReplies(2) // the next traffic is the watchdog's
+	for proxy.Dropped() < 2 {
+		if l.Err() != nil {
+			t.Fatalf("lease lost after %d dropped renewals: %v", proxy.Dropped(), l.Err())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Past the first lease's safe deadline, and then some: only a renewal
+	// after the two lost ones can have kept it.
+	time.Sleep(time.Until(start.Add(ttl + ttl/2)))
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease after two lost renewal replies: %v; want held", err)
+	}
+	if d, err := l.TTL(t.Context()); err != nil || d <= 0 {
+		t.Errorf("TTL = %v, %v; want the lease alive in Redis", d, err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock = %v", err)
 	}
 }

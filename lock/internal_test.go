@@ -14,21 +14,22 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	// must see its own token as success with the same fence, not as busy.
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
-	keys := []string{m.lock, m.fence, m.lock + ":h"}
-	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
+	keys := []string{m.lock, m.fence}
+	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000).Int64Slice()
+	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first[0] != 1 || again[0] != 1 || first[1] != again[1] {
-		t.Errorf("acquire = %v, retry = %v; want both {1, same fence}", first, again)
+	if first <= 0 || again != first {
+		t.Errorf("acquire = %v, retry = %v; want both the same fence", first, again)
 	}
-	other, _ := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000).Int64Slice()
-	if other[0] != 0 || other[1] <= 0 || other[1] > 1000 {
-		t.Errorf("foreign acquire = %v; want {0, pttl}", other)
+	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 60000, "", 0).Result()
+	var ticket int64
+	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= first {
+		t.Errorf("another owner's acquire = %v, %v; want busy with the holder's PTTL and a ticket", other, err)
 	}
 }
 
@@ -102,4 +103,27 @@ func TestNewKeysShareOneSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Unlock(ctx)
+}
+
+// TestFairAcquireRetryIsIdempotent: the same for a fair mutex's (a
+// semaphore's) acquire, whose fences are large numbers (server time in
+// microseconds) that must survive being stored in Lua strings.
+func TestFairAcquireRetryIsIdempotent(t *testing.T) {
+	rdb := redistest.Start(t)
+	m := NewMutex(rdb, "retried", WithFair())
+	s := m.fair
+	run := func() []int64 {
+		res, err := semAcquire.Run(t.Context(), rdb, s.keys, "tok", 1, 1, 1000, "wait", s.prefix, s.publish, 60000, s.fairArg).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first, again := run(), run()
+	if first[0] != 1 || again[0] != 1 || first[1] != again[1] || first[1] < 1e15 {
+		t.Errorf("acquire = %v, retry = %v; want both {1, same fence from the server clock}", first, again)
+	}
+	if v := rdb.Get(t.Context(), m.lock).Val(); v != fmt.Sprint("tok:", first[1]) {
+		t.Errorf("plain key = %q; want tok:%d (a fair grant holds it too)", v, first[1])
+	}
 }

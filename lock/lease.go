@@ -15,6 +15,8 @@ type holder interface {
 	// pttl returns the lease's remaining time to live in Redis, or
 	// ErrNotHeld.
 	pttl(ctx context.Context, token string) (time.Duration, error)
+	// keys names the Redis keys of the lock, for errors.
+	where() string
 }
 
 // A Lease is one owner's hold on a lock, returned by a successful acquire.
@@ -71,8 +73,9 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the lease's fencing number. Fencing numbers of one lock
-// name strictly increase with every acquisition, across all processes and
-// forever (the counter never expires), so a storage system that remembers
+// name strictly increase with every acquisition, across all processes, and
+// across the reset of an idle lock's counter (see [WithRetention] for the
+// clock assumption this rests on), so a storage system that remembers
 // the highest number it has seen can reject writes from a holder whose lease
 // has silently expired: the newer holder's number is larger. A lease of a
 // [MultiMutex] returns the largest of its [Lease.Fences]; a lease of a
@@ -134,10 +137,15 @@ func (l *Lease) expired() bool {
 
 // Unlock releases the lease and wakes waiters. It returns [ErrNotHeld] if
 // the lease had expired or was taken over by another owner; the other
-// owner's lock is untouched. Unlock runs even when ctx is already
-// cancelled (the round trip is then bounded by the client's timeouts), so a
-// deferred Unlock works after a timeout. Unlock on a nil Lease returns
-// ErrNotHeld. The watchdog, if any, has stopped when Unlock returns.
+// owner's lock is untouched. Unlock on a nil Lease returns ErrNotHeld. The
+// watchdog, if any, has stopped when Unlock returns.
+//
+// Unlock returns by ctx's deadline (with a client that has
+// ContextTimeoutEnabled, see the package doc); if ctx ends first, the
+// release goes on in the background, so the lock is still freed once Redis
+// answers. A ctx that is already done when Unlock is called does not stop
+// the release: Unlock then waits for it, bounded by 3 s, so that a
+// deferred Unlock after a timeout still frees the lock at once.
 //
 // If the connection fails after Redis released the lock but before the
 // reply arrived, go-redis resends the release, which then finds nothing to
@@ -148,10 +156,19 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.stopWatchdog()
-	// Release even if ctx is already cancelled. go-redis's read and write
-	// timeouts still bound the round trip.
-	ok, err := l.h.release(context.WithoutCancel(ctx), l.token)
+	var ok bool
+	var err error
+	if ctx.Err() != nil {
+		rctx, cancel := detached(ctx)
+		ok, err = l.h.release(rctx, l.token)
+		cancel()
+	} else if ok, err = l.h.release(ctx, l.token); err != nil && ctx.Err() != nil {
+		releaseLater(ctx, l.h, l.token)
+	}
 	l.end(ErrNotHeld)
+	if foreign(err) {
+		return foreignErr("release", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
@@ -174,6 +191,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	sent := time.Now()
 	ok, err := l.h.extend(ctx, l.token, ttl)
+	if foreign(err) {
+		l.end(ErrLost)
+		return foreignErr("extend", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil {
 		return redisErr(ctx, "extend", l.name, err)
 	}
@@ -191,6 +212,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	d, err := l.h.pttl(ctx, l.token)
+	if foreign(err) {
+		return 0, foreignErr("ttl", l.name, l.h, ErrNotHeld)
+	}
 	if err != nil && err != ErrNotHeld {
 		return 0, redisErr(ctx, "ttl", l.name, err)
 	}
@@ -231,55 +255,5 @@ func (l *Lease) confirm(sent time.Time, ttl time.Duration) {
 	l.safeUntil = sent.Add(ttl - drift(ttl))
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(l.safeUntil))
-	}
-}
-
-func (l *Lease) stopWatchdog() {
-	if l.stopWatch != nil {
-		l.stopWatch()
-		l.watching.Wait()
-	}
-}
-
-// watch extends the lease every third of its TTL until ctx ends or the lease
-// ends. A failed round trip is retried at the next tick; if none succeeds
-// before the safe deadline, the expiry timer reports the lease lost.
-func (l *Lease) watch(ctx context.Context) {
-	l.mu.Lock()
-	interval := l.ttl / 3
-	l.mu.Unlock()
-	t := time.NewTicker(max(interval, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if l.ended() {
-			return
-		}
-		l.mu.Lock()
-		ttl := l.ttl
-		l.mu.Unlock()
-		if l.maxHold > 0 {
-			left := l.maxHold - time.Since(l.acquired)
-			if left < time.Millisecond {
-				return // let the lease run out at its safe deadline
-			}
-			ttl = min(ttl, left)
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Millisecond))
-		ok, err := l.h.extend(rctx, l.token, ttl)
-		cancel()
-		switch {
-		case err != nil:
-			continue
-		case !ok:
-			l.end(ErrLost)
-			return
-		}
-		l.confirm(sent, ttl)
 	}
 }

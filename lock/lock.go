@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -19,105 +20,19 @@ var (
 	// overlapped with another holder's; fencing numbers tell which is newer.
 	ErrNotHeld = errors.New("lock: not held")
 
+	// ErrNotObtained is returned by a blocking acquire (Lock, RLock,
+	// Acquire) that gave up because its context ended or its wait timeout
+	// passed before the lock was free: the lock is busy, not broken. The
+	// error also matches the context's error, so errors.Is(err,
+	// context.DeadlineExceeded) still tells a timeout from a cancellation.
+	// TryLock and its kin report a busy lock as false with a nil error.
+	ErrNotObtained = errors.New("lock: not obtained")
+
 	// ErrLost is the cause reported by [Lease.Err] once a lease was lost:
 	// it expired in Redis, an extension was refused, or no extension was
 	// confirmed before the lease's safe deadline.
 	ErrLost = errors.New("lock: lease lost")
 )
-
-// An Option configures a lock. Options apply to every primitive in this
-// package; each documents what it means and its default.
-type Option interface{ apply(*options) }
-
-type optionFunc func(*options)
-
-func (f optionFunc) apply(o *options) { f(o) }
-
-type options struct {
-	ttl         time.Duration
-	waitTimeout time.Duration
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
-	autoExtend  bool
-	maxHold     time.Duration
-	fair        bool
-}
-
-func buildOptions(opts []Option) options {
-	o := options{
-		ttl:        10 * time.Second,
-		minBackoff: 2 * time.Millisecond,
-		maxBackoff: 500 * time.Millisecond,
-	}
-	for _, opt := range opts {
-		opt.apply(&o)
-	}
-	return o
-}
-
-// WithTTL sets how long a lease lives in Redis unless it is extended: a
-// holder that dies frees the lock after at most this long (the seeds'
-// "autorelease"). The default is 10 seconds. WithTTL panics if d is less
-// than a millisecond, the resolution of Redis expiry.
-func WithTTL(d time.Duration) Option {
-	if d < time.Millisecond {
-		panic(fmt.Sprintf("lock: TTL %v is below 1ms", d))
-	}
-	return optionFunc(func(o *options) { o.ttl = d })
-}
-
-// WithWaitTimeout bounds how long a blocking acquire waits, on top of its
-// context's deadline (the seeds' "retry_timeout"). When it passes, the
-// acquire returns an error matching [context.DeadlineExceeded]. The default
-// is to wait as long as the context allows; use TryLock for no waiting.
-// WithWaitTimeout panics if d is negative.
-func WithWaitTimeout(d time.Duration) Option {
-	if d < 0 {
-		panic("lock: negative wait timeout")
-	}
-	return optionFunc(func(o *options) { o.waitTimeout = d })
-}
-
-// WithBackoff sets the bounds of the jittered exponential backoff used
-// between attempts when push wake-ups are unavailable (the seeds'
-// "retry_sleep"). Waits never exceed the holder's remaining TTL. The default
-// is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
-func WithBackoff(min, max time.Duration) Option {
-	if min <= 0 || max < min {
-		panic("lock: backoff needs 0 < min <= max")
-	}
-	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
-}
-
-// WithAutoExtend makes every lease extend itself by its TTL every third of
-// the TTL while held (a watchdog), so work may outlast the TTL while a
-// crashed holder still frees the lock within one TTL. When an extension is
-// refused, or none is confirmed before the lease's safe deadline, the lease
-// is lost: [Lease.Done] closes. The watchdog stops before Unlock returns.
-func WithAutoExtend() Option {
-	return optionFunc(func(o *options) { o.autoExtend = true })
-}
-
-// WithMaxHold caps how long auto-extension may keep a lease alive, counted
-// from acquisition: past it the lease expires and is reported lost. It
-// bounds the damage of a holder that hangs while its watchdog keeps
-// running. The default is no cap. WithMaxHold panics if d is not positive.
-func WithMaxHold(d time.Duration) Option {
-	if d <= 0 {
-		panic("lock: max hold must be positive")
-	}
-	return optionFunc(func(o *options) { o.maxHold = d })
-}
-
-// WithFair makes a [Mutex] serve its waiters first come, first served, as a
-// [Semaphore] of one permit does, instead of whoever retries first after a
-// release. A fair mutex costs a few more commands per acquisition. Fair and
-// plain Mutex values of one name still exclude each other and share one
-// fencing counter, but plain lockers ignore the queue: for fairness, every
-// process must use WithFair. Other primitives ignore this option.
-func WithFair() Option {
-	return optionFunc(func(o *options) { o.fair = true })
-}
 
 // keyspace derives the Redis names of a lock. Every key and channel of one
 // lock shares the hash tag "{...}", so it lands in one cluster slot and one
@@ -144,30 +59,40 @@ func retryAfter(pttl int64, o *options) time.Duration {
 	return redisutil.Wait(pttl, o.maxBackoff)
 }
 
-// grant turns the reply of an acquire script, {1, fence} or {0, pttl}, into
-// the result of an attempt by token on behalf of holder h. On a Redis error
+// grant turns the reply of an acquire script, granted with fence v or not
+// with the holder's PTTL v, into the result of an attempt by token on
+// behalf of holder h. On a Redis error
 // the script may have run although no reply came back (a timeout, a
-// cancelled context, a broken connection): h releases token on a detached
-// context, so a failed acquire never leaves an orphan lock behind for a
-// whole TTL. A waiter that holds a place it must renew (a ticket, a claim)
+// cancelled context, a broken connection): h releases token in the
+// background (see rollback), so a failed acquire never leaves an orphan
+// lock behind for a whole TTL and never keeps its caller waiting. A waiter that holds a place it must renew (a ticket, a claim)
 // comes back within a third of the TTL.
-func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, res []int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
+func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, granted bool, v int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
+	if foreign(err) {
+		return nil, 0, foreignErr(op, name, h, err) // nothing was taken
+	}
 	if err != nil {
 		if !redisutil.NeverSent(err) {
-			rctx, cancel := detached(ctx)
-			_, _ = h.release(rctx, token)
-			cancel()
+			releaseLater(ctx, h, token)
 		}
 		return nil, 0, redisErr(ctx, op, name, err)
 	}
-	if res[0] == 0 {
-		retry := retryAfter(res[1], o)
+	if !granted {
+		retry := retryAfter(v, o)
 		if renew {
 			retry = min(retry, o.ttl/3)
 		}
 		return nil, retry, nil
 	}
-	return newLease(h, name, token, res[1], sent, o), 0, nil
+	return newLease(h, name, token, v, sent, o), 0, nil
+}
+
+// pair reads the {granted, value} reply of an acquire script.
+func pair(res []int64) (granted bool, v int64) {
+	if len(res) < 2 {
+		return false, 0
+	}
+	return res[0] == 1, res[1]
 }
 
 // pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
@@ -197,6 +122,15 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
 		defer cancel()
 	}
+	l, err := wait(ctx, c, channel, o, try)
+	if cerr := ctx.Err(); err != nil && cerr != nil && errors.Is(err, cerr) {
+		return nil, fmt.Errorf("%w: %w", ErrNotObtained, cerr)
+	}
+	return l, err
+}
+
+// wait is the loop of acquireOn.
+func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o *options, try attempt) (*Lease, error) {
 	// When goroutines of this process already wait for this lock, a new
 	// caller queues behind them instead of trying at once: a holder that
 	// unlocks and locks again would otherwise reach Redis before the waiter
@@ -262,6 +196,32 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 		return cerr
 	}
 	return fmt.Errorf("lock: %s %q: %w", op, name, err)
+}
+
+// foreign reports whether err is Redis refusing a command on a key that
+// holds another type of value: a key of the lock holds data that another
+// program wrote there. It is no lock of ours, and no sign of a dead server.
+func foreign(err error) bool {
+	var rerr redis.Error
+	return errors.Is(err, errNoTTL) || errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+}
+
+// errNoTTL stands for a lock key holding a value without expiry, which no
+// lease of ours ever leaves.
+var errNoTTL = errors.New("a value without expiry")
+
+// foreignErr reports that op on the lock called name found foreign data
+// at h's keys; it wraps cause (ErrNotHeld, or Redis's error).
+func foreignErr(op, name string, h holder, cause error) error {
+	return fmt.Errorf("lock: %s %q: %s holds data that is not this lock's: %w", op, name, h.where(), cause)
+}
+
+// keyList names the keys of a lock for foreignErr.
+func keyList(keys ...string) string {
+	if len(keys) == 1 {
+		return "key " + keys[0]
+	}
+	return "one of the keys " + strings.Join(keys, ", ")
 }
 
 // detached returns a context for cleanup work (release, rollback) that must

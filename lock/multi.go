@@ -80,8 +80,8 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 
 // Lock blocks until it holds every name or ctx is done (or the wait timeout
 // passes, see [WithWaitTimeout]). It waits for a release of whichever name
-// was busy last. On failure it returns ctx.Err() or a Redis error and holds
-// none of the names.
+// was busy last. On failure it returns an error matching [ErrNotObtained]
+// and ctx.Err(), or a Redis error, and holds none of the names.
 func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
@@ -109,22 +109,30 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 		keys := make([]string, 0, 3*len(g))
 		for _, i := range g {
 			m := mm.mutexes[i]
-			keys = append(keys, m.lock, m.fence, m.fairKey)
+			keys = append(keys, m.lock, m.fence)
 		}
-		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl)).Int64Slice()
+		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs).Int64Slice()
+		if foreign(err) {
+			// Refused before it wrote anything: undo the groups before it.
+			mm.releaseLater(ctx, token, mm.groups[:gi])
+			return nil, 0, "", foreignErr("acquire", mm.label, mm, err)
+		}
 		if err != nil {
 			// This group's script may have run: undo it with the others.
-			rctx, cancel := detached(ctx)
-			_ = mm.releaseGroups(rctx, token, mm.groups[:gi+1])
-			cancel()
+			mm.releaseLater(ctx, token, mm.groups[:gi+1])
 			return nil, 0, "", redisErr(ctx, "acquire", mm.label, err)
 		}
+		if len(res) > 0 && res[0] == multiForeign {
+			mm.releaseLater(ctx, token, mm.groups[:gi])
+			return nil, 0, "", foreignErr("acquire", mm.label, mm.mutexes[g[res[1]-1]], errNoTTL)
+		}
 		if res[0] == 0 {
+			// Back off before waiting. If that fails, the next attempt
+			// must not meet a late release of its own token: the caller
+			// gets the error, and the rollback runs in the background.
 			if gi > 0 {
-				rctx, cancel := detached(ctx)
-				err := mm.releaseGroups(rctx, token, mm.groups[:gi])
-				cancel()
-				if err != nil {
+				if err := mm.releaseGroups(ctx, token, mm.groups[:gi]); err != nil {
+					mm.releaseLater(ctx, token, mm.groups[:gi])
 					return nil, 0, "", redisErr(ctx, "back off", mm.label, err)
 				}
 			}
@@ -141,6 +149,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 	return l, 0, "", nil
 }
 
+// releaseLater rolls back token's hold on groups in the background.
+func (mm *MultiMutex) releaseLater(ctx context.Context, token string, groups [][]int) {
+	rollback(ctx, func(ctx context.Context) { _ = mm.releaseGroups(ctx, token, groups) })
+}
+
 func (mm *MultiMutex) releaseGroups(ctx context.Context, token string, groups [][]int) error {
 	_, err := mm.releaseCount(ctx, token, groups)
 	return err
@@ -154,7 +167,7 @@ func (mm *MultiMutex) releaseCount(ctx context.Context, token string, groups [][
 		for _, i := range g {
 			keys = append(keys, mm.mutexes[i].lock, mm.mutexes[i].channel)
 		}
-		n, err := multiRelease.Run(ctx, mm.client, keys, token, mm.publish).Int()
+		n, err := multiRelease.Run(ctx, mm.client, keys, token, mm.publish, graceArg).Int()
 		total += n
 		errs = append(errs, err)
 	}
@@ -167,6 +180,17 @@ func (mm *MultiMutex) locks(g []int) []string {
 		keys[j] = mm.mutexes[i].lock
 	}
 	return keys
+}
+
+// multiForeign is multiAcquire's first reply for a key of foreign data.
+const multiForeign = -1
+
+func (mm *MultiMutex) where() string {
+	var keys []string
+	for _, m := range mm.mutexes {
+		keys = append(keys, m.lock)
+	}
+	return keyList(keys...)
 }
 
 // release frees every name; it reports true only if all were still held.

@@ -59,17 +59,24 @@ func testMultiNoDeadlock(t *testing.T, clients []redis.UniversalClient, goroutin
 	}
 }
 
-func TestMultiMutexNoDeadlock(t *testing.T) {
-	srv := redistest.StartServer(t)
-	testMultiNoDeadlock(t, []redis.UniversalClient{srv.Client(t), srv.Client(t)}, 10, 10)
-}
-
-func TestMultiMutexNoDeadlockCluster(t *testing.T) {
-	t.Parallel() // forming a cluster is mostly waiting
-	// "a", "b" and "c" hash to slots owned by three different masters, so
-	// each Lock takes three scripts in the global order.
-	cl := redistest.StartCluster(t, 3)
-	testMultiNoDeadlock(t, []redis.UniversalClient{cl.Client(t), cl.Client(t)}, 10, 5)
+// TestMultiMutex runs the multi-name suite on every kind of deployment.
+// On the cluster, "a", "b" and "c" hash to slots owned by three different
+// masters, so each Lock takes three scripts in the global order.
+func TestMultiMutex(t *testing.T) {
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		t.Run("NoDeadlock", func(t *testing.T) { testMultiNoDeadlock(t, b.Clients(t, 2), 10, 5) })
+		rdb := b.Client(t)
+		for _, tc := range []struct {
+			name string
+			f    func(*testing.T, redis.UniversalClient)
+		}{
+			{"AllOrNothing", testMultiAllOrNothing},
+			{"PartialLoss", testMultiMutexPartialLoss},
+			{"DuplicatesAndCancel", testMultiMutexDuplicatesAndCancel},
+		} {
+			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
+		}
+	})
 }
 
 func testMultiAllOrNothing(t *testing.T, rdb redis.UniversalClient) {
@@ -126,19 +133,9 @@ func testMultiAllOrNothing(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
-func TestMultiMutexAllOrNothing(t *testing.T) {
-	testMultiAllOrNothing(t, redistest.Start(t))
-}
-
-func TestMultiMutexAllOrNothingCluster(t *testing.T) {
-	t.Parallel() // forming a cluster is mostly waiting
-	testMultiAllOrNothing(t, redistest.StartCluster(t, 3).Client(t))
-}
-
-func TestMultiMutexPartialLoss(t *testing.T) {
+func testMultiMutexPartialLoss(t *testing.T, rdb redis.UniversalClient) {
 	// One name's key vanishes (expired, deleted): the lease is lost, the
 	// watchdog reports it, and Unlock frees the rest but says ErrNotHeld.
-	rdb := redistest.Start(t)
 	ctx := t.Context()
 	mm := lock.NewMultiMutex(rdb, []string{"x", "y"}, lock.WithTTL(90*time.Millisecond), lock.WithAutoExtend())
 	l, err := mm.Lock(ctx)
@@ -159,8 +156,7 @@ func TestMultiMutexPartialLoss(t *testing.T) {
 	}
 }
 
-func TestMultiMutexDuplicatesAndCancel(t *testing.T) {
-	rdb := redistest.Start(t)
+func testMultiMutexDuplicatesAndCancel(t *testing.T, rdb redis.UniversalClient) {
 	mm := lock.NewMultiMutex(rdb, []string{"d", "d", "e"})
 	l, err := mm.Lock(t.Context())
 	if err != nil {
@@ -171,8 +167,8 @@ func TestMultiMutexDuplicatesAndCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := lock.NewMultiMutex(rdb, []string{"e", "f"}).Lock(ctx); err != context.Canceled {
-		t.Errorf("Lock(cancelled) = %v; want context.Canceled", err)
+	if _, err := lock.NewMultiMutex(rdb, []string{"e", "f"}).Lock(ctx); !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock(cancelled) = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("Unlock with a cancelled ctx = %v", err)

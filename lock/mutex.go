@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 type Mutex struct {
 	client  redis.UniversalClient
 	name    string
-	lock    string // hash {token: fence}, with the lease TTL
-	fence   string // fencing counter; never expires
+	lock    string // "token:fence", with the lease TTL (see mutex_scripts.go)
+	fence   string // fencing counter, kept for the retention (WithRetention)
 	channel string // wake-ups on release
 	publish string
 	fairKey string     // the fair holders of the same name (see WithFair)
@@ -29,7 +30,7 @@ type Mutex struct {
 	// Argument lists built once: go-redis copies them, and an acquire or a
 	// release should cost the caller no allocation it can avoid.
 	acquireKeys, releaseKeys, lockKeys []string
-	publishArg                         any
+	publishArg, ttlArg, retentionArg   any
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
@@ -50,27 +51,33 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	}
 	if m.opts.fair {
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
+		m.fair.asFairMutex(m.channel)
 	}
 	m.fairKey = ks.key("h") // = m.fair.keys[0]
-	m.acquireKeys = []string{m.lock, m.fence, m.fairKey}
+	m.acquireKeys = []string{m.lock, m.fence}
 	m.releaseKeys = []string{m.lock, m.channel}
 	m.lockKeys = []string{m.lock}
 	m.publishArg = m.publish
+	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
 	return m
 }
 
 // Lock blocks until it acquires the mutex or ctx is done (or the wait
 // timeout passes, see [WithWaitTimeout]). With [WithFair], waiters are
-// served in arrival order, as by a [Semaphore] of one permit. Waiters are woken by a message
-// Redis publishes on release, not by polling; each wait is still bounded by
-// the holder's remaining TTL, so a lost message or a crashed holder costs
-// at most one TTL. On failure Lock returns ctx.Err() or a Redis error, and
-// holds nothing.
+// served in arrival order, as by a [Semaphore] of one permit. Waiters are
+// woken by a message Redis publishes on release, not by polling; each wait
+// is still bounded by the holder's remaining TTL, so a lost message or a
+// crashed holder costs at most one TTL. On failure Lock returns an error
+// matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
+// nothing.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.fair != nil {
 		return m.fair.Acquire(ctx, 1)
 	}
-	return acquire(ctx, m.client, m.channel, &m.opts, m.try)
+	var ticket int64
+	return acquire(ctx, m.client, m.channel, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return m.try(ctx, &ticket)
+	})
 }
 
 // TryLock makes one attempt to acquire the mutex, in one round trip. It
@@ -80,19 +87,89 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if m.fair != nil {
 		return m.fair.TryAcquire(ctx, 1)
 	}
-	l, _, err := m.try(ctx)
+	noWait := int64(-1)
+	l, _, err := m.try(ctx, &noWait)
 	return l, l != nil, err
 }
 
-func (m *Mutex) try(ctx context.Context) (*Lease, time.Duration, error) {
-	token := redisutil.Token()
-	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, redisutil.Millis(m.opts.ttl)).Int64Slice()
-	return grant(ctx, m, "acquire", m.name, token, sent, res, err, &m.opts, false)
+// Locked reports whether anyone holds the mutex: a plain or a fair holder,
+// in any process. It is a snapshot: the lock may change hands at once.
+func (m *Mutex) Locked(ctx context.Context) (bool, error) {
+	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
+	if err != nil {
+		return false, redisErr(ctx, "locked", m.name, err)
+	}
+	return n == 1, nil
 }
 
+// try makes one attempt. *ticket is the waiter's place in line (see
+// mutex_scripts.go): 0 before its first attempt, which draws it; -1 for
+// an attempt that will not wait (TryLock).
+func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, error) {
+	token := redisutil.Token()
+	// A waiter of this process that takes the lock while others of this
+	// process still wait marks it, so that its release wakes them.
+	mark := noMark
+	if wake.Waiting(m.client, m.channel) > 0 {
+		mark = awaitedMark
+	}
+	var t any = *ticket
+	if *ticket == 0 {
+		t = noTicket
+	}
+	sent := time.Now()
+	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark, t).Result()
+	granted, v, err := acquireReply(res, err, ticket)
+	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
+}
+
+// awaitedMark is the mark appended to a lock's value when someone waits
+// for it; noTicket is a first attempt's ticket. Both are boxed once: an
+// acquire should not allocate for them.
+var awaitedMark, noMark, noTicket any = "+", "", int64(0)
+
+// replyForeign is mutexAcquire's reply for a key without TTL: foreign data.
+const replyForeign = 0
+
+// handoffGrace is how long a released lock stays reserved for its oldest
+// waiter (see mutex_scripts.go): enough for the wake-up and its attempt to
+// arrive; if that waiter is gone, others wait this much longer once.
+const handoffGrace = 10 * time.Millisecond
+
+var graceArg any = redisutil.Millis(handoffGrace)
+
+// acquireReply reads mutexAcquire's reply: a fence (> 0) when granted;
+// replyForeign; or {-1 - the holder's PTTL, the caller's ticket}, which is
+// stored in *ticket unless that is -1 (no waiting, no ticket).
+func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ error) {
+	if err != nil {
+		return false, 0, err
+	}
+	switch r := res.(type) {
+	case int64:
+		if r == replyForeign {
+			return false, 0, errNoTTL
+		}
+		return true, r, nil
+	case []any:
+		if len(r) == 2 {
+			pttl, ok1 := r[0].(int64)
+			t, ok2 := r[1].(int64)
+			if ok1 && ok2 {
+				if *ticket >= 0 {
+					*ticket = t
+				}
+				return false, -1 - pttl, nil
+			}
+		}
+	}
+	return false, 0, fmt.Errorf("unexpected reply %v", res)
+}
+
+func (m *Mutex) where() string { return keyList(m.lock) }
+
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg).Int64()
+	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg, graceArg).Int64()
 	return n == 1, err
 }
 

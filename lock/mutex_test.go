@@ -77,40 +77,32 @@ func testExclusive(t *testing.T, clients []redis.UniversalClient, goroutines, ro
 	}
 }
 
-// TestMutex runs the mutex suite on a plain server and on a 3-master
-// cluster, where every script must stay within one hash slot.
+// TestMutex runs the mutex suite on every kind of deployment: a plain
+// server, a 3-master cluster (where every script must stay within one hash
+// slot), a 2-shard ring and a sentinel-monitored master.
 func TestMutex(t *testing.T) {
-	srv := redistest.StartServer(t)
-	cl := redistest.StartCluster(t, 3)
-	backends := []struct {
-		name    string
-		clients []redis.UniversalClient
-	}{
-		{"server", []redis.UniversalClient{srv.Client(t), srv.Client(t), srv.Client(t)}},
-		{"cluster", []redis.UniversalClient{cl.Client(t), cl.Client(t), cl.Client(t)}},
-	}
-	for _, b := range backends {
-		rdb := b.clients[0]
-		t.Run(b.name, func(t *testing.T) {
-			t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, b.clients, 100, 3) })
-			for name, f := range map[string]func(*testing.T, redis.UniversalClient){
-				"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
-				"FencingOutlivesLocks":               testFencingOutlivesLocks,
-				"AutoExtendKeepsLeaseAndReportsLoss": testAutoExtendKeepsLeaseAndReportsLoss,
-				"MaxHoldStopsAutoExtend":             testMaxHoldStopsAutoExtend,
-				"LockCancelledWhileWaiting":          testLockCancelledWhileWaiting,
-				"WaiterWokenByRelease":               testWaiterWokenByRelease,
-				"ExpiryFreesWaiterWithoutMessage":    testExpiryFreesWaiterWithoutMessage,
-				"UnlockWithCancelledContext":         testUnlockWithCancelledContext,
-				"SurvivesScriptFlush":                testSurvivesScriptFlush,
-				"DoReleasesOnPanic":                  testDoReleasesOnPanic,
-				"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
-				"LeaseHandOff":                       testLeaseHandOff,
-			} {
-				t.Run(name, func(t *testing.T) { f(t, rdb) })
-			}
-		})
-	}
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		clients := b.Clients(t, 3)
+		rdb := clients[0]
+		t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, clients, 100, 3) })
+		for name, f := range map[string]func(*testing.T, redis.UniversalClient){
+			"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
+			"FencingOutlivesLocks":               testFencingOutlivesLocks,
+			"AutoExtendKeepsLeaseAndReportsLoss": testAutoExtendKeepsLeaseAndReportsLoss,
+			"MaxHoldStopsAutoExtend":             testMaxHoldStopsAutoExtend,
+			"LockCancelledWhileWaiting":          testLockCancelledWhileWaiting,
+			"WaiterWokenByRelease":               testWaiterWokenByRelease,
+			"ExpiryFreesWaiterWithoutMessage":    testExpiryFreesWaiterWithoutMessage,
+			"UnlockWithCancelledContext":         testUnlockWithCancelledContext,
+			"SurvivesScriptFlush":                testSurvivesScriptFlush,
+			"DoReleasesOnPanic":                  testDoReleasesOnPanic,
+			"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
+			"LeaseHandOff":                       testLeaseHandOff,
+			"Locked":                             testMutexLocked,
+		} {
+			t.Run(name, func(t *testing.T) { f(t, rdb) })
+		}
+	})
 }
 
 // TestMutexEmbedded proves the mutex works against miniredis, which users
@@ -233,8 +225,8 @@ func testFencingOutlivesLocks(t *testing.T, rdb redis.UniversalClient) {
 	if n := rdb.Exists(ctx, "dogpile:mutex:{fenced}").Val(); n != 0 {
 		t.Errorf("lock key left after release")
 	}
-	if d := rdb.PTTL(ctx, "dogpile:mutex:{fenced}:fence").Val(); d != -1 {
-		t.Errorf("fence counter PTTL = %v; want no expiry (it outlives every lock)", d)
+	if d := rdb.PTTL(ctx, "dogpile:mutex:{fenced}:fence").Val(); d < lock.DefaultRetention-time.Minute || d > lock.DefaultRetention {
+		t.Errorf("fence counter PTTL = %v; want the retention, %v (it outlives every lock)", d, lock.DefaultRetention)
 	}
 }
 
@@ -303,8 +295,8 @@ func testLockCancelledWhileWaiting(t *testing.T, rdb redis.UniversalClient) {
 	cancel()
 	select {
 	case err := <-errc:
-		if err != context.Canceled {
-			t.Errorf("Lock = %v; want context.Canceled", err)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+			t.Errorf("Lock = %v; want ErrNotObtained and context.Canceled", err)
 		}
 	case <-time.After(time.Second):
 		t.Fatal("Lock did not return after cancel")
@@ -452,6 +444,7 @@ func TestBadInput(t *testing.T) {
 		"bad backoff":  func() { lock.WithBackoff(time.Second, time.Millisecond) },
 		"zero extend":  func() { (&lock.Lease{}).Extend(t.Context(), 0) },
 		"neg max hold": func() { lock.WithMaxHold(-1) },
+		"no retention": func() { lock.WithRetention(0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -474,8 +467,8 @@ func TestBadInput(t *testing.T) {
 	// A cancelled context fails fast and leaves nothing behind.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := lock.NewMutex(rdb, "x").Lock(ctx); err != context.Canceled {
-		t.Errorf("Lock(cancelled) = %v; want context.Canceled", err)
+	if _, err := lock.NewMutex(rdb, "x").Lock(ctx); !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock(cancelled) = %v; want ErrNotObtained and context.Canceled", err)
 	}
 	if n := rdb.Exists(t.Context(), "dogpile:mutex:{x}").Val(); n != 0 {
 		t.Errorf("cancelled Lock left the lock key behind")

@@ -35,7 +35,7 @@ type Redlock struct {
 	clients []redis.UniversalClient
 	publish []string
 	name    string
-	keys    []string // lock, fence counter (unused), fair holders (unused), wake channel
+	keys    []string // lock, fence counter (fences unused), wake channel
 	quorum  int
 	opts    options
 }
@@ -51,7 +51,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 	r := &Redlock{
 		clients: slices.Clone(clients),
 		name:    name,
-		keys:    []string{string(ks), ks.key("fence"), ks.key("h"), ks.key("wake")},
+		keys:    []string{string(ks), ks.key("fence"), ks.key("wake")},
 		quorum:  len(clients)/2 + 1,
 		opts:    buildOptions(opts),
 	}
@@ -102,8 +102,8 @@ type reply struct {
 var errNoReply = errors.New("no reply in time")
 
 // each runs f against every server at once, each bounded by nodeTimeout,
-// and returns the replies in server order. It does not wait for a server
-// that overruns its timeout (go-redis can block on a hung server beyond a
+// and returns the replies in server order. It returns when ctx ends, and it
+// does not wait for a server that overruns its timeout (go-redis can block on a hung server beyond a
 // context's deadline): that server counts as failed, and its late reply is
 // dropped.
 func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
@@ -132,6 +132,8 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 			out[x.i] = x.reply
 		case <-t.C:
 			return out
+		case <-ctx.Done():
+			return out // the caller's deadline wins over the servers'
 		}
 	}
 	return out
@@ -141,12 +143,24 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := redisutil.Token()
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
-		return mutexAcquire.Run(ctx, c, r.keys[:3], token, redisutil.Millis(r.opts.ttl)).Int64Slice()
+		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
+		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs, "", noWait).Result()
+		granted, v, err := acquireReply(res, err, &noWait)
+		if granted {
+			return []int64{1, v}, err
+		}
+		return []int64{0, v}, err
 	})
-	ok, failed := 0, 0
+	ok, failed, alien := 0, 0, 0
 	var errs []error
+	var alienErr error
 	for _, rep := range replies {
 		switch {
+		case foreign(rep.err):
+			// That server answered: the key holds foreign data, so the
+			// lock is busy there, not the server dead.
+			alien++
+			alienErr = rep.err
 		case rep.err != nil:
 			failed++
 			errs = append(errs, rep.err)
@@ -160,12 +174,15 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	// Not granted (or granted too late to be of use): undo on every
 	// server, including those whose reply was lost.
 	if ok > 0 || failed > 0 {
-		rctx, cancel := detached(ctx)
-		_, _ = r.release(rctx, token)
-		cancel()
+		releaseLater(ctx, r, token)
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, 0, cerr
+	}
+	if alien > len(r.clients)-r.quorum {
+		// Foreign data on so many servers that a majority is out of reach
+		// until someone removes it: say so instead of waiting forever.
+		return nil, 0, foreignErr("acquire", r.name, r, alienErr)
 	}
 	if failed > len(r.clients)-r.quorum {
 		return nil, 0, fmt.Errorf("lock: redlock %q: %d of %d servers failed, a majority is out of reach: %w",
@@ -180,6 +197,8 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	return nil, retry, nil
 }
 
+func (r *Redlock) where() string { return keyList(r.keys[0]) }
+
 // count runs a script that returns 1 for "done" on every server and
 // returns how many did it, and the errors of those that failed.
 func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (n, failed int, err error) {
@@ -188,9 +207,12 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 		v, err := f(ctx, c, i)
 		return []int64{v}, err
 	}) {
-		if rep.err != nil {
+		switch {
+		case foreign(rep.err):
+			// It answered, and holds no lease of ours: foreign data.
+		case rep.err != nil:
 			errs = append(errs, rep.err)
-		} else {
+		default:
 			n += int(rep.v[0])
 		}
 	}
@@ -201,7 +223,7 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 // still held it.
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
-		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[3]}, token, r.publish[i]).Int64()
+		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[2]}, token, r.publish[i], graceArg).Int64()
 	})
 	// Servers that did not answer may still hold our key (a dead server
 	// cannot grant it to anyone else while down): the lease was held to the
@@ -237,6 +259,7 @@ func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error)
 		return []int64{v}, err
 	}) {
 		switch {
+		case foreign(rep.err):
 		case rep.err != nil:
 			errs = append(errs, rep.err)
 		case rep.v[0] >= 0:

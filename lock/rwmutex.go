@@ -65,17 +65,18 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 
 // RLock blocks until it holds the lock for reading or ctx is done (or the
 // wait timeout passes, see [WithWaitTimeout]). It waits while a writer
-// holds the lock or waits for it. On failure RLock returns ctx.Err() or a
-// Redis error and holds nothing.
+// holds the lock or waits for it. On failure RLock returns an error
+// matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
+// nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token() // one place among the waiting readers for the whole wait
 	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
 	if err != nil {
-		rctx, cancel := detached(ctx)
-		_ = rwRCancel.Run(rctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
-		cancel()
+		rollback(ctx, func(ctx context.Context) {
+			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
+		})
 	}
 	return l, err
 }
@@ -89,17 +90,15 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 
 // Lock blocks until it holds the lock for writing or ctx is done (or the
 // wait timeout passes). While it waits, new readers are kept out. On
-// failure Lock returns ctx.Err() or a Redis error, holds nothing and no
-// longer keeps readers out.
+// failure Lock returns an error matching [ErrNotObtained] and ctx.Err(), or
+// a Redis error; it holds nothing and no longer keeps readers out.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token()
 	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryWrite(ctx, token, "wait")
 	})
 	if err != nil {
-		rctx, cancel := detached(ctx)
-		_, _ = writer{rw}.release(rctx, token)
-		cancel()
+		releaseLater(ctx, writer{rw}, token)
 	}
 	return l, err
 }
@@ -137,20 +136,35 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
 }
 
+// Locked reports whether anyone holds the lock: a writer, or any live
+// reader, in any process. A writer that waits does not count. It is a
+// snapshot: the lock may change hands at once.
+func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
+	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
+	if err != nil {
+		return false, redisErr(ctx, "locked", rw.name, err)
+	}
+	return n == 1, nil
+}
+
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
-	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, res, err, &rw.opts, true) // renews its place
+	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
+	granted, v := pair(res)
+	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its place
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode).Int64Slice()
-	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, res, err, &rw.opts, true) // renews its claim
+	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
+	granted, v := pair(res)
+	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its claim
 }
 
 // reader is the holder of a read lease.
 type reader struct{ rw *RWMutex }
+
+func (h reader) where() string { return h.rw.where() }
 
 func (h reader) release(ctx context.Context, token string) (bool, error) {
 	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr, h.rw.keys[6]}, token, h.rw.publish).Int64()
@@ -169,18 +183,24 @@ func (h reader) pttl(ctx context.Context, token string) (time.Duration, error) {
 // writer is the holder of a write lease.
 type writer struct{ rw *RWMutex }
 
+func (h writer) where() string { return h.rw.where() }
+
+func (rw *RWMutex) where() string {
+	return keyList(append(rw.keys[:4:4], rw.keys[5:]...)...) // all but the fence
+}
+
 func (h writer) release(ctx context.Context, token string) (bool, error) {
 	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr, h.rw.keys[5], h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }
 
 func (h writer) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
+	n, err := hashExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
 	return n == 1, err
 }
 
 func (h writer) pttl(ctx context.Context, token string) (time.Duration, error) {
-	return pttlReply(mutexPTTL.Run(ctx, h.rw.client, h.rw.keys[:1], token).Int64())
+	return pttlReply(hashPTTL.Run(ctx, h.rw.client, h.rw.keys[:1], token).Int64())
 }
 
 // pttlReply interprets the reply of a PTTL script: milliseconds left, or

@@ -85,21 +85,33 @@ func testRWInvariant(t *testing.T, clients []redis.UniversalClient, goroutines, 
 	t.Logf("max readers at once: %d", c.maxReaders.Load())
 }
 
-func TestRWMutexInvariant(t *testing.T) {
-	srv := redistest.StartServer(t)
-	testRWInvariant(t, []redis.UniversalClient{srv.Client(t), srv.Client(t)}, 8, 8)
+// TestRWMutex runs the reader/writer suite on every kind of deployment.
+func TestRWMutex(t *testing.T) {
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		t.Run("Invariant", func(t *testing.T) { testRWInvariant(t, b.Clients(t, 2), 8, 4) })
+		rdb := b.Client(t)
+		for _, tc := range []struct {
+			name string
+			f    func(*testing.T, redis.UniversalClient)
+		}{
+			{"ReadersOverlap", testRWMutexReadersOverlap},
+			{"WriterNotStarved", testRWMutexWriterNotStarved},
+			{"ReaderNotStarvedByWriters", testRWMutexReaderNotStarvedByWriters},
+			{"CancelledReaderKeepsNoWriterOut", testRWMutexCancelledReaderKeepsNoWriterOut},
+			{"WaitingWriterBlocksNewReaders", testRWMutexWaitingWriterBlocksNewReaders},
+			{"Upgrade", testRWMutexUpgrade},
+			{"DoubleUnlockAndCancelledContext", testRWMutexDoubleUnlockAndCancelledContext},
+			{"ReaderLeasesExtendAlone", testRWMutexReaderLeasesExtendAlone},
+			{"Locked", testRWMutexLocked},
+		} {
+			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
+		}
+	})
 }
 
-func TestRWMutexInvariantCluster(t *testing.T) {
-	t.Parallel() // forming a cluster is mostly waiting
-	cl := redistest.StartCluster(t, 3)
-	testRWInvariant(t, []redis.UniversalClient{cl.Client(t), cl.Client(t)}, 8, 4)
-}
-
-func TestRWMutexReadersOverlap(t *testing.T) {
+func testRWMutexReadersOverlap(t *testing.T, rdb redis.UniversalClient) {
 	// potlock's "read-write" lock admits one reader at a time. Here five
 	// readers must all be inside at once, or this test times out.
-	rdb := redistest.Start(t)
 	rw := lock.NewRWMutex(rdb, "shared")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -128,11 +140,10 @@ func TestRWMutexReadersOverlap(t *testing.T) {
 	wg.Wait()
 }
 
-func TestRWMutexWriterNotStarved(t *testing.T) {
+func testRWMutexWriterNotStarved(t *testing.T, rdb redis.UniversalClient) {
 	// Four readers keep the lock continuously read-held (their holds
 	// overlap). A writer must still get in, after the readers already
 	// inside leave, not after the readers stop.
-	rdb := redistest.Start(t)
 	rw := lock.NewRWMutex(rdb, "busy", lock.WithTTL(5*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -168,11 +179,10 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	}
 }
 
-func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
+func testRWMutexReaderNotStarvedByWriters(t *testing.T, rdb redis.UniversalClient) {
 	// Two writers take turns back to back, so a writer always waits. A
 	// reader must still get in at the next writer's unlock (as with
 	// sync.RWMutex), not only when the writers stop.
-	rdb := redistest.Start(t)
 	rw := lock.NewRWMutex(rdb, "hot", lock.WithTTL(5*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -211,8 +221,7 @@ func TestRWMutexReaderNotStarvedByWriters(t *testing.T) {
 	}
 }
 
-func TestRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T) {
-	rdb := redistest.Start(t)
+func testRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T, rdb redis.UniversalClient) {
 	rw := lock.NewRWMutex(rdb, "gone", lock.WithTTL(time.Minute))
 	w, err := rw.Lock(t.Context())
 	if err != nil {
@@ -226,17 +235,17 @@ func TestRWMutexCancelledReaderKeepsNoWriterOut(t *testing.T) {
 	}()
 	waitQueue(t, rdb, "dogpile:rw:{gone}:rq", 1)
 	cancel()
-	if err := <-errc; err != context.Canceled {
-		t.Errorf("RLock = %v; want context.Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("RLock = %v; want ErrNotObtained and context.Canceled", err)
 	}
+	lock.WaitRollbacks()
 	w.Unlock(t.Context()) // would admit the waiting reader, had it stayed
 	if _, ok, err := rw.TryLock(t.Context()); !ok || err != nil {
 		t.Errorf("TryLock after the waiting reader left = %v, %v; want true", ok, err)
 	}
 }
 
-func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
-	rdb := redistest.Start(t)
+func testRWMutexWaitingWriterBlocksNewReaders(t *testing.T, rdb redis.UniversalClient) {
 	rw := lock.NewRWMutex(rdb, "pending", lock.WithTTL(time.Minute))
 	r, err := rw.RLock(t.Context())
 	if err != nil {
@@ -253,9 +262,10 @@ func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
 		t.Errorf("TryRLock with a writer waiting = %v, %v; want false, nil", ok, err)
 	}
 	cancel() // the writer gives up: readers are welcome again at once
-	if err := <-errc; err != context.Canceled {
-		t.Errorf("Lock = %v; want context.Canceled", err)
+	if err := <-errc; !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Lock = %v; want ErrNotObtained and context.Canceled", err)
 	}
+	lock.WaitRollbacks()
 	l, ok, err := rw.TryRLock(t.Context())
 	if !ok || err != nil {
 		t.Errorf("TryRLock after the writer gave up = %v, %v; want true", ok, err)
@@ -267,8 +277,7 @@ func TestRWMutexWaitingWriterBlocksNewReaders(t *testing.T) {
 	}
 }
 
-func TestRWMutexUpgrade(t *testing.T) {
-	rdb := redistest.Start(t)
+func testRWMutexUpgrade(t *testing.T, rdb redis.UniversalClient) {
 	ctx := t.Context()
 	rw := lock.NewRWMutex(rdb, "up")
 	a, _ := rw.RLock(ctx)
@@ -334,8 +343,7 @@ func TestRWMutexCrashedReaderProcess(t *testing.T) {
 	w.Unlock(t.Context())
 }
 
-func TestRWMutexDoubleUnlockAndCancelledContext(t *testing.T) {
-	rdb := redistest.Start(t)
+func testRWMutexDoubleUnlockAndCancelledContext(t *testing.T, rdb redis.UniversalClient) {
 	rw := lock.NewRWMutex(rdb, "twice")
 	ctx, cancel := context.WithCancel(t.Context())
 	r, _ := rw.RLock(ctx)
@@ -358,10 +366,9 @@ func TestRWMutexDoubleUnlockAndCancelledContext(t *testing.T) {
 	}
 }
 
-func TestRWMutexReaderLeasesExtendAlone(t *testing.T) {
+func testRWMutexReaderLeasesExtendAlone(t *testing.T, rdb redis.UniversalClient) {
 	// Reader leases are separate: one reader's watchdog does not keep a
 	// dead reader alive, and Extend works per reader.
-	rdb := redistest.Start(t)
 	ctx := t.Context()
 	rw := lock.NewRWMutex(rdb, "ext", lock.WithTTL(80*time.Millisecond))
 	short, _ := rw.RLock(ctx)

@@ -4,58 +4,30 @@ import "github.com/redis/go-redis/v9"
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
-// the server's clock: no client timestamp ever reaches Redis.
-//
-// A mutex is a hash {token: fence} with a TTL, so that the token and the
-// fencing number it was given live and die together.
+// the server's clock: no client timestamp ever reaches Redis. This file
+// holds the scripts of semaphores (and fair mutexes); those of the plain
+// mutex are in mutex_scripts.go, those of RWMutex in rw_scripts.go.
 
-// mutexAcquire takes the lock if it is free, or reports that it is already
-// ours (a retried request whose first reply was lost: go-redis retries on
-// network errors), returning {1, fence}; otherwise {0, holder's PTTL}. A
-// fair holder of the same name (see WithFair) keeps it busy too.
-// KEYS: lock, fence counter, fair holders. ARGV: token, ttl ms.
-var mutexAcquire = redis.NewScript(`
-local t = redis.call('PTTL', KEYS[1])
-if t == -2 then
-  local fair = redis.call('PTTL', KEYS[3])
-  if fair ~= -2 then return {0, fair} end
-  local f = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], ARGV[1], f)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, f}
+// lockedLib tells whether a lock key is held: the key exists (it always
+// carries a TTL when it is ours), or a zset of holders scored by expiry
+// (server time, ms) has a live member.
+const lockedLib = `
+local function held(key, holders)
+  if redis.call('EXISTS', key) == 1 then return 1 end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('ZCOUNT', holders, '(' .. now, '+inf') > 0 then return 1 end
+  return 0
 end
-local f = redis.call('HGET', KEYS[1], ARGV[1])
-if f then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(f)}
-end
-return {0, t}
-`)
+`
 
-// mutexRelease deletes the lock if it holds our token and wakes one waiter
-// per process (payload "1", see wake.One). The hash has one field, so
-// removing our token removes the key.
-// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH.
-var mutexRelease = redis.NewScript(`
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call(ARGV[2], KEYS[2], '1')
-return 1
-`)
-
-// mutexExtend resets the TTL if the lock holds our token; it never
-// re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.
-var mutexExtend = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-`)
-
-// mutexPTTL returns the lock's PTTL if it holds our token, else -3.
-// KEYS: lock. ARGV: token.
-var mutexPTTL = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end
-return redis.call('PTTL', KEYS[1])
-`)
+// mutexLocked returns 1 if a plain or a fair (WithFair) holder holds the
+// mutex, else 0. A lock reserved for a waiter ("~ticket") is not held.
+// KEYS: lock, fair holders.
+var mutexLocked = redis.NewScript(lockedLib + `
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' and string.sub(v, 1, 1) == '~' then return 0 end
+return held(KEYS[1], KEYS[2])`)
 
 // A semaphore (and a fair mutex, a semaphore of one permit) keeps:
 //
@@ -63,14 +35,14 @@ return redis.call('PTTL', KEYS[1])
 //	n      hash  {token: "permits:fence"}
 //	q      zset  {token: sequence}                 the FIFO queue of waiters
 //	qx     zset  {token: expiry ms}                each ticket's own lease
-//	fence  counter, never expires; also numbers the queue
+//	fence  counter (see fenceLib); also numbers the queue
 //	base   the plain mutex key of the same name: busy while it exists
 //
 // Each zset gets a PEXPIRE at its latest score, so an abandoned semaphore
-// leaves only its counter behind. Expired members are pruned at the start
+// leaves only its counter behind, until the retention passes. Expired members are pruned at the start
 // of every script, so the count of permits in use is always derived from
 // live holders: a double release or a dead holder can never inflate it.
-const semLib = `
+const semLib = fenceLib + `
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -105,8 +77,11 @@ end
 // already holds them gets the same answer. Otherwise it returns {0, ms to
 // wait} and, in "wait" mode, queues token (once) and renews its ticket.
 // When permits are left after a grant, the next waiter is woken.
+// A fair mutex's grant also sets the plain mutex's key to "token:fence"
+// with the same TTL, so plain lockers find the lock busy at once.
 // KEYS: h, n, q, qx, fence, base. ARGV: token, n, permits, ttl ms, mode,
-// wake channel prefix, PUBLISH or SPUBLISH.
+// wake channel prefix, PUBLISH or SPUBLISH, retention ms, "1" for a fair
+// mutex.
 var semAcquire = redis.NewScript(semLib + `
 local now = clock()
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
@@ -115,6 +90,7 @@ local mine = redis.call('HGET', KEYS[2], tok)
 if mine then
   redis.call('ZADD', KEYS[1], now + ttl, tok)
   keep(KEYS[1], KEYS[2], now)
+  if ARGV[9] == '1' and ours(redis.call('GET', KEYS[6]), tok) then redis.call('PEXPIRE', KEYS[6], ttl) end
   return {1, tonumber(string.match(mine, ':(%d+)$'))}
 end
 local base = redis.call('PTTL', KEYS[6])
@@ -122,10 +98,11 @@ local head = redis.call('ZRANGE', KEYS[3], 0, 0)
 if base == -2 and (#head == 0 or head[1] == tok) and used + want <= permits then
   redis.call('ZREM', KEYS[3], tok)
   redis.call('ZREM', KEYS[4], tok)
-  local f = redis.call('INCR', KEYS[5])
+  local f = nextfence(KEYS[5], ARGV[8])
   redis.call('ZADD', KEYS[1], now + ttl, tok)
-  redis.call('HSET', KEYS[2], tok, want .. ':' .. f)
+  redis.call('HSET', KEYS[2], tok, want .. ':' .. digits(f))
   keep(KEYS[1], KEYS[2], now)
+  if ARGV[9] == '1' then redis.call('SET', KEYS[6], tok .. ':' .. digits(f), 'PX', ttl) end
   wakehead(KEYS[3], used + want, permits, ARGV[6], ARGV[7])
   return {1, f}
 end
@@ -135,7 +112,7 @@ if #first > 0 then wait = tonumber(first[2]) - now end
 if base > 0 then wait = math.min(wait, base) end
 if ARGV[5] == 'wait' then
   if not redis.call('ZSCORE', KEYS[3], tok) then
-    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), tok)
+    redis.call('ZADD', KEYS[3], nextfence(KEYS[5], ARGV[8]), tok)
   end
   redis.call('ZADD', KEYS[4], now + ttl, tok)
   keep(KEYS[4], KEYS[3], now)
@@ -145,8 +122,10 @@ return {0, math.max(wait, 1)}
 
 // semRelease frees token's permits and drops its ticket, if any, then wakes
 // the head of the queue. It returns 1 if token held live permits, else 0
-// (so a second release changes nothing).
-// KEYS: h, n, q, qx. ARGV: token, permits, wake channel prefix, PUBLISH or SPUBLISH.
+// (so a second release changes nothing). A fair mutex's release also
+// deletes the plain key it set and wakes plain waiters that marked it.
+// KEYS: h, n, q, qx[, base, plain wake channel]. ARGV: token, permits,
+// wake channel prefix, PUBLISH or SPUBLISH[, "1" for a fair mutex].
 var semRelease = redis.NewScript(semLib + `
 local now = clock()
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
@@ -155,6 +134,13 @@ if held then
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('ZREM', KEYS[1], ARGV[1])
   used = used - tonumber(string.match(held, '^%d+'))
+  if ARGV[5] == '1' then
+    local v = redis.call('GET', KEYS[5])
+    if ours(v, ARGV[1]) then
+      redis.call('DEL', KEYS[5])
+      if string.find(v, '+', 1, true) then redis.call(ARGV[4], KEYS[6], '1') end
+    end
+  end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
@@ -164,14 +150,16 @@ return 0
 `)
 
 // semExtend renews token's permits (or a reader of an RWMutex: KEYS r, rf)
-// if they are still live; it never re-creates expired ones.
-// KEYS: h, n. ARGV: token, ttl ms.
+// if they are still live, and a fair mutex's plain key; it never
+// re-creates expired ones.
+// KEYS: h, n[, base]. ARGV: token, ttl ms[, "1" for a fair mutex].
 var semExtend = redis.NewScript(semLib + `
 local now = clock()
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s or tonumber(s) <= now then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 keep(KEYS[1], KEYS[2], now)
+if ARGV[3] == '1' and ours(redis.call('GET', KEYS[3]), ARGV[1]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 return 1
 `)
 
@@ -189,240 +177,4 @@ return tonumber(s) - now
 var semAvailable = redis.NewScript(semLib + `
 local used = prune(KEYS[1], KEYS[2], KEYS[3], KEYS[4], clock())
 return tonumber(ARGV[1]) - used
-`)
-
-// An RWMutex keeps:
-//
-//	base   hash  {token: fence} with the writer's TTL, as a Mutex
-//	r      zset  {token: expiry ms}   one member per reader
-//	rf     hash  {token: fence}       the readers' fences
-//	ww     zset  {token: expiry ms}   writers waiting, each with its own lease
-//	fence  counter, never expires
-//	rq     zset  {token: expiry ms}   readers waiting, each with its own lease
-//	ra     zset  {token: expiry ms}   readers admitted by the last writer
-//
-// A reader is admitted only while no writer holds the lock or waits for it
-// (writer preference, as sync.RWMutex); a writer only when there is neither
-// a writer nor a live reader, nor a reader admitted but not yet in. When a
-// writer unlocks, the readers waiting at that moment (rq) are admitted
-// (moved to ra) ahead of the next writer, as sync.RWMutex does, so that
-// writers taking turns cannot starve readers either. Readers wait on
-// channel rd (woken all at once), writers on wr (woken one per process).
-const rwLib = semLib + `
-local function prunez(z, h, now)
-  local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
-  for _, t in ipairs(dead) do if h then redis.call('HDEL', h, t) end end
-  if #dead > 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
-  return #dead
-end
-`
-
-// rwRLock admits token as a reader, returning {1, fence} (also for a
-// retried request that already is one), or {0, ms to wait} while a writer
-// holds the lock or waits for it, unless token was admitted by the last
-// writer's unlock. In "wait" mode a refused reader registers (or renews) its
-// place among the waiting readers.
-// KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode.
-var rwRLock = redis.NewScript(rwLib + `
-local now = clock()
-local ttl = tonumber(ARGV[2])
-prunez(KEYS[2], KEYS[3], now)
-local f = redis.call('HGET', KEYS[3], ARGV[1])
-if f then
-  redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-  keep(KEYS[2], KEYS[3], now)
-  return {1, tonumber(f)}
-end
-local function refuse(ms)
-  if ARGV[3] == 'wait' then
-    redis.call('ZADD', KEYS[6], now + ttl, ARGV[1])
-    keep(KEYS[6], KEYS[6], now)
-  end
-  return {0, ms}
-end
-local w = redis.call('PTTL', KEYS[1])
-if w ~= -2 then return refuse(w) end
-prunez(KEYS[7], nil, now)
-if redis.call('ZREM', KEYS[7], ARGV[1]) == 0 then
-  prunez(KEYS[4], nil, now)
-  local ww = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if #ww > 0 then return refuse(math.max(1, tonumber(ww[2]) - now)) end
-end
-redis.call('ZREM', KEYS[6], ARGV[1])
-f = redis.call('INCR', KEYS[5])
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], f)
-keep(KEYS[2], KEYS[3], now)
-return {1, f}
-`)
-
-// rwRCancel withdraws a reader that gave up waiting: it leaves the waiting
-// and the admitted readers, so it keeps no writer out.
-// KEYS: rq, ra, wr channel. ARGV: token, PUBLISH or SPUBLISH.
-var rwRCancel = redis.NewScript(`
-redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then redis.call(ARGV[2], KEYS[3], '1') end
-return 1
-`)
-
-// rwLock makes token the writer if there is neither a writer nor a live
-// reader, admitted or in, returning {1, fence} (also for a retried
-// request). Otherwise it returns {0, ms to wait} and, in "wait" mode,
-// registers or renews token as a waiting writer, which keeps new readers
-// out. KEYS: base, r, rf, ww, fence, rq, ra. ARGV: token, ttl ms, mode.
-var rwLock = redis.NewScript(rwLib + `
-local now = clock()
-local ttl = tonumber(ARGV[2])
-local f = redis.call('HGET', KEYS[1], ARGV[1])
-if f then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, tonumber(f)}
-end
-prunez(KEYS[2], KEYS[3], now)
-prunez(KEYS[4], nil, now)
-prunez(KEYS[7], nil, now)
-local w = redis.call('PTTL', KEYS[1])
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-if #last == 0 then last = redis.call('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES') end
-if w == -2 and #last == 0 then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  f = redis.call('INCR', KEYS[5])
-  redis.call('HSET', KEYS[1], ARGV[1], f)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {1, f}
-end
-if ARGV[3] == 'wait' then
-  redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
-  keep(KEYS[4], KEYS[4], now)
-end
-if w ~= -2 then return {0, w} end
-return {0, math.max(1, tonumber(last[2]) - now)}
-`)
-
-// rwRUnlock removes token as a reader; when it was the last, and no
-// admitted reader is still to come in, it wakes one waiting writer per
-// process. Returns 1 if token was a live reader.
-// KEYS: r, rf, wr channel, ra. ARGV: token, PUBLISH or SPUBLISH.
-var rwRUnlock = redis.NewScript(rwLib + `
-local now = clock()
-prunez(KEYS[1], KEYS[2], now)
-local f = redis.call('HGET', KEYS[2], ARGV[1])
-if not f then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-prunez(KEYS[4], nil, now)
-if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
-  redis.call(ARGV[2], KEYS[3], '1')
-end
-return 1
-`)
-
-// rwUnlock releases token's write lock, admits the readers waiting at this
-// moment ahead of the next writer, and wakes all readers and one writer per
-// process; or, for a writer that gave up waiting, drops its registration
-// and wakes the readers if no writer waits any more. Returns 1 if token
-// held the write lock.
-// KEYS: base, ww, rd channel, wr channel, rq, ra. ARGV: token, PUBLISH or
-// SPUBLISH.
-var rwUnlock = redis.NewScript(rwLib + `
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call(ARGV[2], KEYS[3], 'all')
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1])
-local now = clock()
-prunez(KEYS[5], nil, now)
-local q = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')
-for i = 1, #q, 2 do redis.call('ZADD', KEYS[6], q[i + 1], q[i]) end
-if #q > 0 then
-  redis.call('DEL', KEYS[5])
-  keep(KEYS[6], KEYS[6], now)
-end
-redis.call(ARGV[2], KEYS[3], 'all')
-redis.call(ARGV[2], KEYS[4], '1')
-return 1
-`)
-
-// rwUpgrade turns reader token into the writer, keeping its fence, if it is
-// the only live reader and no writer holds the lock; {1, fence}, else {0}.
-// KEYS: base, r, rf. ARGV: token, ttl ms.
-var rwUpgrade = redis.NewScript(rwLib + `
-local now = clock()
-prunez(KEYS[2], KEYS[3], now)
-local f = redis.call('HGET', KEYS[3], ARGV[1])
-if not f or redis.call('ZCARD', KEYS[2]) ~= 1 or redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], f)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, tonumber(f)}
-`)
-
-// A MultiMutex locks the keys of several plain mutexes at once (KEYS in
-// triples: lock, fence counter, fair holders), so it excludes a Mutex of
-// any of its names. Keys of one script must share a cluster slot; the Go
-// side groups names by slot.
-
-// multiAcquire takes every lock if all are free or already ours (a retried
-// request), returning {1, fence...} in KEYS order; otherwise it changes
-// nothing and returns {0, index of a busy name (from 1), its PTTL}.
-// KEYS: (lock, fence, fair holders)... ARGV: token, ttl ms.
-var multiAcquire = redis.NewScript(`
-for i = 1, #KEYS, 3 do
-  local t = redis.call('PTTL', KEYS[i])
-  if t == -2 then
-    local fair = redis.call('PTTL', KEYS[i+2])
-    if fair ~= -2 then return {0, (i+2)/3, fair} end
-  elseif redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then
-    return {0, (i+2)/3, t}
-  end
-end
-local out = {1}
-for i = 1, #KEYS, 3 do
-  local f = redis.call('HGET', KEYS[i], ARGV[1])
-  if not f then
-    f = redis.call('INCR', KEYS[i+1])
-    redis.call('HSET', KEYS[i], ARGV[1], f)
-  end
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  out[#out+1] = tonumber(f)
-end
-return out
-`)
-
-// multiRelease deletes each lock that holds our token and wakes one waiter
-// per process on its channel; it returns how many it deleted.
-// KEYS: (lock, wake channel)... ARGV: token, PUBLISH or SPUBLISH.
-var multiRelease = redis.NewScript(`
-local n = 0
-for i = 1, #KEYS, 2 do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 1 then
-    redis.call('DEL', KEYS[i])
-    redis.call(ARGV[2], KEYS[i+1], '1')
-    n = n + 1
-  end
-end
-return n
-`)
-
-// multiExtend resets every lock's TTL if all still hold our token, else
-// changes nothing and returns 0. KEYS: locks. ARGV: token, ttl ms.
-var multiExtend = redis.NewScript(`
-for i = 1, #KEYS do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return 0 end
-end
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-return 1
-`)
-
-// multiPTTL returns the smallest PTTL of the locks if all hold our token,
-// else -3. KEYS: locks. ARGV: token.
-var multiPTTL = redis.NewScript(`
-local least = -3
-for i = 1, #KEYS do
-  if redis.call('HEXISTS', KEYS[i], ARGV[1]) == 0 then return -3 end
-  local t = redis.call('PTTL', KEYS[i])
-  if least == -3 or t < least then least = t end
-end
-return least
 `)

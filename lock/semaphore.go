@@ -42,6 +42,10 @@ type Semaphore struct {
 	prefix  string   // + token: a waiter's own wake-up channel
 	publish string
 	opts    options
+
+	// A fair mutex also holds the plain mutex's key (see asFairMutex).
+	fairArg                 string // "1" for a fair mutex, else "0"
+	releaseKeys, extendKeys []string
 }
 
 // NewSemaphore returns the semaphore called name, of permits permits, in
@@ -62,7 +66,7 @@ func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permit
 	if client == nil {
 		panic("lock: nil redis client")
 	}
-	return &Semaphore{
+	s := &Semaphore{
 		client:  client,
 		name:    name,
 		permits: permits,
@@ -70,14 +74,28 @@ func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permit
 		prefix:  ks.key("wake:"),
 		publish: wake.PublishCommand(client),
 		opts:    o,
+		fairArg: "0",
 	}
+	s.releaseKeys, s.extendKeys = s.keys[:4], s.keys[:2]
+	return s
+}
+
+// asFairMutex makes s the fair side of a plain mutex whose key is s's base
+// key and whose waiters listen on channel: a grant also sets the plain key,
+// so plain lockers see the lock busy in their one SET NX, and a release
+// deletes it and wakes plain waiters that marked it.
+func (s *Semaphore) asFairMutex(channel string) {
+	s.fairArg = "1"
+	s.releaseKeys = []string{s.keys[0], s.keys[1], s.keys[2], s.keys[3], s.keys[5], channel}
+	s.extendKeys = []string{s.keys[0], s.keys[1], s.keys[5]}
 }
 
 // Acquire blocks until it holds n permits or ctx is done (or the wait
 // timeout passes, see [WithWaitTimeout]). It joins the back of the queue and
 // is woken by a message when it reaches the head and permits are free. On
-// failure Acquire returns ctx.Err() or a Redis error, holds nothing, and has
-// left the queue (or will within one TTL if Redis could not be reached).
+// failure Acquire returns an error matching [ErrNotObtained] and
+// ctx.Err(), or a Redis error; it holds nothing, and has left the queue (or
+// will within one TTL if Redis could not be reached).
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	s.check(n)
@@ -88,9 +106,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	if err != nil {
 		// Leave the queue now rather than when the ticket expires: a ghost
 		// at the head would hold up everyone behind it for one TTL.
-		rctx, cancel := detached(ctx)
-		_, _ = s.release(rctx, token)
-		cancel()
+		releaseLater(ctx, s, token)
 	}
 	return l, err
 }
@@ -124,17 +140,20 @@ func (s *Semaphore) check(n int64) {
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish).Int64Slice()
-	return grant(ctx, s, "acquire", s.name, token, sent, res, err, &s.opts, true) // renews its ticket
+	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish, s.opts.retentionMs, s.fairArg).Int64Slice()
+	granted, v := pair(res)
+	return grant(ctx, s, "acquire", s.name, token, sent, granted, v, err, &s.opts, true) // renews its ticket
 }
 
+func (s *Semaphore) where() string { return keyList(s.keys[:4]...) }
+
 func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
-	n, err := semRelease.Run(ctx, s.client, s.keys[:4], token, s.permits, s.prefix, s.publish).Int64()
+	n, err := semRelease.Run(ctx, s.client, s.releaseKeys, token, s.permits, s.prefix, s.publish, s.fairArg).Int64()
 	return n == 1, err
 }
 
 func (s *Semaphore) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := semExtend.Run(ctx, s.client, s.keys[:2], token, redisutil.Millis(ttl)).Int64()
+	n, err := semExtend.Run(ctx, s.client, s.extendKeys, token, redisutil.Millis(ttl), s.fairArg).Int64()
 	return n == 1, err
 }
 

@@ -2,12 +2,10 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,15 +47,7 @@ func StartCluster(tb testing.TB, masters int) *Cluster {
 	for i := range c.Nodes {
 		c.Nodes[i] = newServer(tb, true, nil)
 	}
-	// Start the nodes concurrently: each takes tens of milliseconds, mostly
-	// waiting.
-	errs := make([]error, masters)
-	var wg sync.WaitGroup
-	for i, s := range c.Nodes {
-		wg.Go(func() { errs[i] = s.start() })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := startAll(c.Nodes); err != nil {
 		tb.Fatal(err)
 	}
 

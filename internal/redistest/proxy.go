@@ -11,10 +11,10 @@ import (
 // on purpose: the fault behind go-redis's automatic retries, where a
 // command ran on the server but its caller never heard back.
 type Proxy struct {
-	l        net.Listener
-	target   string
-	dropNext atomic.Bool
-	dropped  atomic.Int64
+	l       net.Listener
+	target  string
+	toDrop  atomic.Int64 // replies still to drop
+	dropped atomic.Int64
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -41,7 +41,12 @@ func (p *Proxy) Addr() string { return p.l.Addr().String() }
 // DropNextReply makes the proxy swallow the next bytes the server sends on
 // any connection and close that connection, as a network failure would
 // after the server has executed the command.
-func (p *Proxy) DropNextReply() { p.dropNext.Store(true) }
+func (p *Proxy) DropNextReply() { p.DropReplies(1) }
+
+// DropReplies makes the proxy lose the next n replies, each as
+// [Proxy.DropNextReply] does: a client that reconnects and sends again
+// loses its reply again until n are gone.
+func (p *Proxy) DropReplies(n int64) { p.toDrop.Store(n) }
 
 // Dropped returns how many replies were dropped.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
@@ -88,7 +93,7 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if replies && p.dropNext.CompareAndSwap(true, false) {
+			if replies && p.take() {
 				p.dropped.Add(1)
 				return
 			}
@@ -98,6 +103,19 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// take claims one of the replies to drop, if any are left.
+func (p *Proxy) take() bool {
+	for {
+		n := p.toDrop.Load()
+		if n <= 0 {
+			return false
+		}
+		if p.toDrop.CompareAndSwap(n, n-1) {
+			return true
 		}
 	}
 }

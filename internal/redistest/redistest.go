@@ -129,6 +129,9 @@ type Server struct {
 	dir     string
 	args    []string // the caller's extra args
 	cluster bool     // cluster-enabled node, listening on busPort too
+	// sentinel runs redis-server --sentinel, which needs a writable config
+	// file of its own (sentinel.conf in dir) as its first argument.
+	sentinel bool
 
 	mu      sync.Mutex // guards everything below and serializes process control
 	port    int
@@ -321,13 +324,23 @@ func (s *Server) running() bool {
 // the port was taken, and an error carrying the server's output on any other
 // failure. s.mu must be held.
 func (s *Server) launch() error {
-	argv := []string{
+	var argv []string
+	if s.sentinel {
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		f, err := os.OpenFile(conf, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("redistest: %w", err)
+		}
+		f.Close()
+		argv = append(argv, conf, "--sentinel")
+	}
+	argv = append(argv,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
-	}
+	)
 	if s.cluster {
 		argv = append(argv,
 			"--cluster-enabled", "yes",

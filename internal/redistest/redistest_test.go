@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -503,4 +504,49 @@ func (f *fakeTB) run(fn func()) {
 		fn()
 	}()
 	<-done
+}
+
+// TestBackends: every deployment answers, and the ring and the sentinel
+// are the real thing (keys spread over both shards; a failover client
+// writes to the master, which replicates to the replica).
+func TestBackends(t *testing.T) {
+	ForEachBackend(t, func(t *testing.T, b Backend) {
+		c := b.Client(t)
+		if err := c.Set(t.Context(), "k", "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Get(t.Context(), "k").Val(); v != "v" {
+			t.Errorf("GET = %q; want v", v)
+		}
+	})
+}
+
+func TestRingSpreadsKeys(t *testing.T) {
+	r := StartRing(t, 2)
+	c := r.Client(t)
+	for i := range 100 {
+		if err := c.Set(t.Context(), "k"+strconv.Itoa(i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, s := range r.Shards {
+		if n := s.Client(t).DBSize(t.Context()).Val(); n == 0 {
+			t.Errorf("shard %d holds no key of 100", i)
+		}
+	}
+}
+
+func TestSentinelReplicates(t *testing.T) {
+	s := StartSentinel(t)
+	c := s.Client(t)
+	if err := c.Set(t.Context(), "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica := s.Replica.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); replica.Get(t.Context(), "k").Val() != "v"; {
+		if time.Now().After(deadline) {
+			t.Fatal("write through the failover client never reached the replica")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

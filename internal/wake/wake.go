@@ -1,7 +1,8 @@
 // Package wake delivers Redis pub/sub wake-ups to goroutines waiting for a
 // lock or a value. All waiters of one client share one subscription
-// connection (one per master on a cluster, using sharded pub/sub), so a
-// thousand waiters cost one connection, not a thousand.
+// connection (one per master on a cluster, using sharded pub/sub; one per
+// shard on a ring), so a thousand waiters cost one connection, not a
+// thousand.
 //
 // A wake-up is only a hint: pub/sub is fire-and-forget, and a message sent
 // while the connection is down is lost. Callers must bound every wait (by the
@@ -138,7 +139,7 @@ const errNotConfirmed = errString("wake: subscription not confirmed in time")
 
 type hubKey struct {
 	client redis.UniversalClient
-	node   string // master address on a cluster, "" otherwise
+	node   string // master address on a cluster, shard address on a ring, "" otherwise
 }
 
 var (
@@ -170,25 +171,41 @@ type entry struct {
 func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*hub, error) {
 	key := hubKey{client: c}
 	var node *redis.Client
-	if cc, ok := c.(*redis.ClusterClient); ok {
+	sharded := false
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
 		// Sharded pub/sub lives on the master that owns the channel's slot.
 		// One plain connection per master carries every channel it owns.
 		n, err := cc.MasterForKey(ctx, channel)
 		if err != nil {
 			return nil, err
 		}
+		node, sharded = n, true
+	case *redis.Ring:
+		// A ring has no connection of its own to subscribe on (Subscribe
+		// without a channel panics): a script publishes on the shard that
+		// owns its keys, which is the shard of the channel's hash tag, so
+		// one connection per shard carries every channel it owns.
+		n, err := cc.GetShardClientForKey(channel)
+		if err != nil {
+			return nil, err
+		}
 		node = n
-		key.node = n.Options().Addr
+	}
+	if node != nil {
+		key.node = node.Options().Addr
 	}
 	hubsMu.Lock()
 	defer hubsMu.Unlock()
 	h := hubs[key]
 	if h == nil {
-		h = &hub{key: key, chans: map[string]*entry{}, quit: make(chan struct{})}
-		if node != nil {
-			h.sharded = true
+		h = &hub{key: key, chans: map[string]*entry{}, quit: make(chan struct{}), sharded: sharded}
+		switch {
+		case sharded:
 			h.ps = node.SSubscribe(context.Background())
-		} else {
+		case node != nil:
+			h.ps = node.Subscribe(context.Background())
+		default:
 			h.ps = c.Subscribe(context.Background())
 		}
 		hubs[key] = h

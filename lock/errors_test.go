@@ -1,0 +1,97 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// primitive is one kind of lock, seen through its blocking and its
+// one-shot acquire.
+type primitive struct {
+	name string
+	lock func(ctx context.Context) (*lock.Lease, error)
+	try  func(ctx context.Context) (*lock.Lease, bool, error)
+	key  string // a key a holder's lease lives in
+}
+
+// primitives returns every kind of lock on rdb, all called name, each
+// with opts.
+func primitives(rdb redis.UniversalClient, name string, opts ...lock.Option) []primitive {
+	m := lock.NewMutex(rdb, name, opts...)
+	fair := lock.NewMutex(rdb, name+"-fair", append(opts, lock.WithFair())...)
+	s := lock.NewSemaphore(rdb, name, 1, opts...)
+	rw := lock.NewRWMutex(rdb, name, opts...)
+	mm := lock.NewMultiMutex(rdb, []string{name + "-a", name + "-b"}, opts...)
+	rl := lock.NewRedlock([]redis.UniversalClient{rdb}, name, opts...)
+	return []primitive{
+		{"Mutex", m.Lock, m.TryLock, "dogpile:mutex:{" + name + "}"},
+		{"fair Mutex", fair.Lock, fair.TryLock, "dogpile:mutex:{" + name + "-fair}:h"},
+		{"Semaphore", func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) },
+			func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) },
+			"dogpile:sem:{" + name + "}:h"},
+		{"RWMutex writer", rw.Lock, rw.TryLock, "dogpile:rw:{" + name + "}"},
+		{"MultiMutex", mm.Lock, mm.TryLock, "dogpile:mutex:{" + name + "-b}"},
+		{"Redlock", rl.Lock, rl.TryLock, "dogpile:redlock:{" + name + "}"},
+	}
+}
+
+// TestErrNotObtained: a blocking acquire that gives up on a busy lock says
+// so with ErrNotObtained, and its context's error still matches; TryLock
+// reports busy as false with no error; a Redis failure is not "not
+// obtained".
+func TestErrNotObtained(t *testing.T) {
+	rdb := redistest.Start(t)
+	for _, p := range primitives(rdb, "busy", lock.WithTTL(time.Minute)) {
+		t.Run(p.name, func(t *testing.T) {
+			held, err := p.lock(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Unlock(t.Context())
+
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+			defer cancel()
+			if _, err := p.lock(ctx); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Lock past its deadline = %v; want ErrNotObtained and context.DeadlineExceeded", err)
+			}
+			ctx, cancel = context.WithCancel(t.Context())
+			cancel()
+			if _, err := p.lock(ctx); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+				t.Errorf("Lock cancelled = %v; want ErrNotObtained and context.Canceled", err)
+			}
+			if l, ok, err := p.try(t.Context()); l != nil || ok || err != nil {
+				t.Errorf("TryLock of a busy lock = %v, %v, %v; want nil, false, nil", l, ok, err)
+			}
+		})
+	}
+	// WithWaitTimeout gives up the same way.
+	held, err := lock.NewMutex(rdb, "busy").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(t.Context())
+	m := lock.NewMutex(rdb, "busy", lock.WithWaitTimeout(20*time.Millisecond))
+	if _, err := m.Lock(t.Context()); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock past WithWaitTimeout = %v; want ErrNotObtained and context.DeadlineExceeded", err)
+	}
+	err = lock.Do(t.Context(), rdb, "busy", func(context.Context) error { return nil }, lock.WithWaitTimeout(20*time.Millisecond))
+	if !errors.Is(err, lock.ErrNotObtained) {
+		t.Errorf("Do on a busy lock = %v; want ErrNotObtained", err)
+	}
+
+	down := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1})
+	defer down.Close()
+	for _, p := range primitives(down, "x") {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		if _, err := p.lock(ctx); err == nil || errors.Is(err, lock.ErrNotObtained) {
+			t.Errorf("%s Lock with Redis down = %v; want a Redis error, not ErrNotObtained", p.name, err)
+		}
+		cancel()
+	}
+}

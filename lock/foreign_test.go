@@ -1,0 +1,89 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+)
+
+// TestForeignDataAtLockKey: another program overwrites a lock's key with
+// a string. The holder's Unlock, Extend and TTL say ErrNotHeld, not Redis's
+// raw WRONGTYPE; its watchdog reports the lease lost; and
+// an acquire gives a clear error naming the key at once instead of waiting.
+func TestForeignDataAtLockKey(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	for _, p := range primitives(rdb, "alien", lock.WithTTL(time.Minute)) {
+		t.Run(p.name, func(t *testing.T) {
+			l, err := p.lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb.Set(ctx, p.key, "not a lock", 0)
+			defer rdb.Del(ctx, p.key)
+			if err := l.Extend(ctx, time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("Extend = %v; want ErrNotHeld", err)
+			}
+			if _, err := l.TTL(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("TTL = %v; want ErrNotHeld", err)
+			}
+			if err := l.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("Unlock = %v; want ErrNotHeld", err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := p.lock(wctx); err == nil || errors.Is(err, lock.ErrNotObtained) || !strings.Contains(err.Error(), p.key) {
+				t.Errorf("Lock on foreign data = %v; want at once an error naming %s", err, p.key)
+			}
+		})
+	}
+
+	m := lock.NewMutex(rdb, "alien-watched", lock.WithTTL(90*time.Millisecond), lock.WithAutoExtend())
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, "dogpile:mutex:{alien-watched}", "not a lock", 0)
+	select {
+	case <-l.Done():
+		if !errors.Is(l.Err(), lock.ErrLost) {
+			t.Errorf("Err = %v; want ErrLost", l.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("watchdog kept a lease whose key another program overwrote")
+	}
+	l.Unlock(ctx)
+}
+
+// TestRedlockForeignDataIsNoDeadServer: foreign data on one server of five
+// makes the lock busy there, not the server dead: the lock is still granted
+// by the other four, and released without error. On three of five, no
+// majority can ever be had: acquiring says so, naming the key.
+func TestRedlockForeignDataIsNoDeadServer(t *testing.T) {
+	srvs, clients := startRedlock(t)
+	key := "dogpile:redlock:{alien}"
+	srvs[0].Client(t).Set(t.Context(), key, "not a lock", 0)
+	rl := lock.NewRedlock(clients(), "alien", lock.WithTTL(time.Minute))
+	l, err := rl.Lock(t.Context())
+	if err != nil {
+		t.Fatalf("Lock with foreign data on 1 of 5 = %v; want the lock", err)
+	}
+	if err := l.Extend(t.Context(), time.Minute); err != nil {
+		t.Errorf("Extend = %v; want nil", err)
+	}
+	if err := l.Unlock(t.Context()); err != nil {
+		t.Errorf("Unlock = %v; want nil", err)
+	}
+	for _, s := range srvs[1:3] {
+		s.Client(t).Set(t.Context(), key, "not a lock", 0)
+	}
+	l, ok, err := rl.TryLock(t.Context())
+	if ok || err == nil || !strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "servers failed") {
+		t.Errorf("TryLock with foreign data on 3 of 5 = %v, %v, %v; want an error naming %s, no dead servers", l, ok, err, key)
+	}
+}

@@ -1,0 +1,73 @@
+package lock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestReleaserDoesNotBarge: a process that releases a lock another process
+// waits for and at once asks for it again must not take it back (it would
+// win every race by a round trip, starving the waiter): the release hands
+// the lock to the waiter. On every kind of deployment.
+func TestReleaserDoesNotBarge(t *testing.T) {
+	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+		testReleaserDoesNotBarge(t, b.Client(t), b.Client(t)) // two processes
+	})
+}
+
+func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) {
+	ctx := t.Context()
+	m := lock.NewMutex(mine, "handoff", lock.WithTTL(time.Minute))
+	held, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := lock.NewMutex(theirs, "handoff").Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitForWaiter(t, theirs, "dogpile:mutex:{handoff}:wake")
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, err := m.TryLock(ctx); ok || err != nil {
+		l.Unlock(ctx)
+		t.Fatalf("TryLock right after Unlock, with another process waiting = %v, %v; want false: handed to the waiter", ok, err)
+	}
+	again := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := m.Lock(ctx) // queues behind the waiter
+		if err != nil {
+			t.Error(err)
+		}
+		again <- l
+	}()
+	var theirL *lock.Lease
+	select {
+	case theirL = <-got:
+	case l := <-again:
+		l.Unlock(ctx)
+		t.Fatal("the releaser took the lock back before the waiter")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter never got the lock")
+	}
+	checkLocked(t, "held by the waiter", func() (bool, error) { return m.Locked(ctx) }, true)
+	theirL.Unlock(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	select {
+	case l := <-again:
+		l.Unlock(wctx)
+	case <-wctx.Done():
+		t.Fatal("the releaser's second Lock never got the lock")
+	}
+}

@@ -1,0 +1,244 @@
+package lock
+
+import "github.com/redis/go-redis/v9"
+
+// A plain mutex is one string key with the lease's TTL, "token:fence", as
+// lean as a lock can be: an uncontended Lock+Unlock costs Redis an INCR
+// and a SET NX PX, then a GET and a DEL. A "+" appended to the value marks
+// that someone waits for the lock, so the release publishes a wake-up only
+// then. A fair holder (WithFair) sets the same key, so a plain acquirer
+// needs no second look to find the lock busy.
+//
+// Hand-off: every attempt draws a number from the fencing counter, and a
+// waiter keeps the number of its first attempt as its ticket. Waiters mark
+// the lock with the smallest ticket among them ("token:fence+ticket"). The
+// release of a lock so marked does not free it but reserves it for that
+// ticket for a short grace ("~ticket", PX grace) and wakes the waiters:
+// only a waiter holding that ticket (or an older one) may take it. So the
+// releaser, which would otherwise win every race by one round trip, and
+// waiters that came later queue behind the longest waiter, across
+// processes, at the cost of a key and a number per waiter. If that waiter
+// is gone, the reservation lapses after the grace.
+
+// fenceLib mints fencing numbers (mutexAcquire has its own copy inline). A lock's counter expires keep ms after
+// it was created (WithRetention), so that per-request lock names do not
+// fill Redis, and is then created anew by the next acquisition. A new
+// counter starts from the server's clock in microseconds instead of 1:
+// above every number the expired counter gave, since that counter started
+// from a clock reading at least keep ms earlier and grew by one per
+// acquisition (far fewer than one per microsecond), unless the server's
+// clock went back by more than the retention. A counter below 10^15 (no
+// clock reading) predates retention: it gets one.
+const fenceLib = `
+local function nextfence(key, keep)
+  local f = redis.call('INCR', key)
+  if f == 1 then
+    local t = redis.call('TIME')
+    local us = t[1] .. string.sub('00000' .. t[2], -6)
+    redis.call('SET', key, us, 'PX', keep)
+    return tonumber(us)
+  end
+  if f < 1e15 then redis.call('PEXPIRE', key, keep) end
+  return f
+end
+-- digits formats a fence: Lua's own number to string gives 1.79e+15.
+local function digits(n) return string.format('%d', n) end
+` + oursLib
+
+// oursLib tells whether a lock's value v is held by token tok. Scripts
+// that mint no fence take only this: every function a script defines is
+// built anew on every call.
+const oursLib = `
+local function ours(v, tok)
+  return type(v) == 'string' and string.sub(v, 1, #tok + 1) == tok .. ':'
+end
+`
+
+// mutexAcquire takes the lock if it is free, or reserved for the caller's
+// ticket or a later one, returning the new fence; if the lock is already
+// ours (a retried request whose first reply was lost: go-redis retries on
+// network errors), it returns the fence it got then. Otherwise it marks
+// the lock with the caller's ticket, unless an older one marks it, and
+// returns {-1 - the holder's PTTL, the caller's ticket}; or 0 for a key
+// without TTL, which no lock of ours ever is (foreign data). A busy attempt
+// wastes a fencing number: fences increase, with gaps.
+// KEYS: lock, fence counter. ARGV: token, ttl ms, retention ms, mark ("+"
+// when more waiters of this process wait, else ""), ticket (0 for a first
+// attempt, -1 for one that will not wait: it neither marks nor takes a
+// reserved lock).
+//
+// The fast path is written out, not called through fenceLib: a script's
+// functions are built anew on every call, and this one runs on every Lock.
+//
+// A waiter's retry (ticket > 0) looks before it draws a number: most
+// retries find the lock taken by the waiter it was reserved for, and then
+// cost neither a fence nor a failed SET.
+var mutexAcquire = redis.NewScript(`
+local ticket = tonumber(ARGV[5])
+local v = false
+if ticket > 0 then
+  v = redis.call('GET', KEYS[1])
+  if v and string.sub(v, 1, 1) == '~' and ticket <= (tonumber(string.sub(v, 2)) or 0) then v = false end
+end
+local f = 0
+if not v then
+  f = redis.call('INCR', KEYS[2])
+  if f == 1 then
+    local t = redis.call('TIME')
+    local us = t[1] .. string.sub('00000' .. t[2], -6)
+    redis.call('SET', KEYS[2], us, 'PX', ARGV[3])
+    f = tonumber(us)
+  elseif f < 1e15 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  local nv = ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4]
+  if ticket > 0 then
+    redis.call('SET', KEYS[1], nv, 'PX', ARGV[2]) -- free, or reserved for us
+    return f
+  end
+  if redis.call('SET', KEYS[1], nv, 'NX', 'PX', ARGV[2]) then return f end
+  v = redis.call('GET', KEYS[1])
+end
+if type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return tonumber(string.match(v, ':(%d+)'))
+end
+local t = redis.call('PTTL', KEYS[1])
+if t < 0 then return 0 end
+if ticket < 0 then return {-1 - t, 0} end
+if ticket == 0 then ticket = f end
+if string.sub(v, 1, 1) == '~' then
+  if ticket <= (tonumber(string.sub(v, 2)) or 0) then
+    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. ARGV[4], 'PX', ARGV[2])
+    return f
+  end
+  return {-1 - t, ticket}
+end
+local plus = string.find(v, '+', 1, true)
+local oldest = plus and tonumber(string.sub(v, plus + 1))
+if not oldest or ticket < oldest then
+  local held = plus and string.sub(v, 1, plus - 1) or v
+  redis.call('SET', KEYS[1], held .. '+' .. string.format('%d', ticket), 'KEEPTTL', 'XX')
+end
+return {-1 - t, ticket}
+`)
+
+// mutexRelease frees the lock if it holds our token, or reserves it for
+// the oldest waiting ticket, and, if someone waits, wakes one waiter per
+// process (payload "1", see wake.One).
+// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH, grace ms.
+var mutexRelease = redis.NewScript(releaseLib + `
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return 0 end
+release(KEYS[1], KEYS[2], v, ARGV[2], ARGV[3])
+return 1
+`)
+
+// releaseLib frees a lock whose value v we hold: reserved for the oldest
+// ticket that marked it, deleted otherwise; waiters are woken if any.
+const releaseLib = `
+local function release(key, channel, v, pub, grace)
+  local plus = string.find(v, '+', 1, true)
+  if not plus then
+    redis.call('DEL', key)
+    return
+  end
+  local ticket = string.sub(v, plus + 1)
+  if ticket == '' then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, '~' .. ticket, 'PX', grace)
+  end
+  redis.call(pub, channel, '1')
+end
+`
+
+// mutexExtend resets the TTL if the lock holds our token; it never
+// re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.
+var mutexExtend = redis.NewScript(oursLib + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// mutexPTTL returns the lock's PTTL if it holds our token, else -3.
+// KEYS: lock. ARGV: token.
+var mutexPTTL = redis.NewScript(oursLib + `
+if not ours(redis.call('GET', KEYS[1]), ARGV[1]) then return -3 end
+return redis.call('PTTL', KEYS[1])
+`)
+
+// A MultiMutex locks the keys of several plain mutexes at once (KEYS in
+// pairs: lock, fence counter), so it excludes a Mutex of any of its names.
+// Keys of one script must share a cluster slot; the Go side groups names
+// by slot.
+
+// multiAcquire takes every lock if all are free or already ours (a retried
+// request), returning {1, fence...} in KEYS order; otherwise it changes
+// nothing but the busy lock's waiter mark and returns {0, index of a busy
+// name (from 1), its PTTL}, or {-1, index} for a key that holds foreign
+// data. KEYS: (lock, fence)... ARGV: token, ttl ms, retention ms.
+var multiAcquire = redis.NewScript(fenceLib + `
+local vals = {}
+for i = 1, #KEYS, 2 do
+  local v = redis.call('GET', KEYS[i])
+  if v and not ours(v, ARGV[1]) then
+    local t = redis.call('PTTL', KEYS[i])
+    if t < 0 then return {-1, (i+1)/2} end
+    if not string.find(v, '[~+]') then redis.call('APPEND', KEYS[i], '+') end
+    return {0, (i+1)/2, t}
+  end
+  vals[i] = v
+end
+local out = {1}
+for i = 1, #KEYS, 2 do
+  local f
+  if vals[i] then
+    f = tonumber(string.match(vals[i], ':(%d+)'))
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  else
+    f = nextfence(KEYS[i+1], ARGV[3])
+    redis.call('SET', KEYS[i], ARGV[1] .. ':' .. digits(f), 'PX', ARGV[2])
+  end
+  out[#out+1] = f
+end
+return out
+`)
+
+// multiRelease releases each lock that holds our token as mutexRelease
+// does; it returns how many it released. A key that holds foreign data is
+// not ours (pcall: it must not stop the others). KEYS: (lock, wake
+// channel)... ARGV: token, PUBLISH or SPUBLISH, grace ms.
+var multiRelease = redis.NewScript(oursLib + releaseLib + `
+local n = 0
+for i = 1, #KEYS, 2 do
+  local v = redis.pcall('GET', KEYS[i])
+  if ours(v, ARGV[1]) then
+    release(KEYS[i], KEYS[i+1], v, ARGV[2], ARGV[3])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// multiExtend resets every lock's TTL if all still hold our token, else
+// changes nothing and returns 0. KEYS: locks. ARGV: token, ttl ms.
+var multiExtend = redis.NewScript(oursLib + `
+for i = 1, #KEYS do
+  if not ours(redis.pcall('GET', KEYS[i]), ARGV[1]) then return 0 end
+end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+return 1
+`)
+
+// multiPTTL returns the smallest PTTL of the locks if all hold our token,
+// else -3. KEYS: locks. ARGV: token.
+var multiPTTL = redis.NewScript(oursLib + `
+local least = -3
+for i = 1, #KEYS do
+  if not ours(redis.pcall('GET', KEYS[i]), ARGV[1]) then return -3 end
+  local t = redis.call('PTTL', KEYS[i])
+  if least == -3 or t < least then least = t end
+end
+return least
+`)

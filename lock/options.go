@@ -1,0 +1,133 @@
+package lock
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+)
+
+// An Option configures a lock. Options apply to every primitive in this
+// package; each documents what it means and its default.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	ttl         time.Duration
+	waitTimeout time.Duration
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	autoExtend  bool
+	maxHold     time.Duration
+	fair        bool
+	retention   time.Duration
+	retentionMs int64 // the script argument, computed once
+}
+
+func buildOptions(opts []Option) options {
+	o := options{
+		ttl:        10 * time.Second,
+		minBackoff: 2 * time.Millisecond,
+		maxBackoff: 500 * time.Millisecond,
+		retention:  DefaultRetention,
+	}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	o.retentionMs = redisutil.Millis(o.retention)
+	return o
+}
+
+// WithTTL sets how long a lease lives in Redis unless it is extended: a
+// holder that dies frees the lock after at most this long (the seeds'
+// "autorelease"). The default is 10 seconds. WithTTL panics if d is less
+// than a millisecond, the resolution of Redis expiry.
+func WithTTL(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("lock: TTL %v is below 1ms", d))
+	}
+	return optionFunc(func(o *options) { o.ttl = d })
+}
+
+// WithWaitTimeout bounds how long a blocking acquire waits, on top of its
+// context's deadline (the seeds' "retry_timeout"). When it passes, the
+// acquire returns an error matching [ErrNotObtained] and
+// [context.DeadlineExceeded]. The default
+// is to wait as long as the context allows; use TryLock for no waiting.
+// WithWaitTimeout panics if d is negative.
+func WithWaitTimeout(d time.Duration) Option {
+	if d < 0 {
+		panic("lock: negative wait timeout")
+	}
+	return optionFunc(func(o *options) { o.waitTimeout = d })
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff used
+// between attempts when push wake-ups are unavailable (the seeds'
+// "retry_sleep"). Waits never exceed the holder's remaining TTL. The default
+// is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
+func WithBackoff(min, max time.Duration) Option {
+	if min <= 0 || max < min {
+		panic("lock: backoff needs 0 < min <= max")
+	}
+	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
+}
+
+// WithAutoExtend makes every lease extend itself by its TTL every third of
+// the TTL while held (a watchdog), so work may outlast the TTL while a
+// crashed holder still frees the lock within one TTL. An extension that
+// fails (a lost reply, a timeout) is retried at once with backoff, so
+// network blips cost nothing. When an extension is refused, or none is
+// confirmed before the lease's safe deadline, the lease is lost:
+// [Lease.Done] closes. The watchdog stops before Unlock returns.
+func WithAutoExtend() Option {
+	return optionFunc(func(o *options) { o.autoExtend = true })
+}
+
+// WithMaxHold caps how long auto-extension may keep a lease alive, counted
+// from acquisition: past it the lease expires and is reported lost. It
+// bounds the damage of a holder that hangs while its watchdog keeps
+// running. The default is no cap. WithMaxHold panics if d is not positive.
+func WithMaxHold(d time.Duration) Option {
+	if d <= 0 {
+		panic("lock: max hold must be positive")
+	}
+	return optionFunc(func(o *options) { o.maxHold = d })
+}
+
+// WithFair makes a [Mutex] serve its waiters first come, first served, as a
+// [Semaphore] of one permit does, instead of whoever retries first after a
+// release. A fair mutex costs a few more commands per acquisition. Fair and
+// plain Mutex values of one name still exclude each other and share one
+// fencing counter, but plain lockers ignore the queue: for fairness, every
+// process must use WithFair. Other primitives ignore this option.
+func WithFair() Option {
+	return optionFunc(func(o *options) { o.fair = true })
+}
+
+// DefaultRetention is how long a lock's fencing counter is kept unless
+// [WithRetention] says otherwise.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// WithRetention sets how long a lock's fencing counter, the one key of a
+// lock that outlives its leases, is kept: it expires d after it was
+// created, and the next acquisition creates it anew. So a lock that nobody
+// acquires for d leaves no key at all in Redis, and locks named per
+// request (an order ID, an invoice number) do not accumulate. The default
+// is [DefaultRetention], 7 days.
+//
+// Fencing numbers still strictly increase per name across the reset: a
+// counter created anew starts from the Redis server's clock in
+// microseconds, which exceeds every number the expired counter gave out,
+// as long as the server's clock never goes back by more than the retention
+// (and a lock is acquired less than a million times a second). WithRetention
+// panics if d is less than a millisecond.
+func WithRetention(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("lock: retention %v is below 1ms", d))
+	}
+	return optionFunc(func(o *options) { o.retention = d })
+}

@@ -1,0 +1,102 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// waitKeys waits until rdb holds n keys.
+func waitKeys(t *testing.T, rdb *redis.Client, n int64, why string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := rdb.DBSize(t.Context()).Val()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d keys (%v); want %d", why, got, rdb.Keys(t.Context(), "*").Val(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRetentionLeavesNoKeys: locks named per request leave nothing behind
+// once their retention has passed: the 1000-invoices case, and every
+// primitive abandoned with a holder and a waiter queued.
+func TestRetentionLeavesNoKeys(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := t.Context()
+	opts := []lock.Option{lock.WithTTL(100 * time.Millisecond), lock.WithRetention(200 * time.Millisecond)}
+	for i := range 200 {
+		if err := lock.Do(ctx, rdb, fmt.Sprint("invoice:", i), func(context.Context) error { return nil }, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 200 {
+		t.Errorf("%d keys right after 200 lock.Do; want 200 fencing counters", n)
+	}
+	waitKeys(t, rdb, 0, "after the retention of 200 lock.Do calls")
+
+	// Abandoned: held, never released, with a waiter that gave up.
+	for _, p := range primitives(rdb, "abandoned", opts...) {
+		if _, err := p.lock(ctx); err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		p.lock(wctx)
+		cancel()
+	}
+	rw := lock.NewRWMutex(rdb, "abandoned-r", opts...)
+	if _, err := rw.RLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	rw.Lock(wctx) // a writer queued behind the reader
+	cancel()
+	lock.WaitRollbacks()
+	waitKeys(t, rdb, 0, "after the TTL and the retention of abandoned locks")
+}
+
+// TestFencesIncreaseAcrossRetention: when an idle lock's counter has
+// expired, the next fence is still above every earlier one, for every
+// primitive; a counter from before retention existed keeps counting.
+func TestFencesIncreaseAcrossRetention(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := t.Context()
+	for _, p := range primitives(rdb, "reset", lock.WithRetention(30*time.Millisecond)) {
+		var last int64
+		for round := range 3 {
+			l, err := p.lock(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", p.name, err)
+			}
+			if p.name != "Redlock" && l.Fence() <= last { // Redlock has no fences
+				t.Errorf("%s round %d: fence %d after %d; want strictly increasing", p.name, round, l.Fence(), last)
+			}
+			last = l.Fence()
+			l.Unlock(ctx)
+			waitKeys(t, rdb, 0, p.name+": after the retention")
+		}
+	}
+
+	// A counter made before retention existed: no TTL, small numbers.
+	rdb.Set(ctx, "dogpile:mutex:{legacy}:fence", 41, 0)
+	l, err := lock.NewMutex(rdb, "legacy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Fence() != 42 {
+		t.Errorf("fence on a legacy counter = %d; want 42", l.Fence())
+	}
+	if d := rdb.PTTL(ctx, "dogpile:mutex:{legacy}:fence").Val(); d <= 0 {
+		t.Errorf("legacy counter PTTL = %v; want the retention", d)
+	}
+	l.Unlock(ctx)
+}

@@ -1,0 +1,57 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// A rollback undoes what a request may have done in Redis although its
+// caller saw it fail: an acquire whose reply never came (a timeout, a
+// cancelled context, a broken connection) may have taken the lock, and
+// leaving it would block everyone for a whole TTL.
+//
+// Rollbacks run in the background, so that no call outlives its context
+// waiting for one while Redis is slow or stopped: the caller waits for its
+// rollback only rollbackGrace, which a healthy Redis needs a fraction of,
+// so that normally the state is clean when the call returns. They are
+// bounded twice: each by rollbackTimeout, and at most maxRollbacks at a
+// time per process. Past that many Redis is clearly not answering, and
+// further rollbacks are dropped: what they would undo expires within one
+// TTL anyway.
+const (
+	rollbackGrace   = 5 * time.Millisecond
+	rollbackTimeout = 3 * time.Second
+	maxRollbacks    = 256
+)
+
+var rollbackSlots = make(chan struct{}, maxRollbacks)
+
+// rollback runs undo in the background on a context detached from ctx's
+// cancellation (it keeps ctx's values), bounded by rollbackTimeout, and
+// waits for it at most rollbackGrace.
+func rollback(ctx context.Context, undo func(ctx context.Context)) {
+	select {
+	case rollbackSlots <- struct{}{}:
+	default:
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer func() { <-rollbackSlots }()
+		defer close(done)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		undo(rctx)
+	}()
+	t := time.NewTimer(rollbackGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// releaseLater rolls back token's acquire of h in the background.
+func releaseLater(ctx context.Context, h holder, token string) {
+	rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token) })
+}
