@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime/debug"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 // A job is one key's miss in one process: what to compute and where to
 // store it.
 type job[T any] struct {
+	flight  string // the flight's name in the group: key, or a name derived from it
 	key     string
 	ks      keys
 	ttl     time.Duration
@@ -46,13 +49,22 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		cctx, tcancel = context.WithTimeoutCause(cctx, c.opts.maxCompute, errComputeTooLong)
 		defer tcancel()
 	}
+	ro := &resultOpts{}
+	cctx = context.WithValue(cctx, resultKey{}, ro)
 	r := c.renew(ctx, j.ks, token, sent, cancel)
+	start := time.Now()
 	v, cerr := c.runCompute(cctx, j.compute)
+	took := time.Since(start)
 	lost := r.end()
 
+	ttl, m := c.storeTTL(j.ttl, ro), meta{}
+	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
+		cerr, ttl, m = nil, c.opts.negativeTTL, meta{notFound: true, took: took}
+	} else if c.opts.beta > 0 {
+		m = meta{took: took, early: c.earlyGap(took, j.ttl)}
+	}
 	if cerr == nil {
-		b, cerr = c.encode(v)
-		if cerr != nil {
+		if b, cerr = c.encodeEntry(v, m); cerr != nil {
 			cerr = fmt.Errorf("dogpile: encode %q: %w", j.key, cerr)
 		}
 	}
@@ -64,19 +76,40 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		c.fail(ctx, j, token, cerr)
 		return nil, cerr, false
 	}
-	return b, c.store(ctx, j, token, b), false
+	return b, c.store(ctx, j, token, b, ttl), false
 }
 
-// store writes b, computed under the lock with token, and wakes the
-// waiters. The write is fenced: it happens only if the lock still holds our
-// token. A holder that lost its lock (it was paused past its lease and
-// another process took over, or the key was Set or Deleted) must not
-// overwrite what is newer; its callers still get the value it computed.
-func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte) error {
+// storeTTL is how long a computed value stays in Redis: the TTL compute set
+// (see SetTTL) or the caller's, plus the stale window; 0 stores nothing.
+func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) time.Duration {
+	if d, ok := ro.get(); ok {
+		if d <= 0 {
+			return 0
+		}
+		ttl = d
+	}
+	return ttl + c.opts.stale
+}
+
+// earlyGap draws, once per stored value, how long before its TTL runs out
+// the value is refreshed (see WithEarlyRefresh).
+func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
+	draw := max(1, -math.Log(1-rand.Float64())) // −ln u, u in (0, 1]
+	gap := time.Duration(float64(took) * c.opts.beta * draw)
+	return min(gap, ttl/3)
+}
+
+// store writes b, computed under the lock with token, for ttl (0: it hands
+// b to the waiters without storing it) and wakes the waiters. The write is
+// fenced: it happens only if the lock still holds our token. A holder that
+// lost its lock (it was paused past its lease and another process took
+// over, or the key was Set or Deleted) must not overwrite what is newer;
+// its callers still get the value it computed.
+func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	err := storeScript.Run(dctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.channel},
-		token, b, redisutil.Millis(j.ttl), c.publish, maxWakeValue).Err()
+		token, b, redisutil.Millis(ttl), c.publish, maxWakeValue).Err()
 	if err == nil || c.opts.computeIfDown && unreachable(err) {
 		return nil
 	}
@@ -84,13 +117,27 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte)
 	return fmt.Errorf("dogpile: store %q: %w", j.key, err)
 }
 
-// fail releases the lock after compute failed with cerr, tells the waiting
-// processes, and lets the next Fetch try again.
+// notFoundMark starts the error text of a compute that found no value, so
+// that waiting processes return ErrNotFound rather than ErrComputeFailed.
+const notFoundMark = "\x00not found: "
+
+// fail releases the lock after compute failed with cerr and tells the
+// waiting processes; the next Fetch tries again. With a freshness option,
+// no process refreshes the key in the background for the retry interval. A
+// value found not to exist any more is deleted rather than served stale.
 func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	_ = failScript.Run(dctx, c.client, []string{j.ks.lock, j.ks.errs, j.ks.channel},
-		token, errText(cerr), redisutil.Millis(c.opts.lease+time.Second), c.publish).Err()
+	text, drop := errText(cerr), ""
+	if errors.Is(cerr, ErrNotFound) {
+		text, drop = notFoundMark+text, "drop"
+	}
+	var throttle time.Duration
+	if c.opts.stale > 0 || c.opts.beta > 0 {
+		throttle = c.opts.refreshRetry
+	}
+	_ = failScript.Run(dctx, c.client, []string{j.ks.lock, j.ks.errs, j.ks.channel, j.ks.throttle, j.ks.value},
+		token, text, redisutil.Millis(c.opts.lease+time.Second), c.publish, redisutil.Millis(throttle), drop).Err()
 }
 
 // computeLocal runs j's compute without the cache, when Redis is

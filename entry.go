@@ -4,19 +4,21 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
 // An entry is what a value key holds: a header, then the codec's bytes.
 //
 //	version 1: 'd' 'p' 0x01 payload
-//	version 2: 'd' 'p' 0x02 flags uvarint(compute duration in µs) payload
+//	version 2: 'd' 'p' 0x02 flags uvarint(took) uvarint(early) payload
 //
 // Version 1 is written whenever there is nothing to record but the value,
 // so that processes still running an older dogpile keep reading what newer
 // ones store during a rolling deploy. Version 2 adds what early refresh and
-// negative caching need: how long the compute took, and flags (a not-found
-// tombstone has no payload). Bytes without a header this code knows
+// negative caching need: how long the compute took and the early-refresh gap
+// drawn for this value (both in µs), and flags (a not-found tombstone has no
+// payload). Bytes without a header this code knows
 // (written by another library, or by a newer dogpile) are a miss: counted,
 // overwritten, and never handed to the codec.
 const (
@@ -37,7 +39,11 @@ const (
 type meta struct {
 	notFound bool          // a tombstone
 	took     time.Duration // how long the compute ran; 0 if not recorded
+	early    time.Duration // refresh once the remaining TTL is below this; 0: never early
 }
+
+// maxMicros is the longest duration an entry can record, in µs.
+const maxMicros = uint64(math.MaxInt64 / int64(time.Microsecond))
 
 var (
 	errHeader  = errors.New("not a dogpile value (bad header)")
@@ -63,6 +69,7 @@ func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 		}
 		b = append(make([]byte, 0, 64), magic0, magic1, formatMeta, flags)
 		b = binary.AppendUvarint(b, uint64(max(m.took, 0)/time.Microsecond))
+		b = binary.AppendUvarint(b, uint64(max(m.early, 0)/time.Microsecond))
 		if m.notFound {
 			return b, nil
 		}
@@ -117,12 +124,14 @@ func readMeta(p []byte) ([]byte, meta, error) {
 		return nil, m, fmt.Errorf("%w: flags %x", errVersion, p[:min(len(p), 1)])
 	}
 	m.notFound = p[0]&flagNotFound != 0
-	us, n := binary.Uvarint(p[1:])
-	if n <= 0 || us > uint64(time.Duration(1<<62)/time.Microsecond) {
-		return nil, m, errors.New("bad compute duration")
+	rest := p[1:]
+	for _, d := range []*time.Duration{&m.took, &m.early} {
+		us, n := binary.Uvarint(rest)
+		if n <= 0 || us > maxMicros {
+			return nil, m, errors.New("bad duration in entry")
+		}
+		*d, rest = time.Duration(us)*time.Microsecond, rest[n:]
 	}
-	m.took = time.Duration(us) * time.Microsecond
-	rest := p[1+n:]
 	if m.notFound && len(rest) != 0 {
 		return nil, m, errors.New("a tombstone with a payload")
 	}

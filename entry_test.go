@@ -28,7 +28,7 @@ func TestEntryReadsOldFormat(t *testing.T) {
 
 func TestEntryMeta(t *testing.T) {
 	c := New[beer](nopClient(t))
-	for _, m := range []meta{{took: 150 * time.Millisecond}, {took: time.Microsecond}, {notFound: true, took: 2 * time.Second}} {
+	for _, m := range []meta{{took: 150 * time.Millisecond, early: 170 * time.Millisecond}, {took: time.Microsecond}, {notFound: true, took: 2 * time.Second}} {
 		v := beer{Name: "IPA"}
 		b, err := c.encodeEntry(v, m)
 		if err != nil {
@@ -53,10 +53,10 @@ func TestEntryMeta(t *testing.T) {
 func TestEntryUnknownIsAnError(t *testing.T) {
 	c := New[beer](nopClient(t))
 	for _, b := range []string{
-		"dp\x03\x80",         // a newer version
-		"dp\x02\x80\x00\x80", // a flag this code does not know
-		"dp\x02\x00",         // no duration
-		"dp\x02\x01\x00\x80", // a tombstone with a payload
+		"dp\x03\x80",             // a newer version
+		"dp\x02\x80\x00\x00\x80", // a flag this code does not know
+		"dp\x02\x00\x00",         // one duration missing
+		"dp\x02\x01\x00\x00\x80", // a tombstone with a payload
 	} {
 		_, _, err := c.decodeEntry([]byte(b))
 		if err == nil {

@@ -72,43 +72,75 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	cl, lead := c.flights.join(key)
 	if !lead {
 		c.stats.shared.Add(1)
-		return c.await(ctx, key, cl)
+		return c.await(ctx, key, key, cl)
 	}
-	// The hit path: one GET, run by the first caller on its own context
-	// (its deadline applies to its own round trip). Only the value key is
-	// built here; the other names are derived on a miss.
-	b, err := c.client.Get(ctx, vk).Bytes()
+	// The hit path: one round trip, run by the first caller on its own
+	// context (its deadline applies to its own round trip). Only the value
+	// key is built here; the other names are derived on a miss.
+	b, pttl, err := c.read(ctx, vk)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
 	case err == nil:
-		v, derr := c.decode(b)
+		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
-			c.flights.end(key, cl, b, nil, true)
-			c.stats.hits.Add(1)
+			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
+			c.flights.end(key, cl, r)
+			c.count(r)
+			if limit, ok := c.due(pttl, m); ok {
+				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
+			}
+			if m.notFound {
+				return v, notFound(key), false
+			}
 			return v, nil, false
 		}
 		c.stats.decodeErrors.Add(1)
 		bad = sha1hex(b)
 	case err == redis.Nil:
 	case ctx.Err() != nil:
-		c.flights.end(key, cl, nil, errRetry, false)
+		c.flights.end(key, cl, outcome{err: errRetry})
 		return v, ctx.Err(), false
 	case c.opts.computeIfDown && unreachable(err):
 		down = true
 	default:
 		err = redisErr(ctx, "get", key, err)
-		c.flights.end(key, cl, nil, err, false)
+		c.flights.end(key, cl, outcome{err: err})
 		return v, err, false
 	}
-	c.startFlight(ctx, &job[T]{key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}, bad, down)
-	return c.await(ctx, key, cl)
+	j := &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
+	c.startFlight(ctx, j, bad, down, false)
+	return c.await(ctx, key, key, cl)
+}
+
+// read is the hit path's round trip: a GET, and when freshness options need
+// the value's remaining TTL, a PTTL pipelined with it (one slot, one round
+// trip). pttl is negative when it was not read or the key has no TTL.
+func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
+	if c.opts.stale == 0 && c.opts.beta == 0 {
+		b, err = c.client.Get(ctx, vk).Bytes()
+		return b, -1, err
+	}
+	var get *redis.StringCmd
+	var pt *redis.DurationCmd
+	_, err = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, pt = p.Get(ctx, vk), p.PTTL(ctx, vk)
+		return nil
+	})
+	if b, err = get.Bytes(); err != nil {
+		return nil, -1, err
+	}
+	if pttl, err = pt.Result(); err != nil || pttl < 0 {
+		return b, -1, nil // a value without a TTL is never stale
+	}
+	return b, pttl, nil
 }
 
 // startFlight runs the miss path of j in its own goroutine, on a context
 // detached from the leader's, so that the leader may leave on its own ctx
-// like the other callers (see Fetch).
-func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down bool) {
+// like the other callers (see Fetch). force is Refresh's: compute even if a
+// value is there.
+func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down, force bool) {
 	base := context.WithoutCancel(ctx)
 	var wctx context.Context
 	var cancel context.CancelFunc
@@ -120,43 +152,56 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down 
 	c.flights.detach(j.cl, cancel)
 	go func() {
 		defer cancel()
-		b, err := c.flight(base, wctx, j, bad, down)
-		c.flights.end(j.key, j.cl, b, err, false)
+		b, err := c.flight(base, wctx, j, bad, down, force)
+		c.flights.end(j.flight, j.cl, outcome{b: b, err: err})
 	}()
 }
 
-// await waits for the flight cl, or for ctx.
-func (c *Cache[T]) await(ctx context.Context, key string, cl *call) (v T, err error, retry bool) {
+// await waits for the flight cl of key (flight is its name in the group),
+// or for ctx.
+func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T, err error, retry bool) {
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
-		c.flights.leave(key, cl)
+		c.flights.leave(flight, cl)
 		c.stats.misses.Add(1)
 		return v, ctx.Err(), false
 	}
 	if cl.err == errRetry {
 		return v, nil, true
 	}
-	if cl.hit {
-		c.stats.hits.Add(1)
-	} else {
-		c.stats.misses.Add(1)
-	}
+	c.count(cl.outcome)
 	if cl.b == nil {
 		return v, cl.err, false
 	}
-	v, derr := c.decode(cl.b)
-	if derr != nil { // cannot happen: the flight decoded b already
+	v, m, derr := c.decodeEntry(cl.b)
+	switch {
+	case derr != nil: // cannot happen: the flight decoded b already
 		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
+	case m.notFound:
+		return v, notFound(key), false
 	}
 	return v, cl.err, false
+}
+
+// count counts a caller's answer in the stats.
+func (c *Cache[T]) count(r outcome) {
+	switch {
+	case !r.hit:
+		c.stats.misses.Add(1)
+	case r.stale:
+		c.stats.hits.Add(1)
+		c.stats.stale.Add(1)
+	default:
+		c.stats.hits.Add(1)
+	}
 }
 
 // flight is the miss path of one process for one key: it looks across the
 // fleet (see miss) and computes when it wins the lock. ctx is detached from
 // the callers; wctx also ends when every caller left or the wait timeout
 // passed. bad is the SHA1 of stored bytes that did not decode.
-func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down bool) (b []byte, err error) {
+func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down, force bool) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil { // a bug here must not crash the caller's process
 			b, err = nil, fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, r, debug.Stack())
@@ -165,7 +210,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 	if down {
 		return c.computeLocal(ctx, j)
 	}
-	m := c.newMiss(j.key, j.ks, bad)
+	m := c.newMiss(j.key, j.ks, bad, force)
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)

@@ -13,15 +13,21 @@ import (
 // A call is one flight: the work for one key shared by the concurrent
 // Fetch calls of one process.
 type call struct {
-	b   []byte // encoded value, if any; set before done is closed
-	err error
-	hit bool // found by the first GET
+	outcome // set before done is closed
 
 	// Guarded by group.mu.
 	done   chan struct{}      // made once a caller must wait; closed by end
 	refs   int                // callers waiting for done
 	busy   bool               // computing: runs on even if every caller leaves
 	cancel context.CancelFunc // ends the wait of a flight nobody waits for
+}
+
+// An outcome is how a flight ended.
+type outcome struct {
+	b     []byte // the encoded entry, if any
+	err   error
+	hit   bool // found by the first GET
+	stale bool // past its TTL: served while a refresh runs (WithStale)
 }
 
 // A group holds the flights in progress, by key.
@@ -84,9 +90,22 @@ func (g *group) setBusy(cl *call) {
 	g.mu.Unlock()
 }
 
-// end ends the flight cl with b and err (hit: found by the first GET) and
-// wakes its waiting callers.
-func (g *group) end(key string, cl *call, b []byte, err error, hit bool) {
+// start makes a flight for key unless there is one; it reports whether it
+// did. Nobody joins it: it is work that runs for nobody in particular (a
+// background refresh), and start keeps a second one from running.
+func (g *group) start(key string) (*call, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m[key] != nil {
+		return nil, false
+	}
+	cl := &call{busy: true}
+	g.m[key] = cl
+	return cl, true
+}
+
+// end ends the flight cl with r and wakes its waiting callers.
+func (g *group) end(key string, cl *call, r outcome) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.m[key] == cl {
@@ -94,7 +113,7 @@ func (g *group) end(key string, cl *call, b []byte, err error, hit bool) {
 	}
 	// Set under g.mu: a caller that joined has made done and reads the
 	// fields after it is closed; one that left early never reads them.
-	cl.b, cl.err, cl.hit = b, err, hit
+	cl.outcome = r
 	if cl.done != nil {
 		close(cl.done)
 	}

@@ -50,6 +50,7 @@ type miss[T any] struct {
 	sent  time.Time // when the request that won the lock was sent
 	seen  string    // the holder we wait for, or ""
 	bad   string    // SHA1 of stored bytes that did not decode, or ""
+	force string    // "force": pass over a value (Refresh), or ""
 
 	// Subscribe only once the fetch script says another process computes:
 	// the winner, whose compute the whole fleet waits for, must not spend a
@@ -65,8 +66,14 @@ type miss[T any] struct {
 	timer      *time.Timer
 }
 
-func (c *Cache[T]) newMiss(key string, ks keys, bad string) *miss[T] {
-	return &miss[T]{
+// newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
+// force (Refresh) passes over a value until another holder was awaited.
+func (c *Cache[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T] {
+	f := ""
+	if force {
+		f = "force"
+	}
+	return &miss[T]{force: f,
 		c: c, ks: ks, key: key, bad: bad,
 		token:   redisutil.Token(),
 		backoff: 5 * time.Millisecond,
@@ -98,14 +105,14 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 	for {
 		m.sent = time.Now()
 		res, err := fetchScript.Run(wctx, m.c.client, []string{m.ks.value, m.ks.lock, m.ks.errs},
-			m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad).Slice()
+			m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
 		if err != nil {
 			return m.failed(ctx, wctx, err)
 		}
 		switch kind, _ := at[int64](res, 0); kind {
 		case replyValue:
 			s, _ := at[string](res, 1)
-			if _, derr := m.c.decode([]byte(s)); derr != nil {
+			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
 				m.c.stats.decodeErrors.Add(1)
 				m.bad = sha1hex([]byte(s))
 				continue
@@ -126,6 +133,9 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 		case replyFailed:
 			text, _ := at[string](res, 1)
 			m.c.stats.remoteErrors.Add(1)
+			if msg, ok := strings.CutPrefix(text, notFoundMark); ok {
+				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.key, msg)
+			}
 			return missValue, nil, fmt.Errorf("%w: %q: %s", ErrComputeFailed, m.key, text)
 		default:
 			return missValue, nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", m.key, res)
@@ -232,7 +242,7 @@ func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
 		return nil, false
 	}
 	b := []byte(value)
-	if _, err := c.decode(b); err != nil {
+	if _, _, err := c.decodeEntry(b); err != nil {
 		return nil, false
 	}
 	return b, true
