@@ -54,7 +54,9 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 	r := c.renew(ctx, j.ks, token, sent, cancel)
 	start := time.Now()
 	v, cerr := c.runCompute(cctx, j.compute)
-	took := time.Since(start)
+	// What an early refresh must start ahead of expiry: the lock's round
+	// trip, the compute, and the store's round trip (about the lock's).
+	took := time.Since(start) + 2*start.Sub(sent)
 	lost := r.end()
 
 	ttl, m := c.storeTTL(j.ttl, ro), meta{}
@@ -94,7 +96,7 @@ func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) time.Duration {
 // earlyGap draws, once per stored value, how long before its TTL runs out
 // the value is refreshed (see WithEarlyRefresh).
 func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
-	draw := max(1, -math.Log(1-rand.Float64())) // −ln u, u in (0, 1]
+	draw := 1 - math.Log(1-rand.Float64()) // 1 − ln u, u in (0, 1]
 	gap := time.Duration(float64(took) * c.opts.beta * draw)
 	return min(gap, ttl/3)
 }

@@ -14,14 +14,15 @@ import "github.com/redis/go-redis/v9"
 // retried request that already took it); {2, holder, pttl} if another
 // holder computes; {3, text} if the compute of holder ARGV[3], which the
 // caller waited for, failed with that error text. With ARGV[5] = "force"
-// (Refresh) a present value is passed over until the caller has waited for
-// a holder (ARGV[3] set): then the value is that holder's result.
+// (Refresh) a present value is passed over unless the holder the caller
+// waited for (ARGV[3]) is gone: then the value is that holder's result.
 // KEYS: value, lock, errs. ARGV: token, lease ms, awaited holder or "",
 // SHA1 of a value to treat as absent or "", "force" or "".
 var fetchScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v and (ARGV[5] == '' or ARGV[3] ~= '') and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
 local h = redis.call('GET', KEYS[2])
+local take = ARGV[5] == '' or (ARGV[3] ~= '' and h ~= ARGV[3])
+if v and take and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
 if h == ARGV[1] then return {1} end
 if h then return {2, h, redis.call('PTTL', KEYS[2])} end
 if ARGV[3] ~= '' then
