@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +22,18 @@ var (
 	// error or panicked). The error's text carries the other process's
 	// error message; nothing was cached.
 	ErrComputeFailed = errors.New("dogpile: compute failed in another process")
+
+	// ErrNotFound is what compute returns (wrapped or not) to say that the
+	// value does not exist, as opposed to failing. Fetch returns it to every
+	// caller waiting for that compute, in every process; with
+	// [WithNegativeTTL] it is also remembered, so that the backend is not
+	// asked again for a while. Get returns it for a key whose remembered
+	// answer is "not found".
+	ErrNotFound = errors.New("dogpile: not found")
 )
+
+// notFound is the error of a key whose answer is a not-found tombstone.
+func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }
 
 // Defaults of the options.
 const (
@@ -67,102 +77,6 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	return c
 }
 
-// An Option configures a Cache.
-type Option interface{ apply(*options) }
-
-type optionFunc func(*options)
-
-func (f optionFunc) apply(o *options) { f(o) }
-
-type options struct {
-	prefix        string
-	codec         Codec
-	lease         time.Duration
-	waitTimeout   time.Duration
-	maxCompute    time.Duration
-	computeIfDown bool
-}
-
-func buildOptions(opts []Option) options {
-	o := options{prefix: defaultPrefix, codec: MsgPack, lease: defaultLease}
-	for _, opt := range opts {
-		opt.apply(&o)
-	}
-	return o
-}
-
-// WithPrefix sets the prefix of every Redis key and channel the Cache uses.
-// Caches with different prefixes never see each other's values. The default
-// is "dogpile:". WithPrefix panics if prefix contains '{' or '}', which
-// would change the hash tag that keeps a key's data in one cluster slot.
-func WithPrefix(prefix string) Option {
-	if strings.ContainsAny(prefix, "{}") {
-		panic(fmt.Sprintf("dogpile: prefix %q contains a brace", prefix))
-	}
-	return optionFunc(func(o *options) { o.prefix = prefix })
-}
-
-// WithCodec sets how values are turned into bytes. The default is
-// [MsgPack]. Whatever the codec, stored bytes start with a small header
-// (magic and format version), so bytes written by something else read as
-// a miss. WithCodec panics if codec is nil.
-func WithCodec(codec Codec) Option {
-	if codec == nil {
-		panic("dogpile: nil codec")
-	}
-	return optionFunc(func(o *options) { o.codec = codec })
-}
-
-// WithLease sets the lease of the compute lock: how long a process that
-// computes a value holds the lock in Redis without renewing it. The lease
-// is renewed every third of its length while compute runs, so a slow
-// compute is never taken over, while a process that dies (or cannot reach
-// Redis) loses the lock, and another process takes over, within one lease.
-// The default is 5 seconds. WithLease panics if d is below 10ms.
-func WithLease(d time.Duration) Option {
-	if d < 10*time.Millisecond {
-		panic(fmt.Sprintf("dogpile: lease %v is below 10ms", d))
-	}
-	return optionFunc(func(o *options) { o.lease = d })
-}
-
-// WithMaxCompute bounds how long one compute may keep the compute lock.
-// compute's context ends after d, and the lease is no longer renewed past
-// d, so a compute that hangs (and ignores its context) is taken over by
-// another process within one lease after d, instead of blocking every
-// process's callers for as long as it hangs. A compute that ends past d is
-// still returned to its own callers, but stores nothing if another process
-// took over. The default is no bound. WithMaxCompute panics if d is not
-// positive.
-func WithMaxCompute(d time.Duration) Option {
-	if d <= 0 {
-		panic("dogpile: max compute must be positive")
-	}
-	return optionFunc(func(o *options) { o.maxCompute = d })
-}
-
-// WithWaitTimeout bounds how long a Fetch waits for another process to
-// compute a value, on top of its context's deadline. When it passes, Fetch
-// returns an error matching [context.DeadlineExceeded]. The default is to
-// wait as long as the context allows (each wait is still bounded by the
-// computing process's lease, so a dead holder is taken over).
-// WithWaitTimeout panics if d is negative.
-func WithWaitTimeout(d time.Duration) Option {
-	if d < 0 {
-		panic("dogpile: negative wait timeout")
-	}
-	return optionFunc(func(o *options) { o.waitTimeout = d })
-}
-
-// WithComputeWhenDown makes Fetch call compute, without the cache, when
-// Redis cannot be reached (a network error, not an error reply). Calls in
-// one process are still deduplicated, but processes no longer coordinate.
-// By default Fetch returns the Redis error, wrapped, and does not compute:
-// a Redis outage then does not turn into a stampede on the backing store.
-func WithComputeWhenDown() Option {
-	return optionFunc(func(o *options) { o.computeIfDown = true })
-}
-
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
 	Hits          uint64 // Fetch and Get calls that found a value in Redis at once
@@ -176,11 +90,13 @@ type Stats struct {
 	ComputeErrors uint64 // compute calls that returned an error or panicked
 	Shared        uint64 // Fetch calls that joined a flight already running in this process
 	RemoteErrors  uint64 // flights told that another process's compute failed
+	Stale         uint64 // hits answered with a value past its TTL (WithStale)
+	Refreshes     uint64 // background refreshes (stale or early) this process computed
 }
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes atomic.Uint64
 }
 
 // Stats returns a snapshot of the Cache's counters.
@@ -191,17 +107,18 @@ func (c *Cache[T]) Stats() Stats {
 		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
-		RemoteErrors: s.remoteErrors.Load(),
+		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), Refreshes: s.refreshes.Load(),
 	}
 }
 
 // keys are the Redis names of one cache key. They share the hash tag
 // "{...}", so they land in one cluster slot and one script may touch all.
 type keys struct {
-	value   string // the encoded value, with the caller's TTL
-	lock    string // compute lock: the holder's token, with the lease as TTL
-	errs    string // hash {token: error text} of recently failed computes
-	channel string // wake-ups: a value was stored, a compute failed, ...
+	value    string // the encoded value, with the caller's TTL
+	lock     string // compute lock: the holder's token, with the lease as TTL
+	errs     string // hash {token: error text} of recently failed computes
+	channel  string // wake-ups: a value was stored, a compute failed, ...
+	throttle string // set for the retry interval after a failed refresh
 }
 
 func (c *Cache[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
@@ -209,7 +126,7 @@ func (c *Cache[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
 // keysFor derives the other names of a cache key from its value key. Only
 // the miss path needs them: a hit builds the value key alone.
 func keysFor(value string) keys {
-	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake"}
+	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
 }
 
 // valueKey is the Redis key of the value cached under key.
@@ -221,8 +138,11 @@ func (c *Cache[T]) valueKey(key string) string {
 }
 
 // Get returns the value cached under key. It returns an error matching
-// [ErrMiss] if there is none, or if the stored bytes do not decode; other
-// errors come from Redis, wrapped. Get panics if key is empty.
+// [ErrMiss] if there is none, or if the stored bytes do not decode, and one
+// matching [ErrNotFound] if the key holds a not-found tombstone (see
+// [WithNegativeTTL]); other errors come from Redis, wrapped. With
+// [WithStale], Get returns a stale value as it is, and refreshes nothing.
+// Get panics if key is empty.
 func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	var zero T
 	b, err := c.client.Get(ctx, c.valueKey(key)).Bytes()
@@ -233,19 +153,24 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	case err != nil:
 		return zero, redisErr(ctx, "get", key, err)
 	}
-	v, err := c.decode(b)
+	v, m, err := c.decodeEntry(b)
 	if err != nil {
 		c.stats.misses.Add(1)
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
 	c.stats.hits.Add(1)
+	if m.notFound {
+		return zero, notFound(key)
+	}
 	return v, nil
 }
 
 // Set stores v under key for ttl. A compute of key running anywhere at that
 // moment loses its lock: its result is not stored over v (it is still
 // returned to its own callers), and processes waiting for it read v at
-// once. Set panics if key is empty or ttl is below a millisecond.
+// once. With [WithStale], v stays in Redis for ttl plus the stale window,
+// like a computed value. Set panics if key is empty or ttl is below a
+// millisecond.
 func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) error {
 	checkTTL(ttl)
 	ks := c.keys(key)
@@ -253,7 +178,7 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
-	err = setScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl), c.publish).Err()
+	err = setScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
 	if err != nil {
 		return redisErr(ctx, "set", key, err)
 	}

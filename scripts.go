@@ -13,13 +13,16 @@ import "github.com/redis/go-redis/v9"
 // SHA1 is ARGV[4]); {1} if the caller now holds the compute lock (also for a
 // retried request that already took it); {2, holder, pttl} if another
 // holder computes; {3, text} if the compute of holder ARGV[3], which the
-// caller waited for, failed with that error text.
+// caller waited for, failed with that error text. With ARGV[5] = "force"
+// (Refresh) a present value is passed over unless the holder the caller
+// waited for (ARGV[3]) is gone: then the value is that holder's result.
 // KEYS: value, lock, errs. ARGV: token, lease ms, awaited holder or "",
-// SHA1 of a value to treat as absent or "".
+// SHA1 of a value to treat as absent or "", "force" or "".
 var fetchScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
 local h = redis.call('GET', KEYS[2])
+local take = ARGV[5] == '' or (ARGV[3] ~= '' and h ~= ARGV[3])
+if v and take and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
 if h == ARGV[1] then return {1} end
 if h then return {2, h, redis.call('PTTL', KEYS[2])} end
 if ARGV[3] ~= '' then
@@ -30,16 +33,34 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return {1}
 `)
 
+// refreshScript takes the compute lock for a background refresh of a value
+// that is still there (stale, or due for an early refresh). It returns 1 if
+// the caller now holds the lock; 0 if another process holds it (it
+// refreshes), if a refresh failed less than the retry interval ago (the
+// throttle key exists), or if the value's PTTL is above ARGV[3] ms (someone
+// refreshed it already). KEYS: value, lock, throttle. ARGV: token, lease
+// ms, highest PTTL that still needs a refresh.
+var refreshScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then return 0 end
+local h = redis.call('GET', KEYS[2])
+if h == ARGV[1] then return 1 end
+if h then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
 // storeScript stores the computed value, releases the lock and wakes every
 // waiter, if the lock still holds our token; else it changes nothing and
-// returns 0. The wake-up carries our token and the value,
-// "v"..token..":"..value, if the value is at most ARGV[5] bytes long, so
-// that waiters need not read it again (see Cache.flight); else it is "v".
-// KEYS: value, lock, channel. ARGV: token, value, ttl ms, PUBLISH or
-// SPUBLISH, longest value to publish.
+// returns 0. A ttl of 0 stores nothing (compute asked not to store its
+// result) but still hands the value to the waiters. The wake-up carries our
+// token and the value, "v"..token..":"..value, if the value is at most
+// ARGV[5] bytes long, so that waiters need not read it again (see
+// Cache.storedBy); else it is "v". KEYS: value, lock, channel. ARGV: token,
+// value, ttl ms, PUBLISH or SPUBLISH, longest value to publish.
 var storeScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[3] ~= '0' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
 redis.call('DEL', KEYS[2])
 local m = 'v'
 if #ARGV[2] <= tonumber(ARGV[5]) then m = 'v' .. ARGV[1] .. ':' .. ARGV[2] end
@@ -49,13 +70,19 @@ return 1
 
 // failScript releases the lock after a failed compute, records the error
 // text under our token for waiters (for ARGV[3] ms) and wakes them, if the
-// lock still holds our token. KEYS: lock, errs, channel. ARGV: token, text,
-// marker ttl ms, PUBLISH or SPUBLISH.
+// lock still holds our token. With ARGV[5] > 0 it also sets the throttle
+// key for that many ms, so that no process refreshes the value in the
+// background again before then; with ARGV[6] = "drop" it deletes the value
+// (compute found that it no longer exists). KEYS: lock, errs, channel,
+// throttle, value. ARGV: token, text, marker ttl ms, PUBLISH or SPUBLISH,
+// throttle ms, "drop" or "".
 var failScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[5]) end
+if ARGV[6] == 'drop' then redis.call('DEL', KEYS[5]) end
 redis.call(ARGV[4], KEYS[3], 'e')
 return 1
 `)

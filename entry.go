@@ -1,0 +1,139 @@
+package dogpile
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// An entry is what a value key holds: a header, then the codec's bytes.
+//
+//	version 1: 'd' 'p' 0x01 payload
+//	version 2: 'd' 'p' 0x02 flags uvarint(took) uvarint(early) payload
+//
+// Version 1 is written whenever there is nothing to record but the value,
+// so that processes still running an older dogpile keep reading what newer
+// ones store during a rolling deploy. Version 2 adds what early refresh and
+// negative caching need: how long the compute took and the early-refresh gap
+// drawn for this value (both in µs), and flags (a not-found tombstone has no
+// payload). Bytes without a header this code knows
+// (written by another library, or by a newer dogpile) are a miss: counted,
+// overwritten, and never handed to the codec.
+const (
+	magic0, magic1 = 'd', 'p'
+	formatVersion  = 1 // a plain value
+	formatMeta     = 2 // a value (or a tombstone) with metadata
+	headerLen      = 3
+)
+
+// Flags of a version 2 entry. Bits this code does not know make the entry
+// unreadable, like an unknown version: a newer writer meant something by them.
+const (
+	flagNotFound = 1 << 0 // a tombstone: compute reported ErrNotFound
+	knownFlags   = flagNotFound
+)
+
+// meta is what an entry records besides the value.
+type meta struct {
+	notFound bool          // a tombstone
+	took     time.Duration // how long the compute ran; 0 if not recorded
+	early    time.Duration // refresh once the remaining TTL is below this; 0: never early
+}
+
+// maxMicros is the longest duration an entry can record, in µs.
+const maxMicros = uint64(math.MaxInt64 / int64(time.Microsecond))
+
+var (
+	errHeader  = errors.New("not a dogpile value (bad header)")
+	errVersion = errors.New("unknown dogpile format version")
+)
+
+// encode encodes v as a plain (version 1) entry.
+func (c *Cache[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
+
+// encodeEntry encodes v with m; a tombstone carries no value.
+func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec panicked: %v", r)
+		}
+	}()
+	if m == (meta{}) {
+		b = append(make([]byte, 0, 64), magic0, magic1, formatVersion)
+	} else {
+		var flags byte
+		if m.notFound {
+			flags |= flagNotFound
+		}
+		b = append(make([]byte, 0, 64), magic0, magic1, formatMeta, flags)
+		b = binary.AppendUvarint(b, uint64(max(m.took, 0)/time.Microsecond))
+		b = binary.AppendUvarint(b, uint64(max(m.early, 0)/time.Microsecond))
+		if m.notFound {
+			return b, nil
+		}
+	}
+	p, err := c.opts.codec.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, p...), nil
+}
+
+// decode decodes the value of an entry; a tombstone is an error.
+func (c *Cache[T]) decode(b []byte) (T, error) {
+	v, m, err := c.decodeEntry(b)
+	if err == nil && m.notFound {
+		err = errors.New("a not-found tombstone")
+	}
+	return v, err
+}
+
+// decodeEntry never panics: a codec that panics on foreign bytes reports an
+// error instead.
+func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
+	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
+		return v, m, errHeader
+	}
+	p := b[headerLen:]
+	switch b[2] {
+	case formatVersion:
+	case formatMeta:
+		if p, m, err = readMeta(p); err != nil || m.notFound {
+			return v, m, err
+		}
+	default:
+		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("codec panicked: %v", r)
+		}
+	}()
+	err = c.opts.codec.Unmarshal(p, &v)
+	return v, m, err
+}
+
+// readMeta reads the metadata of a version 2 entry from p and returns the
+// rest: the payload.
+func readMeta(p []byte) ([]byte, meta, error) {
+	var m meta
+	if len(p) < 1 || p[0]&^knownFlags != 0 {
+		return nil, m, fmt.Errorf("%w: flags %x", errVersion, p[:min(len(p), 1)])
+	}
+	m.notFound = p[0]&flagNotFound != 0
+	rest := p[1:]
+	for _, d := range []*time.Duration{&m.took, &m.early} {
+		us, n := binary.Uvarint(rest)
+		if n <= 0 || us > maxMicros {
+			return nil, m, errors.New("bad duration in entry")
+		}
+		*d, rest = time.Duration(us)*time.Microsecond, rest[n:]
+	}
+	if m.notFound && len(rest) != 0 {
+		return nil, m, errors.New("a tombstone with a payload")
+	}
+	return rest, m, nil
+}

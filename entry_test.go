@@ -1,0 +1,69 @@
+package dogpile
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// oldEntry is what dogpile wrote before the entry format had versions
+// beyond 1 (bytes captured from that code): it must still read.
+const oldEntry = "dp\x01\x83\xa4Name\xa4Pils\xa3ABV\xcb@\x13333333\xa4Tags\x91\xa5crisp"
+
+func TestEntryReadsOldFormat(t *testing.T) {
+	c := New[beer](nopClient(t))
+	v, m, err := c.decodeEntry([]byte(oldEntry))
+	want := beer{Name: "Pils", ABV: 4.8, Tags: []string{"crisp"}}
+	if err != nil || !reflect.DeepEqual(v, want) || m != (meta{}) {
+		t.Fatalf("decodeEntry(old bytes) = %+v, %+v, %v; want %+v, no meta", v, m, err, want)
+	}
+	// A value with nothing else to record is still written the old way, so
+	// that older processes read it during a rolling deploy.
+	b, err := c.encode(want)
+	if err != nil || string(b) != oldEntry {
+		t.Errorf("encode = %q, %v; want the old bytes %q", b, err, oldEntry)
+	}
+}
+
+func TestEntryMeta(t *testing.T) {
+	c := New[beer](nopClient(t))
+	for _, m := range []meta{{took: 150 * time.Millisecond, early: 170 * time.Millisecond}, {took: time.Microsecond}, {notFound: true, took: 2 * time.Second}} {
+		v := beer{Name: "IPA"}
+		b, err := c.encodeEntry(v, m)
+		if err != nil {
+			t.Fatalf("encodeEntry(%+v): %v", m, err)
+		}
+		if b[2] != formatMeta {
+			t.Errorf("encodeEntry(%+v) wrote version %d; want %d", m, b[2], formatMeta)
+		}
+		got, gm, err := c.decodeEntry(b)
+		if err != nil || gm != m {
+			t.Errorf("decodeEntry(encodeEntry(%+v)) meta = %+v, %v", m, gm, err)
+		}
+		if !m.notFound && !reflect.DeepEqual(got, v) {
+			t.Errorf("value = %+v; want %+v", got, v)
+		}
+		if _, err := c.decode(b); m.notFound == (err == nil) {
+			t.Errorf("decode of %+v: err = %v; a tombstone (only) is no value", m, err)
+		}
+	}
+}
+
+func TestEntryUnknownIsAnError(t *testing.T) {
+	c := New[beer](nopClient(t))
+	for _, b := range []string{
+		"dp\x03\x80",             // a newer version
+		"dp\x02\x80\x00\x00\x80", // a flag this code does not know
+		"dp\x02\x00\x00",         // one duration missing
+		"dp\x02\x01\x00\x00\x80", // a tombstone with a payload
+	} {
+		_, _, err := c.decodeEntry([]byte(b))
+		if err == nil {
+			t.Errorf("decodeEntry(%q) succeeded; want an error", b)
+		}
+	}
+	if _, _, err := c.decodeEntry([]byte("dp\x07")); !errors.Is(err, errVersion) {
+		t.Errorf("decodeEntry of version 7: %v; want errVersion", err)
+	}
+}

@@ -1,0 +1,120 @@
+package dogpile
+
+import (
+	"context"
+	"sync"
+)
+
+// The in-process flight group: concurrent Fetch calls for one key in one
+// process share one call, as with golang.org/x/sync/singleflight, except
+// that each caller may leave on its own context without cancelling the
+// shared work (other processes may be waiting for its result).
+
+// A call is one flight: the work for one key shared by the concurrent
+// Fetch calls of one process.
+type call struct {
+	outcome // set before done is closed
+
+	// Guarded by group.mu.
+	done   chan struct{}      // made once a caller must wait; closed by end
+	refs   int                // callers waiting for done
+	busy   bool               // computing: runs on even if every caller leaves
+	cancel context.CancelFunc // ends the wait of a flight nobody waits for
+}
+
+// An outcome is how a flight ended.
+type outcome struct {
+	b     []byte // the encoded entry, if any
+	err   error
+	hit   bool // found by the first GET
+	stale bool // past its TTL: served while a refresh runs (WithStale)
+}
+
+// A group holds the flights in progress, by key.
+type group struct {
+	mu sync.Mutex
+	m  map[string]*call
+}
+
+// join returns the flight of key and whether the caller leads it: a leader
+// made a new flight and must end it; a follower waits on its done channel.
+func (g *group) join(key string) (cl *call, lead bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cl := g.m[key]; cl != nil {
+		// A flight in the map has not ended (end removes it first, under
+		// g.mu), so a done made here is closed by that end.
+		if cl.done == nil {
+			cl.done = make(chan struct{})
+		}
+		cl.refs++
+		return cl, false
+	}
+	// No done channel yet: a hit with no company, the common case, never
+	// needs one.
+	cl = &call{refs: 1}
+	g.m[key] = cl
+	return cl, true
+}
+
+// detach prepares cl to run without its leader: the leader waits on done
+// like the followers, and cancel ends the flight's wait once nobody waits.
+func (g *group) detach(cl *call, cancel context.CancelFunc) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cl.cancel = cancel
+	if cl.done == nil {
+		cl.done = make(chan struct{})
+	}
+}
+
+// leave records that a caller of cl gave up. A flight that nobody waits for
+// any more stops waiting for other processes; one that is computing runs
+// on, since other processes may be waiting for its result.
+func (g *group) leave(key string, cl *call) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cl.refs--
+	if cl.refs == 0 && !cl.busy && cl.cancel != nil {
+		cl.cancel()
+		if g.m[key] == cl {
+			delete(g.m, key) // later callers start a fresh flight
+		}
+	}
+}
+
+// setBusy marks cl as computing: it runs on when every caller has left.
+func (g *group) setBusy(cl *call) {
+	g.mu.Lock()
+	cl.busy = true
+	g.mu.Unlock()
+}
+
+// start makes a flight for key unless there is one; it reports whether it
+// did. Nobody joins it: it is work that runs for nobody in particular (a
+// background refresh), and start keeps a second one from running.
+func (g *group) start(key string) (*call, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m[key] != nil {
+		return nil, false
+	}
+	cl := &call{busy: true}
+	g.m[key] = cl
+	return cl, true
+}
+
+// end ends the flight cl with r and wakes its waiting callers.
+func (g *group) end(key string, cl *call, r outcome) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m[key] == cl {
+		delete(g.m, key)
+	}
+	// Set under g.mu: a caller that joined has made done and reads the
+	// fields after it is closed; one that left early never reads them.
+	cl.outcome = r
+	if cl.done != nil {
+		close(cl.done)
+	}
+}

@@ -1,0 +1,342 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The freshness behaviour (stale serving, background and forced refresh,
+// negative caching, per-result TTL) runs on every backend. Each Cache made
+// on its own client stands for one process.
+var freshness = []struct {
+	name string
+	f    func(t *testing.T, b backend)
+}{
+	{"StaleServedWhileOneRefreshes", testStaleServedWhileOneRefreshes},
+	{"StaleRefreshFailsThrottled", testStaleRefreshFailsThrottled},
+	{"NegativeCaching", testNegativeCaching},
+	{"NotFoundWithoutNegativeTTL", testNotFoundWithoutNegativeTTL},
+	{"RefreshForces", testRefreshForces},
+	{"RefreshJoinsRunningCompute", testRefreshJoinsRunningCompute},
+	{"SetTTLFromCompute", testSetTTLFromCompute},
+	{"SetTTLZeroStoresNothing", testSetTTLZeroStoresNothing},
+	{"EarlyRefreshBeforeExpiry", testEarlyRefreshBeforeExpiry},
+}
+
+func TestFreshRedis(t *testing.T) {
+	b := serverBackend(t)
+	for _, tc := range freshness {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, b) })
+	}
+}
+
+func TestFreshCluster(t *testing.T) {
+	b := clusterBackend(t)
+	for _, tc := range freshness {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, b) })
+	}
+}
+
+func TestFreshMiniredis(t *testing.T) {
+	for _, tc := range freshness {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, miniBackend(t)) })
+	}
+}
+
+// pass lets d go by on the server's clock: miniredis is told to, a real
+// server is waited for.
+func pass(b backend, d time.Duration) {
+	if b.advance != nil {
+		b.advance(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+// settle waits until c runs no background refresh (they outlive the Fetch
+// that started them), so that each test ends with no goroutine of its own.
+func settle[T any](t *testing.T, c *Cache[T]) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		c.flights.mu.Lock()
+		n := len(c.flights.m)
+		c.flights.mu.Unlock()
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("background work did not end within 10s")
+}
+
+func testStaleServedWhileOneRefreshes(t *testing.T, b backend) {
+	ctx := t.Context()
+	a := New[string](b.client(t), prefix(t), WithStale(time.Minute))
+	o := New[string](b.client(t), prefix(t), WithStale(time.Minute))
+	if _, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1")); err != nil {
+		t.Fatal(err)
+	}
+	pass(b, 150*time.Millisecond)
+
+	var computes atomic.Int32
+	release := make(chan struct{})
+	refresh := func(context.Context) (string, error) {
+		computes.Add(1)
+		<-release
+		return "v2", nil
+	}
+	// Both "processes" answer at once with the stale value while one of
+	// them refreshes; the other's refresh finds the lock taken.
+	for _, c := range []*Cache[string]{a, o, a, o} {
+		if v, err := c.Fetch(ctx, "k", time.Minute, refresh); v != "v1" || err != nil {
+			t.Fatalf("Fetch of a stale value = %q, %v; want v1 at once", v, err)
+		}
+	}
+	settle(t, o)
+	close(release)
+	settle(t, a)
+	if n := computes.Load(); n != 1 {
+		t.Errorf("refresh computes = %d; want 1", n)
+	}
+	if v, err := o.Fetch(ctx, "k", time.Minute, refresh); v != "v2" || err != nil {
+		t.Errorf("Fetch after the refresh = %q, %v; want v2", v, err)
+	}
+	if s := a.Stats(); s.Stale != 2 || s.Refreshes != 1 {
+		t.Errorf("Stats = %+v; want Stale 2, Refreshes 1", s)
+	}
+}
+
+func testStaleRefreshFailsThrottled(t *testing.T, b backend) {
+	ctx := t.Context()
+	const retry, stale = 200 * time.Millisecond, 800 * time.Millisecond
+	cs := []*Cache[string]{
+		New[string](b.client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+		New[string](b.client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+	}
+	if _, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1")); err != nil {
+		t.Fatal(err)
+	}
+	pass(b, 60*time.Millisecond)
+	var calls atomic.Int32
+	errDB := errors.New("db down")
+	failing := func(context.Context) (string, error) { calls.Add(1); return "", errDB }
+
+	// Serve stale for 50 rounds of 10ms while every refresh fails: the
+	// backend sees at most one call per retry interval from both processes
+	// together.
+	start := time.Now()
+	for i := range 50 {
+		c := cs[i%2]
+		if v, err := c.Fetch(ctx, "k", 50*time.Millisecond, failing); v != "v1" || err != nil {
+			t.Fatalf("Fetch while refreshes fail = %q, %v; want the stale v1", v, err)
+		}
+		settle(t, c)
+		pass(b, 10*time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	if b.advance != nil {
+		elapsed = 500 * time.Millisecond // miniredis's clock moved 10ms a call
+	}
+	if n, most := calls.Load(), int32(elapsed/retry)+1; n < 2 || n > most {
+		t.Errorf("backend calls in %v = %d; want 2..%d (one per %v)", elapsed, n, most, retry)
+	}
+	// Past TTL + stale the value is gone: a plain miss, with its error.
+	pass(b, stale)
+	if _, err := cs[1].Fetch(ctx, "k", 50*time.Millisecond, failing); !errors.Is(err, errDB) {
+		t.Errorf("Fetch past the stale window: err = %v; want %v", err, errDB)
+	}
+}
+
+func testNegativeCaching(t *testing.T, b backend) {
+	ctx := t.Context()
+	a := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	o := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
+		return "", fmt.Errorf("no such beer: %w", ErrNotFound)
+	})
+	close(release)
+	for who, ch := range map[string]chan result[string]{"holder": hres, "waiter": wres} {
+		if r := <-ch; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+			t.Errorf("%s: err = %v; want ErrNotFound", who, r.err)
+		}
+	}
+	// Remembered in every process: no compute until the negative TTL ends.
+	var computes atomic.Int32
+	for _, c := range []*Cache[string]{a, o} {
+		_, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
+			computes.Add(1)
+			return "found", nil
+		})
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("Fetch of a tombstone: err = %v; want ErrNotFound", err)
+		}
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get of a tombstone: err = %v; want ErrNotFound", err)
+		}
+	}
+	if n := computes.Load(); n != 0 {
+		t.Errorf("computes while not found is cached = %d; want 0", n)
+	}
+	pttl, err := a.client.PTTL(ctx, a.keys("k").value).Result()
+	if err != nil || pttl <= 0 || pttl > time.Minute {
+		t.Errorf("tombstone PTTL = %v, %v; want the negative TTL", pttl, err)
+	}
+}
+
+func testNotFoundWithoutNegativeTTL(t *testing.T, b backend) {
+	ctx := t.Context()
+	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
+		return "", ErrNotFound
+	})
+	close(release)
+	if r := <-hres; !errors.Is(r.err, ErrNotFound) {
+		t.Errorf("holder: err = %v; want ErrNotFound", r.err)
+	}
+	if r := <-wres; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+		t.Errorf("waiter: err = %v; want ErrNotFound, not ErrComputeFailed", r.err)
+	}
+	if _, err := a.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get after not found: err = %v; want ErrMiss (nothing stored)", err)
+	}
+}
+
+func testRefreshForces(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	if err := c.Set(ctx, "k", "old", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Refresh(ctx, "k", time.Minute, constant("new")); v != "new" || err != nil {
+		t.Fatalf("Refresh = %q, %v; want new", v, err)
+	}
+	if v, err := New[string](b.client(t), prefix(t)).Get(ctx, "k"); v != "new" || err != nil {
+		t.Errorf("Get after Refresh = %q, %v; want new", v, err)
+	}
+	errDB := errors.New("db down")
+	if _, err := c.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) { return "", errDB }); !errors.Is(err, errDB) {
+		t.Errorf("failing Refresh: err = %v; want %v", err, errDB)
+	}
+	if v, _ := c.Get(ctx, "k"); v != "new" {
+		t.Errorf("Get after a failed Refresh = %q; want new (kept)", v)
+	}
+}
+
+func testRefreshJoinsRunningCompute(t *testing.T, b backend) {
+	ctx := t.Context()
+	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	if err := a.Set(ctx, "k", "old", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// a's Refresh computes; o's Refresh waits for it instead of computing.
+	release, computing := make(chan struct{}), make(chan struct{})
+	done := make(chan result[string], 1)
+	go func() {
+		v, err := a.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) {
+			close(computing)
+			<-release
+			return "new", nil
+		})
+		done <- result[string]{v, err}
+	}()
+	<-computing
+	hook, waiting := waitSignal()
+	o.onWait = hook
+	got := make(chan result[string], 1)
+	go func() {
+		v, err := o.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) {
+			return "", errors.New("second compute; want it to wait")
+		})
+		got <- result[string]{v, err}
+	}()
+	<-waiting
+	close(release)
+	for _, ch := range []chan result[string]{done, got} {
+		if r := <-ch; r.v != "new" || r.err != nil {
+			t.Errorf("Refresh = %q, %v; want new from the one compute", r.v, r.err)
+		}
+	}
+}
+
+func testSetTTLFromCompute(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	_, err := c.Fetch(ctx, "k", time.Hour, func(ctx context.Context) (string, error) {
+		SetTTL(ctx, 5*time.Second) // e.g. Cache-Control: max-age=5
+		return "v", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.client.PTTL(ctx, c.keys("k").value).Result()
+	if err != nil || pttl <= 0 || pttl > 5*time.Second {
+		t.Errorf("PTTL = %v, %v; want at most the 5s compute set", pttl, err)
+	}
+}
+
+func testSetTTLZeroStoresNothing(t *testing.T, b backend) {
+	ctx := t.Context()
+	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(ctx context.Context) (string, error) {
+		SetTTL(ctx, 0) // e.g. Cache-Control: max-age=0
+		return "partial", nil
+	})
+	close(release)
+	for who, ch := range map[string]chan result[string]{"holder": hres, "waiter": wres} {
+		if r := <-ch; r.v != "partial" || r.err != nil {
+			t.Errorf("%s = %q, %v; want the value, handed over though not stored", who, r.v, r.err)
+		}
+	}
+	if _, err := a.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get: err = %v; want ErrMiss (not stored)", err)
+	}
+}
+
+func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
+	ctx := t.Context()
+	const took, ttl = 20 * time.Millisecond, 300 * time.Millisecond
+	c := New[string](b.client(t), prefix(t), WithEarlyRefresh(1))
+	var n atomic.Int32
+	compute := func(context.Context) (string, error) {
+		time.Sleep(took)
+		return fmt.Sprint("v", n.Add(1)), nil
+	}
+	if _, err := c.Fetch(ctx, "k", ttl, compute); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := c.client.Get(ctx, c.keys("k").value).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m, err := c.decodeEntry(raw)
+	if err != nil || m.took < took || m.early < m.took || m.early > ttl/3 {
+		t.Fatalf("entry meta = %+v, %v; want took >= %v and early in [took, ttl/3]", m, err, took)
+	}
+	// Just before the gap a hit serves and refreshes nothing; inside it, a
+	// hit serves the current value and refreshes in the background.
+	pass(b, ttl-m.early-30*time.Millisecond)
+	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" || n.Load() != 1 {
+		t.Fatalf("hit before the gap = %q after %d computes; want v1 and no refresh", v, n.Load())
+	}
+	pass(b, 40*time.Millisecond)
+	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" {
+		t.Fatalf("hit inside the gap = %q; want v1 while refreshing", v)
+	}
+	settle(t, c)
+	if v, err := c.Get(ctx, "k"); v != "v2" || err != nil {
+		t.Errorf("after the early refresh Get = %q, %v; want v2", v, err)
+	}
+	if s := c.Stats(); s.Refreshes != 1 || s.Misses != 1 {
+		t.Errorf("Stats = %+v; want one refresh and only the first fill missed", s)
+	}
+}
+
+func constant(v string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return v, nil }
+}

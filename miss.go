@@ -1,0 +1,264 @@
+package dogpile
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/wake"
+)
+
+// The cross-process miss: one process looks for one key's value across the
+// fleet, through fetchScript (GET-or-lock), until it has the value, holds
+// the compute lock, or fails. It never computes itself: it reports that the
+// caller holds the lock, so that Fetch, Refresh and background refreshes
+// share it and do their own computing.
+
+// Replies of fetchScript (the first element of its array reply).
+const (
+	replyValue  = 0 // {0, value}: the value is there
+	replyLocked = 1 // {1}: the caller holds the compute lock
+	replyBusy   = 2 // {2, holder, pttl}: another holder computes
+	replyFailed = 3 // {3, text}: the compute of the awaited holder failed
+)
+
+// A missEnd says how a miss ended without an error.
+type missEnd int
+
+const (
+	missValue missEnd = iota // a value was found or pushed: the bytes are returned
+	missHeld                 // this process holds the compute lock and must compute
+	missDown                 // Redis is unreachable and WithComputeWhenDown is set
+)
+
+// pushWaitCap bounds one wait for a push wake-up, so that a lost message
+// costs at most this much latency even when the holder's lease is long.
+const pushWaitCap = 2 * time.Second
+
+// A miss is the state of one process's miss for one key.
+type miss[T any] struct {
+	c  *Cache[T]
+	ks keys
+
+	key   string
+	token string    // ours: the lock holds it once we win
+	sent  time.Time // when the request that won the lock was sent
+	seen  string    // the holder we wait for, or ""
+	bad   string    // SHA1 of stored bytes that did not decode, or ""
+	force string    // "force": pass over a value (Refresh), or ""
+
+	// Subscribe only once the fetch script says another process computes:
+	// the winner, whose compute the whole fleet waits for, must not spend a
+	// round trip on a subscription first. A waiter then runs the script once
+	// more after subscribing (a value stored in between would otherwise be
+	// missed), so it costs three commands (GET, script, script; the value
+	// comes with the wake-up, see storedBy). On error, fall back to polling
+	// within the holder's lease.
+	sub        *wake.Sub
+	subscribed bool
+	waited     bool
+	backoff    time.Duration // between polls when there is no subscription
+	timer      *time.Timer
+}
+
+// newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
+// force (Refresh) passes over a value until another holder was awaited.
+func (c *Cache[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T] {
+	f := ""
+	if force {
+		f = "force"
+	}
+	return &miss[T]{force: f,
+		c: c, ks: ks, key: key, bad: bad,
+		token:   redisutil.Token(),
+		backoff: 5 * time.Millisecond,
+		timer:   time.NewTimer(time.Hour), // Reset before use; since Go 1.23 Reset drops a stale tick
+	}
+}
+
+// close releases the miss's subscription and timer.
+func (m *miss[T]) close() {
+	m.sub.Close()
+	m.timer.Stop()
+}
+
+// restart makes m look again as a newcomer, after the lock it won was lost.
+func (m *miss[T]) restart() {
+	m.token, m.seen, m.bad = redisutil.Token(), "", ""
+	m.subscribed = false
+}
+
+// takeover reports whether the lock m holds was won after waiting for
+// another holder that vanished without a result.
+func (m *miss[T]) takeover() bool { return m.seen != "" }
+
+// resolve runs fetchScript until it has a value (missValue, with the
+// bytes), holds the lock (missHeld; m.token and m.sent say which lease), or
+// Redis is down with WithComputeWhenDown set (missDown). ctx is detached from
+// the callers; wctx also ends when they all left or the wait timeout passed.
+func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
+	for {
+		m.sent = time.Now()
+		res, err := fetchScript.Run(wctx, m.c.client, []string{m.ks.value, m.ks.lock, m.ks.errs},
+			m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
+		if err != nil {
+			return m.failed(ctx, wctx, err)
+		}
+		switch kind, _ := at[int64](res, 0); kind {
+		case replyValue:
+			s, _ := at[string](res, 1)
+			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
+				m.c.stats.decodeErrors.Add(1)
+				m.bad = sha1hex([]byte(s))
+				continue
+			}
+			return missValue, []byte(s), nil
+		case replyLocked:
+			// The script found no value in the same atomic step that took
+			// the lock, so there is nothing to re-check: another process
+			// that stored the value between our GET and now was seen above.
+			m.sub.Close()
+			m.sub = nil
+			return missHeld, nil, nil
+		case replyBusy:
+			b, err := m.wait(wctx, res)
+			if b != nil || err != nil {
+				return missValue, b, err
+			}
+		case replyFailed:
+			text, _ := at[string](res, 1)
+			m.c.stats.remoteErrors.Add(1)
+			if msg, ok := strings.CutPrefix(text, notFoundMark); ok {
+				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.key, msg)
+			}
+			return missValue, nil, fmt.Errorf("%w: %q: %s", ErrComputeFailed, m.key, text)
+		default:
+			return missValue, nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", m.key, res)
+		}
+	}
+}
+
+// failed handles a fetchScript call that got no reply.
+func (m *miss[T]) failed(ctx, wctx context.Context, err error) (missEnd, []byte, error) {
+	// The script may have run even though we saw no reply (a timeout, a
+	// cancelled wait, a broken connection): undo a lock it may have taken,
+	// so no process waits a lease for nothing.
+	if !redisutil.NeverSent(err) {
+		m.c.release(ctx, m.ks, m.token)
+	}
+	if wctx.Err() != nil {
+		return missValue, nil, waitErr(wctx, m.key)
+	}
+	if m.c.opts.computeIfDown && unreachable(err) {
+		return missDown, nil, nil
+	}
+	return missValue, nil, fmt.Errorf("dogpile: fetch %q: %w", m.key, err)
+}
+
+// wait handles a replyBusy: it subscribes (and then looks again), or waits
+// for a wake-up or the holder's lease. It returns the value a wake-up
+// carried, an error, or neither: look again.
+func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
+	m.seen, _ = at[string](res, 1)
+	pttl, _ := at[int64](res, 2)
+	if !m.subscribed {
+		m.subscribed = true
+		var err error
+		if m.sub, err = wake.Subscribe(wctx, m.c.client, m.ks.channel); err != nil && wctx.Err() != nil {
+			return nil, waitErr(wctx, m.key)
+		}
+		return nil, nil // look again, now that no store can go unnoticed
+	}
+	if !m.waited {
+		m.waited = true
+		m.c.stats.waits.Add(1)
+		if m.c.onWait != nil {
+			m.c.onWait(m.key)
+		}
+	}
+	// Each wait is bounded by the holder's remaining lease: a lost message,
+	// or a holder that died, costs at most that long.
+	d := redisutil.Wait(pttl, pushWaitCap)
+	if m.sub != nil {
+		d = min(d, pushWaitCap) + rand.N(time.Millisecond)
+	} else {
+		d = min(d, m.backoff)
+		m.backoff = min(2*m.backoff, 200*time.Millisecond)
+	}
+	m.timer.Reset(d)
+	select {
+	case <-wctx.Done():
+		return nil, waitErr(wctx, m.key)
+	case <-m.sub.Wake():
+		m.c.stats.push.Add(1)
+		if b, ok := m.c.storedBy(m.seen, m.sub.Payload()); ok {
+			return b, nil
+		}
+	case <-m.timer.C:
+		m.c.stats.poll.Add(1)
+	}
+	return nil, nil
+}
+
+// maxWakeValue is the longest encoded value that the store script sends
+// along with its wake-up. Longer values are read again by each waiting
+// process (one more round trip), rather than pushed through every
+// subscriber's connection and kept in each Sub.
+const maxWakeValue = 64 << 10
+
+// storedBy returns the value carried by a wake-up payload (see storeScript)
+// if the compute that stored it is the one of holder, the token that the
+// last fetch script saw holding the lock, and the value decodes.
+//
+// Why the token must match: a payload is the value exactly as the holder
+// stored it, in the same atomic step that checked the holder still held
+// the lock (a fenced store, so never a value computed under a lock that a
+// Set, a Delete or a takeover had taken away). Holder's store ran after our
+// fetch script saw holder holding the lock and no value, which was after
+// this flight began: the value is then at least as fresh as a GET made
+// when the wake-up was sent, i.e. what re-reading would have returned at
+// that moment. A payload of any other compute has no such order with
+// respect to our observation: a message published before our subscription
+// was in place (the hub shares one connection, and a Sub joining a
+// channel that another Cache of this process already listens to may be
+// handed a message that was in flight), or by the holder of an earlier
+// lock, may carry a value that a Delete since removed or a Set since
+// replaced. Those, a plain "v", a payload that does not decode, and every
+// other wake-up fall back to reading Redis again (the fetch script), as
+// does a payload replaced by a later message (Set, Delete) before we read
+// it: Payload keeps the latest.
+func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
+	rest, ok := strings.CutPrefix(payload, "v")
+	if !ok || holder == "" {
+		return nil, false
+	}
+	token, value, ok := strings.Cut(rest, ":")
+	if !ok || token != holder {
+		return nil, false
+	}
+	b := []byte(value)
+	if _, _, err := c.decodeEntry(b); err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+func sha1hex(b []byte) string {
+	sum := sha1.Sum(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// at returns res[i] as an E, or false.
+func at[E any](res []any, i int) (E, bool) {
+	var zero E
+	if i >= len(res) {
+		return zero, false
+	}
+	e, ok := res[i].(E)
+	return e, ok
+}

@@ -1,0 +1,88 @@
+package dogpile
+
+import (
+	"context"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+)
+
+// Refreshing a value before callers have to wait for it: in the background
+// when a hit finds it stale or due for an early refresh, or on demand
+// (Refresh).
+
+// due reports whether a value read with pttl and meta m should be refreshed
+// now, and the highest PTTL at which it still should (refreshScript checks it
+// again in Redis, so a value that another process refreshed meanwhile is
+// left alone).
+func (c *Cache[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool) {
+	if pttl < 0 || m.notFound {
+		return 0, false
+	}
+	if c.opts.stale > 0 && pttl <= c.opts.stale {
+		return c.opts.stale, true
+	}
+	if c.opts.beta > 0 && m.early > 0 && pttl <= c.opts.stale+m.early {
+		return c.opts.stale + m.early, true
+	}
+	return 0, false
+}
+
+// refreshLater starts a background refresh of j, unless one runs in this
+// process already. It takes the compute lock only if no other process holds
+// it, no refresh failed within the retry interval, and the value's PTTL is
+// still at most limit; then it computes and stores as a Fetch would, waking
+// any process that waits for the key.
+func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
+	j.flight = "\x00refresh-later:" + j.key
+	cl, ok := c.flights.start(j.flight)
+	if !ok {
+		return
+	}
+	j.cl = cl
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		var r outcome
+		defer func() { c.flights.end(j.flight, cl, r) }()
+		token, sent := redisutil.Token(), time.Now()
+		lctx, cancel := context.WithTimeout(ctx, c.opts.lease)
+		n, err := refreshScript.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
+			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
+		cancel()
+		if err != nil && !redisutil.NeverSent(err) {
+			c.release(ctx, j.ks, token) // it may have taken the lock
+		}
+		if err != nil || n == 0 {
+			return
+		}
+		c.stats.refreshes.Add(1)
+		r.b, r.err, _ = c.computeHeld(ctx, j, token, sent)
+	}()
+}
+
+// Refresh computes the value of key now and stores it for ttl, even if a
+// fresh value is cached, under the same fleet-wide compute lock as Fetch:
+// if another process is computing key at that moment, Refresh waits for its
+// result and returns it instead of computing again. Concurrent Refresh
+// calls for key in one process share one compute. Processes waiting for
+// key are woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's
+// error (nothing is stored, waiters get [ErrComputeFailed]), or a Redis
+// error, wrapped. Refresh panics if key is empty, ttl is below a
+// millisecond or compute is nil.
+func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
+	if compute == nil {
+		panic("dogpile: nil compute")
+	}
+	checkTTL(ttl)
+	vk := c.valueKey(key)
+	flight := "\x00refresh:" + key
+	cl, lead := c.flights.join(flight)
+	if !lead {
+		c.stats.shared.Add(1)
+	} else {
+		j := &job[T]{flight: flight, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
+		c.startFlight(ctx, j, "", false, true)
+	}
+	v, err, _ := c.await(ctx, key, flight, cl)
+	return v, err
+}
