@@ -42,8 +42,8 @@ func buildOptions(opts []Option) options {
 }
 
 // WithTTL sets how long a lease lives in Redis unless it is extended: a
-// holder that dies frees the lock after at most this long (the seeds'
-// "autorelease"). The default is 10 seconds. WithTTL panics if d is less
+// holder that dies frees the lock after at most this long (Ruby
+// mario-redis-lock's "autorelease"). The default is 10 seconds. WithTTL panics if d is less
 // than a millisecond, the resolution of Redis expiry.
 func WithTTL(d time.Duration) Option {
 	if d < time.Millisecond {
@@ -53,7 +53,7 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithWaitTimeout bounds how long a blocking acquire waits, on top of its
-// context's deadline (the seeds' "retry_timeout"). When it passes, the
+// context's deadline (mario-redis-lock's "retry_timeout"). When it passes, the
 // acquire returns an error matching [ErrNotObtained] and
 // [context.DeadlineExceeded]. The default
 // is to wait as long as the context allows; use TryLock for no waiting.
@@ -66,7 +66,7 @@ func WithWaitTimeout(d time.Duration) Option {
 }
 
 // WithBackoff sets the bounds of the jittered exponential backoff used
-// between attempts when push wake-ups are unavailable (the seeds'
+// between attempts when push wake-ups are unavailable (mario-redis-lock's
 // "retry_sleep"). Waits never exceed the holder's remaining TTL. The default
 // is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {

@@ -28,7 +28,7 @@ import (
 //
 // # Producers and consumers
 //
-// The seeds' semaphores double as a job queue (wait/signal with tokens
+// Some Redis semaphores (Ruby's redis-semaphore) double as a job queue (wait/signal with tokens
 // carrying a payload). A Semaphore does not: a permit here is a lease that
 // only its holder can give back, which is what makes it crash-safe. To hand
 // work from producers to consumers, use a Redis list or stream (LPUSH and
