@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +55,10 @@ type Cache[T any] struct {
 	flights group
 	stats   counters
 
+	// attempts bounds the lock attempts in flight (see lockAttempts).
+	attempts chan struct{}
+	loaded   sync.Map // *redis.Script → true once run by this Cache (see run)
+
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
 	onWait func(key string)
@@ -69,13 +75,47 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		panic("dogpile: nil redis client")
 	}
 	c := &Cache[T]{
-		client:  client,
-		opts:    buildOptions(opts),
-		publish: wake.PublishCommand(client),
+		client:   client,
+		opts:     buildOptions(opts),
+		publish:  wake.PublishCommand(client),
+		attempts: make(chan struct{}, lockAttempts(client)),
 	}
 	c.flights.m = map[string]*call{}
 	return c
 }
+
+// lockAttempts is how many lock attempts (fetch and refresh scripts) a
+// Cache sends at once: half its client's connection pool. When many keys
+// miss at once, the store of a finished compute, the one command that wakes
+// every waiting process, must not queue in the pool behind lock attempts for
+// keys that missed later (head-of-line blocking: measured at 108 ms p50 per
+// store with 1000 keys in flight across 4 processes). Lock attempts wait
+// for their turn in the Cache instead; hits, stores and releases are not
+// limited, and always find a connection.
+func lockAttempts(client redis.UniversalClient) int {
+	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
+	switch c := client.(type) {
+	case *redis.Client:
+		size = c.Options().PoolSize
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		size = c.Options().PoolSize
+	}
+	return max(1, size/2)
+}
+
+// admit waits for a turn to send a lock attempt; done gives it back.
+func (c *Cache[T]) admit(ctx context.Context) error {
+	select {
+	case c.attempts <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Cache[T]) done() { <-c.attempts }
 
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
@@ -178,7 +218,7 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
-	err = setScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
+	err = c.run(ctx, setScript, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
 	if err != nil {
 		return redisErr(ctx, "set", key, err)
 	}
@@ -192,7 +232,7 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 // panics if key is empty.
 func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	ks := c.keys(key)
-	err := deleteScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+	err := c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	if err != nil {
 		return redisErr(ctx, "delete", key, err)
 	}

@@ -110,7 +110,7 @@ func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
 func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	err := storeScript.Run(dctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.channel},
+	err := c.run(dctx, storeScript, []string{j.ks.value, j.ks.lock, j.ks.channel},
 		token, b, redisutil.Millis(ttl), c.publish, maxWakeValue).Err()
 	if err == nil || c.opts.computeIfDown && unreachable(err) {
 		return nil
@@ -138,7 +138,7 @@ func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error
 	if c.opts.stale > 0 || c.opts.beta > 0 {
 		throttle = c.opts.refreshRetry
 	}
-	_ = failScript.Run(dctx, c.client, []string{j.ks.lock, j.ks.errs, j.ks.channel, j.ks.throttle, j.ks.value},
+	_ = c.run(dctx, failScript, []string{j.ks.lock, j.ks.errs, j.ks.channel, j.ks.throttle, j.ks.value},
 		token, text, redisutil.Millis(c.opts.lease+time.Second), c.publish, redisutil.Millis(throttle), drop).Err()
 }
 
@@ -175,7 +175,7 @@ func (c *Cache[T]) runCompute(ctx context.Context, compute func(context.Context)
 func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = releaseScript.Run(ctx, c.client, []string{ks.lock, ks.channel}, token, c.publish).Err()
+	_ = c.run(ctx, releaseScript, []string{ks.lock, ks.channel}, token, c.publish).Err()
 }
 
 // errText is the text of a failed compute that waiting processes receive,

@@ -103,9 +103,7 @@ func (m *miss[T]) takeover() bool { return m.seen != "" }
 // the callers; wctx also ends when they all left or the wait timeout passed.
 func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 	for {
-		m.sent = time.Now()
-		res, err := fetchScript.Run(wctx, m.c.client, []string{m.ks.value, m.ks.lock, m.ks.errs},
-			m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
+		res, err := m.try(wctx)
 		if err != nil {
 			return m.failed(ctx, wctx, err)
 		}
@@ -141,6 +139,17 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 			return missValue, nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", m.key, res)
 		}
 	}
+}
+
+// try runs fetchScript once, in its turn among the Cache's lock attempts.
+func (m *miss[T]) try(wctx context.Context) ([]any, error) {
+	if err := m.c.admit(wctx); err != nil {
+		return nil, err
+	}
+	defer m.c.done()
+	m.sent = time.Now()
+	return m.c.run(wctx, fetchScript, []string{m.ks.value, m.ks.lock, m.ks.errs},
+		m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
 }
 
 // failed handles a fetchScript call that got no reply.

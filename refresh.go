@@ -44,11 +44,15 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 	go func() {
 		var r outcome
 		defer func() { c.flights.end(j.flight, cl, r) }()
-		token, sent := redisutil.Token(), time.Now()
 		lctx, cancel := context.WithTimeout(ctx, c.opts.lease)
-		n, err := refreshScript.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
+		defer cancel()
+		if c.admit(lctx) != nil {
+			return
+		}
+		token, sent := redisutil.Token(), time.Now()
+		n, err := c.run(lctx, refreshScript, []string{j.ks.value, j.ks.lock, j.ks.throttle},
 			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
-		cancel()
+		c.done()
 		if err != nil && !redisutil.NeverSent(err) {
 			c.release(ctx, j.ks, token) // it may have taken the lock
 		}

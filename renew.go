@@ -46,7 +46,7 @@ func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.T
 				continue // let the lease run out: another process takes over
 			}
 			rctx, rcancel := context.WithTimeout(ctx, interval)
-			n, err := extendScript.Run(rctx, c.client, []string{ks.lock}, token, redisutil.Millis(lease)).Int64()
+			n, err := c.run(rctx, extendScript, []string{ks.lock}, token, redisutil.Millis(lease)).Int64()
 			rcancel()
 			switch {
 			case err != nil: // try again at the next tick, within the deadline

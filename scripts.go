@@ -1,6 +1,10 @@
 package dogpile
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE): no
@@ -124,3 +128,15 @@ redis.call('DEL', KEYS[1], KEYS[2])
 redis.call(ARGV[1], KEYS[3], 'd')
 return 1
 `)
+
+// run runs script s on the Cache's client. The first time this Cache runs
+// s, it sends the script's body (EVAL), which loads it on the server as it
+// runs; after that it sends only its SHA (EVALSHA), and go-redis falls back
+// to EVAL on a NOSCRIPT error (another cluster node, a restarted server). So
+// the first miss on a fresh server costs one round trip, not two.
+func (c *Cache[T]) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if _, loaded := c.loaded.LoadOrStore(s, true); !loaded {
+		return s.Eval(ctx, c.client, keys, args...)
+	}
+	return s.Run(ctx, c.client, keys, args...)
+}
