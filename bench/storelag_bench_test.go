@@ -1,0 +1,165 @@
+package benchmarks
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The store-lag scenario: many keys miss at once in several processes (one
+// goroutine per key, every process the same keys). The lag that matters is
+// the winner's: from its compute's end to its Fetch returning, i.e. the store
+// round trip that wakes every other process. Stores that queue behind lock
+// attempts for later keys make every key late.
+const (
+	storeLagProcs   = 4
+	storeLagCompute = 50 * time.Millisecond
+)
+
+// A storeLagRound is what the parent sends a child.
+type storeLagRound struct {
+	Prefix string
+	N      int
+	Start  int64 // unix ns
+}
+
+// A storeLagResult is a child's answer.
+type storeLagResult struct {
+	StoreLag []time.Duration // per key this process computed: compute end → Fetch returned
+	Wall     time.Duration   // Start → the last Fetch returned
+	Computes uint64
+	Err      string
+}
+
+// BenchmarkStoreLag reports the winner's store lag (p50, p99) with N keys in
+// flight across 4 processes, and the wall time over one compute.
+func BenchmarkStoreLag(b *testing.B) {
+	srv := redistest.StartServer(b)
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("P%d-N%d-compute50ms", storeLagProcs, n), func(b *testing.B) {
+			runStoreLag(b, srv.Addr(), n)
+		})
+	}
+}
+
+func runStoreLag(b *testing.B, addr string, n int) {
+	type child struct {
+		enc *json.Encoder
+		dec *json.Decoder
+	}
+	children := make([]child, storeLagProcs)
+	for i := range children {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStoreLagChild$", "-test.bench=^$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "BENCH_STORELAG_REDIS="+addr)
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { in.Close(); cmd.Wait() }()
+		children[i] = child{json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
+	}
+	var lags, walls []time.Duration
+	var computes uint64
+	b.ResetTimer()
+	for r := range b.N + 1 { // round 0 warms connections and scripts
+		round := storeLagRound{Prefix: fmt.Sprintf("storelag:%d:%d:", time.Now().UnixNano(), r), N: n,
+			Start: time.Now().Add(50 * time.Millisecond).UnixNano()}
+		for _, c := range children {
+			if err := c.enc.Encode(round); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var wall time.Duration
+		for _, c := range children {
+			var res storeLagResult
+			if err := c.dec.Decode(&res); err != nil || res.Err != "" {
+				b.Fatalf("child: %v %s", err, res.Err)
+			}
+			if r > 0 {
+				lags = append(lags, res.StoreLag...)
+				computes += res.Computes
+			}
+			wall = max(wall, res.Wall)
+		}
+		if r > 0 {
+			walls = append(walls, wall)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lags)
+	slices.Sort(walls)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(float64(computes)/float64(b.N*n), "computes/key")
+	b.ReportMetric(ms(percentile(lags, 0.50)), "store-lag-p50-ms")
+	b.ReportMetric(ms(percentile(lags, 0.99)), "store-lag-p99-ms")
+	b.ReportMetric(float64(percentile(walls, 0.50))/float64(storeLagCompute), "wall/compute")
+}
+
+// TestStoreLagChild is one process of BenchmarkStoreLag. Run directly it
+// does nothing.
+func TestStoreLagChild(t *testing.T) {
+	addr := os.Getenv("BENCH_STORELAG_REDIS")
+	if addr == "" {
+		t.Skip("only run by BenchmarkStoreLag")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	c := dogpile.New[item](rdb, dogpile.WithPrefix("storelag:"))
+	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
+	for {
+		var r storeLagRound
+		if err := dec.Decode(&r); err != nil {
+			return // the parent closed stdin
+		}
+		before := c.Stats().Computes
+		var res storeLagResult
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := time.Unix(0, r.Start)
+		for i := range r.N {
+			wg.Go(func() {
+				time.Sleep(time.Until(start))
+				key := fmt.Sprint(r.Prefix, i)
+				var end time.Time
+				_, err := c.Fetch(context.Background(), key, time.Minute, func(ctx context.Context) (item, error) {
+					time.Sleep(storeLagCompute)
+					end = time.Now()
+					return newItem(key), nil
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					res.Err = err.Error()
+				}
+				if !end.IsZero() {
+					res.StoreLag = append(res.StoreLag, time.Since(end))
+				}
+				res.Wall = max(res.Wall, time.Since(start))
+			})
+		}
+		wg.Wait()
+		res.Computes = c.Stats().Computes - before
+		if err := enc.Encode(res); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
