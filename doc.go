@@ -12,7 +12,8 @@
 //
 // # Guarantees
 //
-//   - A hit is one round trip (a GET) and a decode.
+//   - A hit is one round trip (a GET, and a PTTL pipelined with it when
+//     WithStale or WithEarlyRefresh is set) and a decode.
 //   - On a miss exactly one process computes: the one whose lock script finds
 //     neither the value nor another holder. It stores the value, releases the
 //     lock and publishes a wake-up in one script that first checks it still
@@ -28,13 +29,46 @@
 //   - A failed compute stores nothing, releases the lock at once and tells the
 //     waiting processes, which return [ErrComputeFailed].
 //   - Bytes that do not decode are a miss: recomputed and overwritten.
+//   - Many keys missing at once: lock attempts take turns (half the client's
+//     connection pool), so the store that wakes a key's waiters never queues
+//     behind lock attempts for keys that missed later.
+//
+// # Nobody waits after the first fill
+//
+// With [WithStale], a value stays in Redis past its TTL and is served at once
+// while one process in the fleet refreshes it in the background; a failing
+// refresh keeps the last good value served, and the backend is asked again at
+// most once per [WithRefreshRetry] interval per key across the fleet. With
+// [WithEarlyRefresh], a hot key is refreshed shortly before it expires
+// (XFetch, with the refresh point drawn once per stored value), so callers
+// never see it expire. Staleness is judged by Redis's clock: the remaining
+// PTTL is read with the value, in the same round trip.
+//
+// [ErrNotFound] from compute is returned to every waiting process, and with
+// [WithNegativeTTL] remembered as a tombstone. [Cache.Refresh] recomputes now
+// under the same compute lock. [SetTTL] lets compute choose its result's TTL
+// (from an upstream's Cache-Control, say) or not to store it.
 //
 // # Redis keys
 //
 // For key k and prefix p (see [WithPrefix]) a Cache uses the value "p{k}",
-// the lock "p{k}:lock", recent compute errors "p{k}:err" and the channel
-// "p{k}:wake". A key containing a brace is replaced in the tag by a hash of
-// it, so the four always share a cluster slot.
+// the lock "p{k}:lock", recent compute errors "p{k}:err", the channel
+// "p{k}:wake" and, after a failed background refresh, "p{k}:retry". A key
+// containing a brace is replaced in the tag by a hash of it, so they always
+// share a cluster slot.
+//
+// The compute lock is a plain string key with a token, not a lock.Mutex:
+// the fetch script must take it in the same atomic step that finds the value
+// missing, and a mutex's fencing counter would leave one more key per cached
+// key behind.
+//
+// # Entry format
+//
+// A value is stored as a 3-byte header (magic "dp" and a format version) and
+// the codec's bytes. Version 2 entries also record the compute's duration and
+// the early-refresh point, or mark a not-found tombstone; a plain value is
+// still written as version 1, which earlier releases read. Bytes of an unknown
+// version read as a miss and are counted in [Stats].DecodeErrors.
 //
 // # Redis down
 //
