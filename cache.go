@@ -32,6 +32,11 @@ var (
 	// asked again for a while. Get returns it for a key whose remembered
 	// answer is "not found".
 	ErrNotFound = errors.New("dogpile: not found")
+
+	// ErrInvalid is returned for an argument that may come from data rather
+	// than from the program: an empty key, or a TTL below a millisecond. The
+	// error names the argument; nothing is read or written.
+	ErrInvalid = errors.New("dogpile: invalid argument")
 )
 
 // notFound is the error of a key whose answer is a not-found tombstone.
@@ -72,7 +77,7 @@ type Cache[T any] struct {
 // tag, so each Fetch touches a single cluster slot.
 func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	if client == nil {
-		panic("dogpile: nil redis client")
+		panic("dogpile: nil redis client (a programmer error)")
 	}
 	c := &Cache[T]{
 		client:   client,
@@ -169,22 +174,22 @@ func keysFor(value string) keys {
 	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
 }
 
-// valueKey is the Redis key of the value cached under key.
+// valueKey is the Redis key of the value cached under key (see checkKey).
 func (c *Cache[T]) valueKey(key string) string {
-	if key == "" {
-		panic("dogpile: empty key")
-	}
 	return c.opts.prefix + redisutil.Tag(key)
 }
 
 // Get returns the value cached under key. It returns an error matching
 // [ErrMiss] if there is none, or if the stored bytes do not decode, and one
 // matching [ErrNotFound] if the key holds a not-found tombstone (see
-// [WithNegativeTTL]); other errors come from Redis, wrapped. With
-// [WithStale], Get returns a stale value as it is, and refreshes nothing.
-// Get panics if key is empty.
+// [WithNegativeTTL]); an empty key, one matching [ErrInvalid]; other errors
+// come from Redis, wrapped. With [WithStale], Get returns a stale value as it
+// is, and refreshes nothing.
 func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	var zero T
+	if err := checkKey(key); err != nil {
+		return zero, err
+	}
 	b, err := c.client.Get(ctx, c.valueKey(key)).Bytes()
 	switch {
 	case err == redis.Nil:
@@ -209,10 +214,12 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 // moment loses its lock: its result is not stored over v (it is still
 // returned to its own callers), and processes waiting for it read v at
 // once. With [WithStale], v stays in Redis for ttl plus the stale window,
-// like a computed value. Set panics if key is empty or ttl is below a
-// millisecond.
+// like a computed value. An empty key or a ttl below a millisecond returns
+// an error matching [ErrInvalid].
 func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) error {
-	checkTTL(ttl)
+	if err := checkTTL(key, ttl); err != nil {
+		return err
+	}
 	ks := c.keys(key)
 	b, err := c.encode(v)
 	if err != nil {
@@ -228,9 +235,12 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 // Delete removes the value cached under key, if any. Like [Cache.Set], it
 // also takes the compute lock away from a compute of key running at that
 // moment, so a value computed from data older than the Delete is not
-// stored; processes waiting for that compute start a new one. Delete
-// panics if key is empty.
+// stored; processes waiting for that compute start a new one. An empty key
+// returns an error matching [ErrInvalid].
 func (c *Cache[T]) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	ks := c.keys(key)
 	err := c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	if err != nil {
@@ -239,10 +249,24 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func checkTTL(ttl time.Duration) {
-	if ttl < time.Millisecond {
-		panic(fmt.Sprintf("dogpile: TTL %v is below 1ms", ttl))
+// checkKey and checkTTL reject arguments that may come from data with an
+// error matching ErrInvalid, not a panic: a server must not crash on a
+// request's input.
+func checkKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}
+	return nil
+}
+
+func checkTTL(key string, ttl time.Duration) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: ttl %v for %q is below 1ms", ErrInvalid, ttl, key)
+	}
+	return nil
 }
 
 // redisErr reports a failed round trip. A done context wins, unwrapped, so

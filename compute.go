@@ -162,7 +162,7 @@ func (c *Cache[T]) runCompute(ctx context.Context, compute func(context.Context)
 	c.stats.computes.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("dogpile: compute panicked: %v\n%s", r, debug.Stack())
+			err = &panicError{value: r, stack: debug.Stack()}
 		}
 		if err != nil {
 			c.stats.computeErrors.Add(1)
@@ -170,6 +170,16 @@ func (c *Cache[T]) runCompute(ctx context.Context, compute func(context.Context)
 	}()
 	return compute(ctx)
 }
+
+// A panicError is a compute's panic. Its text carries the panic value only:
+// it reaches the callers and, cut to 512 bytes, the other processes; the
+// stack is kept for the log.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("dogpile: compute panicked: %v", e.value) }
 
 // release gives up the lock if it still holds token, and wakes waiters.
 func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {

@@ -46,13 +46,17 @@ import (
 // compute succeeded but storing its result failed, Fetch returns the value
 // together with the error.
 //
-// Fetch panics if key is empty, ttl is below a millisecond or compute is
-// nil.
+// An empty key or a ttl below a millisecond returns an error matching
+// [ErrInvalid] (keys and TTLs may come from data). Fetch panics if compute
+// is nil, a programmer error.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
-		panic("dogpile: nil compute")
+		panic("dogpile: nil compute function (a programmer error)")
 	}
-	checkTTL(ttl)
+	if err := checkTTL(key, ttl); err != nil {
+		var zero T
+		return zero, err
+	}
 	vk := c.valueKey(key)
 	for {
 		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)

@@ -71,13 +71,16 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 // calls for key in one process share one compute. Processes waiting for
 // key are woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's
 // error (nothing is stored, waiters get [ErrComputeFailed]), or a Redis
-// error, wrapped. Refresh panics if key is empty, ttl is below a
-// millisecond or compute is nil.
+// error, wrapped; an empty key or a ttl below a millisecond, one matching
+// [ErrInvalid]. Refresh panics if compute is nil.
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
-		panic("dogpile: nil compute")
+		panic("dogpile: nil compute function (a programmer error)")
 	}
-	checkTTL(ttl)
+	if err := checkTTL(key, ttl); err != nil {
+		var zero T
+		return zero, err
+	}
 	vk := c.valueKey(key)
 	flight := "\x00refresh:" + key
 	cl, lead := c.flights.join(flight)
