@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,8 +120,24 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 
 // read is the hit path's round trip: a GET, and when freshness options need
 // the value's remaining TTL, a PTTL pipelined with it (one slot, one round
-// trip). pttl is negative when it was not read or the key has no TTL.
+// trip). pttl is negative when it was not read or the key has no TTL. It
+// goes through the client's circuit breaker (see ErrUnavailable) without
+// a closure, which would cost every hit an allocation.
 func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
+	done, err := c.breaker.Allow()
+	if err != nil {
+		c.stats.unavailable.Add(1)
+		return nil, -1, err
+	}
+	b, pttl, err = c.readRedis(ctx, vk)
+	if ch := done(err); ch != breaker.None {
+		c.logChange(ctx, ch, err)
+	}
+	return b, pttl, err
+}
+
+// readRedis is read's round trip, behind the circuit breaker.
+func (c *Cache[T]) readRedis(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
 	if c.opts.stale == 0 && c.opts.beta == 0 {
 		b, err = c.client.Get(ctx, vk).Bytes()
 		return b, -1, err
@@ -245,12 +262,4 @@ func waitErr(wctx context.Context, key string) error {
 		return fmt.Errorf("dogpile: wait for %q: %w", key, context.DeadlineExceeded)
 	}
 	return wctx.Err()
-}
-
-// unreachable reports whether err means Redis could not be reached, as
-// opposed to an error reply from a server that works.
-func unreachable(err error) bool {
-	var re redis.Error
-	return !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed)
 }

@@ -287,7 +287,7 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
 	ctx := t.Context()
 	// The gap (early) is at least took; the margins below stay clear of
 	// its edges by more than a loaded machine oversleeps.
-	const took, ttl, margin = 60 * time.Millisecond, 900 * time.Millisecond, 150 * time.Millisecond
+	const took, ttl, margin = 150 * time.Millisecond, 1500 * time.Millisecond, 150 * time.Millisecond
 	c := New[string](b.client(t), prefix(t), WithEarlyRefresh(1))
 	var n atomic.Int32
 	compute := func(context.Context) (string, error) {
