@@ -202,17 +202,17 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	})
 	switch {
 	case err == redis.Nil:
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, ErrMiss
 	case err != nil:
 		return zero, redisErr(ctx, "get", key, err)
 	}
 	v, m, err := c.decodeEntry(b)
 	if err != nil {
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.stats.hits.Add(1)
+	c.emit(ctx, Event{Kind: EventHit, Key: key})
 	if m.notFound {
 		return zero, notFound(key)
 	}

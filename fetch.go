@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -91,7 +92,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		if derr == nil {
 			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
 			c.flights.end(key, cl, r)
-			c.count(r)
+			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
@@ -100,7 +101,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 			}
 			return v, nil, false
 		}
-		c.stats.decodeErrors.Add(1)
+		c.decodeError(ctx, key, derr)
 		bad = sha1hex(b)
 	case err == redis.Nil:
 	case ctx.Err() != nil:
@@ -185,13 +186,13 @@ func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T
 	case <-cl.done:
 	case <-ctx.Done():
 		c.flights.leave(flight, cl)
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return v, ctx.Err(), false
 	}
 	if cl.err == errRetry {
 		return v, nil, true
 	}
-	c.count(cl.outcome)
+	c.count(ctx, key, cl.outcome)
 	if cl.b == nil {
 		return v, cl.err, false
 	}
@@ -205,17 +206,19 @@ func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T
 	return v, cl.err, false
 }
 
-// count counts a caller's answer in the stats.
-func (c *Cache[T]) count(r outcome) {
-	switch {
-	case !r.hit:
-		c.stats.misses.Add(1)
-	case r.stale:
-		c.stats.hits.Add(1)
-		c.stats.stale.Add(1)
-	default:
-		c.stats.hits.Add(1)
+// count reports a caller's answer: a hit, stale or not, or a miss.
+func (c *Cache[T]) count(ctx context.Context, key string, r outcome) {
+	if r.hit {
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale})
+	} else {
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 	}
+}
+
+// decodeError counts and logs stored bytes of key that did not decode.
+func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
+	c.stats.decodeErrors.Add(1)
+	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
 }
 
 // flight is the miss path of one process for one key: it looks across the
@@ -243,6 +246,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 		}
 		if m.takeover() {
 			c.stats.takeovers.Add(1)
+			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
 		}
 		b, err, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {

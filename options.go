@@ -1,6 +1,7 @@
 package dogpile
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -28,7 +29,8 @@ type options struct {
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
 	refreshRetry time.Duration // WithRefreshRetry
 
-	logger *slog.Logger // WithLogger; nil: silent
+	logger   *slog.Logger                                 // WithLogger; nil: silent
+	observer func(context.Context, Event) context.Context // WithObserver
 }
 
 func buildOptions(opts []Option) options {

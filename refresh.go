@@ -60,7 +60,7 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 		if err != nil || n == 0 {
 			return
 		}
-		c.stats.refreshes.Add(1)
+		j.refresh = true
 		r.b, r.err, _ = c.computeHeld(ctx, j, token, sent)
 	}()
 }
