@@ -43,6 +43,8 @@ type Lease struct {
 
 	stopWatch context.CancelFunc // nil without a watchdog
 	watching  sync.WaitGroup
+
+	o *options // the granting lock's: its observer and logger
 }
 
 // newLease starts the local clock of a lease acquired by a request sent at
@@ -51,7 +53,7 @@ type Lease struct {
 func newLease(h holder, name, token string, fence int64, sent time.Time, o *options) *Lease {
 	l := &Lease{
 		h: h, name: name, token: token, fence: fence,
-		acquired: sent, maxHold: o.maxHold, ttl: o.ttl,
+		acquired: sent, maxHold: o.maxHold, ttl: o.ttl, o: o,
 		safeUntil: sent.Add(o.ttl - drift(o.ttl)),
 	}
 	// No timer and no channel yet: most holders never call Done, and Err
@@ -131,6 +133,7 @@ func (l *Lease) Err() error {
 func (l *Lease) expired() bool {
 	if l.err == nil && !time.Now().Before(l.safeUntil) {
 		l.err = ErrLost
+		l.o.emit(context.Background(), Event{Kind: EventLost, Err: ErrLost})
 	}
 	return l.err != nil
 }
@@ -175,6 +178,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !ok {
 		return ErrNotHeld
 	}
+	l.o.emit(ctx, Event{Kind: EventReleased})
 	return nil
 }
 
@@ -234,6 +238,9 @@ func (l *Lease) end(err error) {
 	defer l.mu.Unlock()
 	if l.err == nil {
 		l.err = err
+		if err == ErrLost {
+			l.o.emit(context.Background(), Event{Kind: EventLost, Err: err})
+		}
 	}
 	if l.done != nil {
 		select {
@@ -248,8 +255,8 @@ func (l *Lease) end(err error) {
 // confirm records that Redis accepted an extension to ttl requested at sent.
 func (l *Lease) confirm(sent time.Time, ttl time.Duration) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.expired() {
+		l.mu.Unlock()
 		return // too late: the lease may have been granted to another owner
 	}
 	l.ttl = ttl
@@ -257,4 +264,6 @@ func (l *Lease) confirm(sent time.Time, ttl time.Duration) {
 	if l.expiry != nil {
 		l.expiry.Reset(time.Until(l.safeUntil))
 	}
+	l.mu.Unlock()
+	l.o.emit(context.Background(), Event{Kind: EventExtended})
 }

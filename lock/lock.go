@@ -135,10 +135,14 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 		ctx, cancel = context.WithTimeout(ctx, o.waitTimeout)
 		defer cancel()
 	}
-	l, err := wait(ctx, c, channel, o, try)
+	start := time.Now()
+	l, err := wait(ctx, c, channel, o, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return guarded(ctx, c, o, try)
+	})
 	if cerr := ctx.Err(); err != nil && cerr != nil && errors.Is(err, cerr) {
-		return nil, fmt.Errorf("%w: %w", ErrNotObtained, cerr)
+		err = fmt.Errorf("%w: %w", ErrNotObtained, cerr)
 	}
+	o.acquired(ctx, start, l, err)
 	return l, err
 }
 

@@ -48,7 +48,7 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 	if client == nil {
 		panic("lock: nil redis client (a programmer error)")
 	}
-	o := buildOptions(opts)
+	o := buildOptions("multimutex", "", opts)
 	o.fair = false
 	mm := &MultiMutex{client: client, publish: wake.PublishCommand(client), opts: o}
 	if len(names) == 0 {
@@ -83,6 +83,7 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 		mm.groups[len(mm.groups)-1] = append(mm.groups[len(mm.groups)-1], i)
 	}
 	mm.label = strings.Join(mm.names, ",")
+	mm.opts.name = mm.label
 	return mm
 }
 
@@ -109,8 +110,10 @@ func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if mm.invalid != nil {
 		return nil, false, mm.invalid
 	}
-	l, _, _, err := mm.try(ctx, redisutil.Token())
-	return l, l != nil, err
+	return tryOnce(ctx, mm.client, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		l, retry, _, err := mm.try(ctx, redisutil.Token())
+		return l, retry, err
+	})
 }
 
 // try takes the groups in order. When one is busy it releases the groups

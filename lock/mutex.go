@@ -49,7 +49,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		fence:   ks.key("fence"),
 		channel: ks.key("wake"),
 		publish: wake.PublishCommand(client),
-		opts:    buildOptions(opts),
+		opts:    buildOptions("mutex", name, opts),
 		invalid: checkName(name),
 	}
 	if m.opts.fair {
@@ -96,9 +96,10 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if m.fair != nil {
 		return m.fair.TryAcquire(ctx, 1)
 	}
-	noWait := int64(-1)
-	l, _, err := m.try(ctx, &noWait)
-	return l, l != nil, err
+	return tryOnce(ctx, m.client, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		noWait := int64(-1)
+		return m.try(ctx, &noWait)
+	})
 }
 
 // Locked reports whether anyone holds the mutex: a plain or a fair holder,

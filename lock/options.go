@@ -1,7 +1,9 @@
 package lock
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -25,10 +27,16 @@ type options struct {
 	fair        bool
 	retention   time.Duration
 	retentionMs int64 // the script argument, computed once
+
+	kind, name string // the primitive and the lock's name, for events
+	observer   func(context.Context, Event)
+	logger     *slog.Logger
 }
 
-func buildOptions(opts []Option) options {
+func buildOptions(kind, name string, opts []Option) options {
 	o := options{
+		kind:       kind,
+		name:       name,
 		ttl:        10 * time.Second,
 		minBackoff: 2 * time.Millisecond,
 		maxBackoff: 500 * time.Millisecond,

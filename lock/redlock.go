@@ -55,7 +55,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 		name:    name,
 		keys:    []string{string(ks), ks.key("fence"), ks.key("wake")},
 		quorum:  len(clients)/2 + 1,
-		opts:    buildOptions(opts),
+		opts:    buildOptions("redlock", name, opts),
 		invalid: checkName(name),
 	}
 	for _, c := range clients {
@@ -85,8 +85,7 @@ func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if r.invalid != nil {
 		return nil, false, r.invalid
 	}
-	l, _, err := r.try(ctx)
-	return l, l != nil, err
+	return tryOnce(ctx, nil, &r.opts, r.try)
 }
 
 // nodeTimeout bounds each server's round trip, so that a hung server costs

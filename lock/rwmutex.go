@@ -61,7 +61,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 		rd:      ks.key("rd"),
 		wr:      ks.key("wr"),
 		publish: wake.PublishCommand(client),
-		opts:    buildOptions(opts),
+		opts:    buildOptions("rwmutex", name, opts),
 		invalid: checkName(name),
 	}
 }
@@ -93,8 +93,9 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 	if rw.invalid != nil {
 		return nil, false, rw.invalid
 	}
-	l, _, err := rw.tryRead(ctx, redisutil.Token(), "try")
-	return l, l != nil, err
+	return tryOnce(ctx, rw.client, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return rw.tryRead(ctx, redisutil.Token(), "try")
+	})
 }
 
 // Lock blocks until it holds the lock for writing or ctx is done (or the
@@ -122,8 +123,9 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if rw.invalid != nil {
 		return nil, false, rw.invalid
 	}
-	l, _, err := rw.tryWrite(ctx, redisutil.Token(), "try")
-	return l, l != nil, err
+	return tryOnce(ctx, rw.client, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return rw.tryWrite(ctx, redisutil.Token(), "try")
+	})
 }
 
 // Upgrade turns r, a read lease of rw, into a write lease in one atomic

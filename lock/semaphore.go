@@ -57,7 +57,7 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts
 	if permits < 1 {
 		panic(fmt.Sprintf("lock: semaphore of %d permits (a programmer error)", permits))
 	}
-	return newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions(opts))
+	return newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions("semaphore", name, opts))
 }
 
 // newSemaphore builds a semaphore in keyspace ks. A fair Mutex is one of a
@@ -125,8 +125,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, erro
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
-	l, _, err := s.try(ctx, redisutil.Token(), n, "try")
-	return l, l != nil, err
+	return tryOnce(ctx, s.client, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+		return s.try(ctx, redisutil.Token(), n, "try")
+	})
 }
 
 // Available returns how many permits no live holder holds. It is a

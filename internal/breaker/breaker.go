@@ -27,8 +27,11 @@ package breaker
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,11 +127,16 @@ func (b *Breaker) Allow() (done func(error) Change, err error) {
 // lets its probe through).
 func (b *Breaker) Open() bool { return b.cb.State() != gobreaker.StateClosed }
 
-// Unreachable reports whether err means Redis could not be reached, as
-// opposed to an error reply from a server that works or the caller's own
-// cancellation.
+// Unreachable reports whether err means Redis could not be reached: a
+// network error (refused, reset, a timeout on the socket, a closed
+// connection) as opposed to an error reply from a server that works, an
+// error of the caller's own (its context), or one of the library's.
 func Unreachable(err error) bool {
-	var re redis.Error
-	return !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed)
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // context.DeadlineExceeded is a net.Error too
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrUnavailable)
 }

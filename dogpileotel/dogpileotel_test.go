@@ -1,0 +1,198 @@
+package dogpileotel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/dogpileotel"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup returns an Observer on in-memory providers.
+func setup(t *testing.T) (*dogpileotel.Observer, *sdkmetric.ManualReader, *tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	reader := sdkmetric.NewManualReader()
+	meters := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans := tracetest.NewSpanRecorder()
+	tracers := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() {
+		_ = meters.Shutdown(context.Background())
+		_ = tracers.Shutdown(context.Background())
+	})
+	return dogpileotel.New(dogpileotel.WithMeterProvider(meters), dogpileotel.WithTracerProvider(tracers)), reader, spans, tracers
+}
+
+// TestCache: a miss computed in one process and awaited in another, then
+// a hit: request counts by result, compute and wait histograms labelled
+// with the key prefix only, and compute and wait spans under the callers'
+// spans, with compute's own span under dogpile.compute.
+func TestCache(t *testing.T) {
+	obs, reader, spans, tracers := setup(t)
+	s := redistest.StartServer(t)
+	holder := dogpile.New[int](s.Client(t), dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache))
+	waiter := dogpile.New[int](s.Client(t), dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache))
+	tracer := tracers.Tracer("test")
+
+	release, computing := make(chan struct{}), make(chan struct{})
+	hdone := make(chan error, 1)
+	go func() {
+		ctx, span := tracer.Start(context.Background(), "holder request")
+		defer span.End()
+		_, err := holder.Fetch(ctx, "42", time.Minute, func(ctx context.Context) (int, error) {
+			_, db := tracer.Start(ctx, "db query")
+			db.End()
+			close(computing)
+			<-release
+			return 1, nil
+		})
+		hdone <- err
+	}()
+	<-computing
+	wdone := make(chan error, 1)
+	go func() {
+		ctx, span := tracer.Start(context.Background(), "waiter request")
+		defer span.End()
+		_, err := waiter.Fetch(ctx, "42", time.Minute, func(context.Context) (int, error) { return 2, nil })
+		wdone <- err
+	}()
+	for waiter.Stats().Waits == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-hdone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.Get(context.Background(), "42"); err != nil {
+		t.Fatal(err)
+	}
+
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range spans.Ended() {
+		byName[s.Name()] = s
+	}
+	parent := func(child, want string) {
+		t.Helper()
+		c, p := byName[child], byName[want]
+		if c == nil || p == nil {
+			t.Fatalf("spans %v; want %q and %q", names(spans.Ended()), child, want)
+		}
+		if c.Parent().SpanID() != p.SpanContext().SpanID() {
+			t.Errorf("%q's parent is not %q", child, want)
+		}
+	}
+	parent("dogpile.compute", "holder request")
+	parent("db query", "dogpile.compute")
+	parent("dogpile.wait", "waiter request")
+	for _, s := range []string{"dogpile.compute", "dogpile.wait"} {
+		for _, kv := range byName[s].Attributes() {
+			if kv.Value.Emit() == "42" {
+				t.Errorf("span %s carries the key: %v", s, kv)
+			}
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(rm)
+	for name, want := range map[string]int64{
+		"dogpile.cache.requests{key_prefix=users:,result=miss}":                       2,
+		"dogpile.cache.requests{key_prefix=users:,result=hit}":                        1,
+		"dogpile.cache.computes{error=false,key_prefix=users:,refresh=false}":         1,
+		"dogpile.cache.compute.duration{error=false,key_prefix=users:,refresh=false}": 1,
+		"dogpile.cache.wait.duration{key_prefix=users:,wake=push}":                    1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
+		}
+	}
+}
+
+// TestLock: acquisitions, a busy TryLock and a release are counted by
+// primitive, never by name, and the acquire waits recorded.
+func TestLock(t *testing.T) {
+	obs, reader, _, _ := setup(t)
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	m := lock.NewMutex(rdb, "invoice:17", lock.WithObserver(obs.Lock))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := m.TryLock(ctx); ok {
+		t.Fatal("TryLock of a held mutex succeeded")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(rm)
+	for name, want := range map[string]int64{
+		"dogpile.lock.events{event=obtained,lock=mutex}":           1,
+		"dogpile.lock.events{event=not_obtained,lock=mutex}":       1,
+		"dogpile.lock.events{event=released,lock=mutex}":           1,
+		"dogpile.lock.acquire.duration{lock=mutex,obtained=true}":  1,
+		"dogpile.lock.acquire.duration{lock=mutex,obtained=false}": 1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
+		}
+	}
+}
+
+// collect flattens metrics to "name{attrs}" → sum (counters) or count
+// (histograms).
+func collect(rm metricdata.ResourceMetrics) map[string]int64 {
+	out := map[string]int64{}
+	key := func(name string, set attribute.Set) string {
+		s := name + "{"
+		for i, kv := range set.ToSlice() {
+			if i > 0 {
+				s += ","
+			}
+			s += string(kv.Key) + "=" + kv.Value.Emit()
+		}
+		return s + "}"
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[key(m.Name, p.Attributes)] += p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[key(m.Name, p.Attributes)] += int64(p.Count)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	var ns []string
+	for _, s := range spans {
+		ns = append(ns, s.Name())
+	}
+	return ns
+}

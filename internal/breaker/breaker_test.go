@@ -1,0 +1,72 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestUnreachable(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, err := range []error{dial, fmt.Errorf("get: %w", dial), io.EOF, syscall.ECONNRESET, redis.ErrClosed, ErrUnavailable,
+		&net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}} {
+		if !Unreachable(err) {
+			t.Errorf("Unreachable(%v) = false", err)
+		}
+	}
+	for _, err := range []error{nil, redis.Nil, context.Canceled, context.DeadlineExceeded,
+		fmt.Errorf("x: %w", context.DeadlineExceeded), errors.New("lock: a value without expiry"), redis.ErrPoolTimeout} {
+		if Unreachable(err) {
+			t.Errorf("Unreachable(%v) = true", err)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// TestBreaker: one unreachable failure opens the circuit; other errors do
+// not; after the cooldown one probe goes through and its success closes it.
+func TestBreaker(t *testing.T) {
+	b := New()
+	for _, err := range []error{errors.New("ERR script"), context.Canceled, redis.ErrPoolTimeout, nil} {
+		done, aerr := b.Allow()
+		if aerr != nil {
+			t.Fatalf("Allow after %v = %v", err, aerr)
+		}
+		if ch := done(err); ch != None {
+			t.Errorf("done(%v) = change %v; want none", err, ch)
+		}
+	}
+	done, _ := b.Allow()
+	if ch := done(io.EOF); ch != Opened {
+		t.Fatalf("done(EOF) = %v; want Opened", ch)
+	}
+	if _, err := b.Allow(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Allow with the circuit open = %v; want ErrUnavailable", err)
+	}
+	time.Sleep(cooldown + 10*time.Millisecond)
+	probe, err := b.Allow()
+	if err != nil {
+		t.Fatalf("Allow after the cooldown = %v; want the probe through", err)
+	}
+	if _, err := b.Allow(); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("second Allow during the probe = %v; want ErrUnavailable", err)
+	}
+	if ch := probe(nil); ch != Closed {
+		t.Errorf("probe success = %v; want Closed", ch)
+	}
+	if _, err := b.Allow(); err != nil {
+		t.Errorf("Allow after the probe = %v; want nil", err)
+	}
+}

@@ -1,0 +1,128 @@
+package lock
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/breaker"
+)
+
+// An Event is something a lock did, handed to the observer set with
+// [WithObserver], for metrics.
+type Event struct {
+	Kind EventKind
+	// Lock is the primitive: "mutex", "semaphore", "rwmutex", "multimutex"
+	// or "redlock". A bounded value, fit to label metrics with.
+	Lock string
+	// Name is the lock's name (names joined by commas for a MultiMutex).
+	// Names may come from data (an invoice number): put them in logs and
+	// traces, never in a metric's attributes.
+	Name string
+	// Took is how long an acquire waited (Obtained, NotObtained).
+	Took time.Duration
+	// Err is why an acquire failed (NotObtained: nil for a busy lock's
+	// TryLock) or why a lease ended (Lost).
+	Err error
+}
+
+// An EventKind says what an [Event] reports.
+type EventKind int
+
+const (
+	EventObtained    EventKind = iota + 1 // an acquire got the lock (Took: its wait)
+	EventNotObtained                      // an acquire gave up, failed, or found the lock busy (TryLock)
+	EventExtended                         // a lease was extended (Extend or the watchdog)
+	EventLost                             // a lease was lost before it was released
+	EventReleased                         // a lease was released by Unlock
+)
+
+// WithObserver makes the lock call f with each [Event], synchronously: keep
+// f fast, and do not call the lease's methods from it. The module
+// github.com/dogpile-go/dogpile/dogpileotel records OpenTelemetry metrics
+// with it. WithObserver panics if f is nil.
+func WithObserver(f func(ctx context.Context, e Event)) Option {
+	if f == nil {
+		panic("lock: nil observer (a programmer error)")
+	}
+	return optionFunc(func(o *options) { o.observer = f })
+}
+
+// WithLogger makes the lock log its rare events to l: a lease lost before
+// its release, and an outage of Redis beginning and ending (see
+// [ErrUnavailable]). Acquires and releases are never logged. By default a
+// lock logs nothing. WithLogger panics if l is nil.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		panic("lock: nil logger (a programmer error)")
+	}
+	return optionFunc(func(o *options) { o.logger = l })
+}
+
+// emit is where every Event goes. A zero Lease has no options.
+func (o *options) emit(ctx context.Context, e Event) {
+	if o == nil {
+		return
+	}
+	if e.Kind == EventLost && o.logger != nil {
+		o.logger.LogAttrs(ctx, slog.LevelWarn, "lock: lease lost before its release",
+			slog.String("lock", o.kind), slog.String("name", o.name), slog.Any("error", e.Err))
+	}
+	if o.observer == nil {
+		return
+	}
+	e.Lock, e.Name = o.kind, o.name
+	o.observer(ctx, e)
+}
+
+// acquired reports the end of an acquire that began at start.
+func (o *options) acquired(ctx context.Context, start time.Time, l *Lease, err error) {
+	if o.observer == nil {
+		return
+	}
+	k := EventObtained
+	if l == nil {
+		k = EventNotObtained
+	}
+	o.emit(ctx, Event{Kind: k, Took: time.Since(start), Err: err})
+}
+
+// ErrUnavailable is returned, wrapped, by an acquire that did not go to
+// Redis because Redis was found unreachable moments ago: every lock and
+// Cache on the same client then fails at once instead of spending
+// go-redis's dial retries (about 1.7 s) per call, and one call in a while
+// (every 250 ms) probes whether Redis is back. dogpile.ErrUnavailable is
+// the same error. A Redlock, whose servers are independent, has no
+// breaker: each server's round trip is bounded instead.
+var ErrUnavailable = breaker.ErrUnavailable
+
+// guarded makes one attempt through client's circuit breaker (none for a
+// Redlock, whose client is nil).
+func guarded(ctx context.Context, client redis.UniversalClient, o *options, try attempt) (*Lease, time.Duration, error) {
+	if client == nil {
+		return try(ctx)
+	}
+	done, err := breaker.For(client).Allow()
+	if err != nil {
+		return nil, 0, err
+	}
+	l, retry, err := try(ctx)
+	if ch := done(err); ch != breaker.None && o.logger != nil {
+		if ch == breaker.Opened {
+			o.logger.LogAttrs(ctx, slog.LevelError, "lock: redis unreachable; acquires fail fast until it answers again", slog.Any("error", err))
+		} else {
+			o.logger.LogAttrs(ctx, slog.LevelInfo, "lock: redis reachable again")
+		}
+	}
+	return l, retry, err
+}
+
+// tryOnce is the one attempt of TryLock and its kin.
+func tryOnce(ctx context.Context, client redis.UniversalClient, o *options, try attempt) (*Lease, bool, error) {
+	start := time.Now()
+	l, _, err := guarded(ctx, client, o, try)
+	o.acquired(ctx, start, l, err)
+	return l, l != nil, err
+}

@@ -1,0 +1,128 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []lock.Event
+}
+
+func (r *recorder) observe(_ context.Context, e lock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) kinds() []lock.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []lock.EventKind
+	for _, e := range r.events {
+		ks = append(ks, e.Kind)
+	}
+	return ks
+}
+
+// TestObserver: each acquire reports obtained or not with its wait, and a
+// lease reports its extensions, its release or its loss.
+func TestObserver(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := t.Context()
+	var r recorder
+	m := lock.NewMutex(rdb, "obs", lock.WithObserver(r.observe), lock.WithTTL(time.Second))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := m.TryLock(ctx); ok {
+		t.Fatal("TryLock of a held mutex succeeded")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, werr := m.Lock(wctx)
+	cancel()
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, err := lock.NewMutex(rdb, "obs2", lock.WithObserver(r.observe), lock.WithTTL(20*time.Millisecond)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if !errors.Is(short.Err(), lock.ErrLost) {
+		t.Fatalf("short lease Err = %v; want ErrLost", short.Err())
+	}
+
+	want := []lock.EventKind{lock.EventObtained, lock.EventNotObtained, lock.EventNotObtained,
+		lock.EventExtended, lock.EventReleased, lock.EventObtained, lock.EventLost}
+	if got := r.kinds(); !slices.Equal(got, want) {
+		t.Fatalf("events %v; want %v", got, want)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.events[1]; e.Err != nil || e.Lock != "mutex" || e.Name != "obs" {
+		t.Errorf("busy TryLock event = %+v; want no error, lock mutex, name obs", e)
+	}
+	if e := r.events[2]; !errors.Is(e.Err, lock.ErrNotObtained) || !errors.Is(werr, lock.ErrNotObtained) || e.Took < 30*time.Millisecond {
+		t.Errorf("timed-out Lock event = %+v; want ErrNotObtained after its 30ms wait", e)
+	}
+}
+
+// TestBreakerAndLogger: with Redis killed, the first acquire finds it
+// unreachable and the next fail at once with ErrUnavailable; a lost lease
+// and the outage are logged, nothing else is.
+func TestBreakerAndLogger(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	ctx := t.Context()
+	m := lock.NewMutex(rdb, "br", lock.WithLogger(logger), lock.WithTTL(20*time.Millisecond))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	l.Err() // lost: logged
+	s.Kill()
+	if _, _, err := m.TryLock(ctx); err == nil || errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("first TryLock with Redis down = %v; want the dial error", err)
+	}
+	for _, call := range []func() error{
+		func() error { _, _, err := m.TryLock(ctx); return err },
+		func() error { _, err := m.Lock(ctx); return err },
+		func() error { _, err := lock.NewSemaphore(rdb, "br", 2).Acquire(ctx, 1); return err },
+		func() error { return lock.Do(ctx, rdb, "br", func(context.Context) error { return nil }) },
+	} {
+		start := time.Now()
+		if err := call(); !errors.Is(err, lock.ErrUnavailable) || time.Since(start) > time.Second {
+			t.Errorf("acquire with the circuit open = %v after %v; want ErrUnavailable at once", err, time.Since(start))
+		}
+	}
+	out := buf.String()
+	for _, want := range []string{"lease lost", "name=br", "redis unreachable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 2 {
+		t.Errorf("%d log lines; want 2:\n%s", n, out)
+	}
+}
