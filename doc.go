@@ -74,5 +74,16 @@
 //
 // By default a Redis error is returned, wrapped, and compute is not called:
 // an outage of the cache does not become a stampede on the store behind it.
-// [WithComputeWhenDown] chooses the other way.
+// [WithComputeWhenDown] chooses the other way. Once a call has found Redis
+// unreachable, calls on the same client fail at once with [ErrUnavailable]
+// (a circuit breaker shared with the locks on that client) until a probe,
+// one per 250 ms, reaches Redis again.
+//
+// # Observing
+//
+// [WithObserver] receives every hit, miss, compute and wait as an [Event];
+// [Cache.Stats] counts the same events. The module
+// github.com/dogpile-go/dogpile/dogpileotel records them as OpenTelemetry
+// metrics and spans. [WithLogger] logs the rare events: outages, takeovers,
+// bytes that do not decode, a compute's panic with its stack.
 package dogpile

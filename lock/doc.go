@@ -68,6 +68,18 @@
 // waits, so a stalled Redis costs the caller nothing past its deadline and
 // leaves no lock behind once it answers again.
 //
+// When an acquire finds Redis unreachable, the acquires that follow on the
+// same client fail at once with [ErrUnavailable] (a circuit breaker shared
+// with the dogpile caches on that client) until a probe, one per 250 ms,
+// reaches Redis again. A Redlock bounds each server's round trip instead.
+//
+// # Observing
+//
+// [WithObserver] receives each acquisition (obtained or not, with its
+// wait), extension, loss and release as an [Event]; the module
+// github.com/dogpile-go/dogpile/dogpileotel records them as OpenTelemetry
+// metrics. [WithLogger] logs lost leases and outages.
+//
 // # Guarantees and limits
 //
 // On one Redis server, a lock is held by at most one lease at a time, as
