@@ -30,10 +30,11 @@ const (
 	rollingKeys    = 8
 	rollingTTL     = time.Second
 	rollingCompute = 100 * time.Millisecond
-	// staleSlack: an answer counts as stale when its value was computed
-	// more than TTL + staleSlack before the call began (the value's TTL
-	// starts when it is stored, a round trip after its compute returned).
-	staleSlack = 10 * time.Millisecond
+	// oldSlack: an answer is not a hit when its value was computed more
+	// than TTL + oldSlack before the call began (the value's TTL starts when
+	// it is stored, a round trip after its compute returned). Such answers
+	// are stale ones; which answers are stale is counted by the library.
+	oldSlack = 10 * time.Millisecond
 )
 
 var rollingDuration = flag.Duration("rolling.duration", 10*time.Second, "measured time of each BenchmarkRollingExpiry op")
@@ -46,7 +47,9 @@ var rollingDuration = flag.Duration("rolling.duration", 10*time.Second, "measure
 // per expiry (an expiry is a burst of computes of one key, starts less than
 // TTL/2 apart: more than 1 is a duplicate compute), computes per key per TTL
 // period (early refresh refreshes a little more often than the TTL), and
-// the share of stale answers and of calls that waited for a compute.
+// the share of stale answers (as the library counts them: dogpile's
+// Stats.Stale, judged by Redis's clock; the peers never answer with a value
+// past its TTL) and of calls that waited for a compute.
 func BenchmarkRollingExpiry(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range rollingLibs {
@@ -71,8 +74,10 @@ type rollingRound struct {
 
 // A rollingResult is what one child saw in the measured window.
 type rollingResult struct {
-	All, Hit                            hist
-	Hits, Stale, Waited, Computed, Errs int64
+	All, Hit hist
+	// Old answers are neither hits nor waited for (see oldSlack); Stale
+	// is the library's own count.
+	Hits, Old, Stale, Waited, Computed, Errs int64
 	// Starts are the unix µs at which computes began, per key, the
 	// background refreshes included.
 	Starts   [rollingKeys][]int64
@@ -141,6 +146,7 @@ func (t *rollingResult) add(r rollingResult) {
 	t.All.merge(r.All)
 	t.Hit.merge(r.Hit)
 	t.Hits += r.Hits
+	t.Old += r.Old
 	t.Stale += r.Stale
 	t.Waited += r.Waited
 	t.Computed += r.Computed
@@ -205,23 +211,31 @@ func TestRollingChild(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_ROLLING_REDIS"), PoolSize: 2 * rollingG})
 	defer rdb.Close()
-	f := rollingLibs[i].newFetcher(rdb)
+	f, stale := rollingLibs[i].newFetcher(rdb)
+	if stale == nil {
+		stale = func() uint64 { return 0 }
+	}
 	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
 	for {
 		var r rollingRound
 		if err := dec.Decode(&r); err != nil {
 			return // the parent closed stdin
 		}
-		if err := enc.Encode(rollingLoad(f, r)); err != nil {
+		if err := enc.Encode(rollingLoad(f, stale, r)); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
 // rollingLoad is one child's part of a round.
-func rollingLoad(f stampFetcher, r rollingRound) rollingResult {
+func rollingLoad(f stampFetcher, stale func() uint64, r rollingRound) rollingResult {
 	start := time.Unix(0, r.Start)
 	from, end := start.Add(rollingTTL), start.Add(rollingTTL+r.Duration)
+	stale0 := make(chan uint64, 1)
+	go func() {
+		time.Sleep(time.Until(from))
+		stale0 <- stale()
+	}()
 	var mu sync.Mutex
 	var total rollingResult
 	record := func(k int, t time.Time) {
@@ -251,6 +265,7 @@ func rollingLoad(f stampFetcher, r rollingRound) rollingResult {
 	defer mu.Unlock()
 	var out rollingResult
 	out.add(total)
+	out.Stale = int64(stale() - <-stale0)
 	for k := range out.Starts {
 		out.Starts[k] = slices.Clone(total.Starts[k])
 	}
@@ -289,8 +304,8 @@ func (res *rollingResult) call(f stampFetcher, prefix string, k int, t0 time.Tim
 		res.Computed++
 	case age < 0:
 		res.Waited++ // computed during the call, by someone else
-	case age > rollingTTL+staleSlack:
-		res.Stale++
+	case age > rollingTTL+oldSlack:
+		res.Old++
 	default:
 		res.Hits++
 		res.Hit.record(d)

@@ -27,8 +27,11 @@ type stampFetcher func(ctx context.Context, key string, compute func(context.Con
 // A rollingLib adapts one library, or one configuration of dogpile, to
 // stampFetcher.
 type rollingLib struct {
-	name, how  string
-	newFetcher func(rdb *redis.Client) stampFetcher
+	name, how string
+	// newFetcher returns one process's fetcher, and a count of the stale
+	// answers it gave so far, or nil for a library that never answers with
+	// a value past its TTL in Redis.
+	newFetcher func(rdb *redis.Client) (stampFetcher, func() uint64)
 }
 
 // rollingStale is dogpile's stale window in the scenario: long enough that
@@ -47,16 +50,19 @@ var rollingLibs = []rollingLib{
 		"(1 s here); it serves a stale value only after TagAsDeleted, not past a TTL", rocksStamped},
 }
 
-func dogpileStamped(opts ...dogpile.Option) func(rdb *redis.Client) stampFetcher {
-	return func(rdb *redis.Client) stampFetcher {
+func dogpileStamped(opts ...dogpile.Option) func(rdb *redis.Client) (stampFetcher, func() uint64) {
+	return func(rdb *redis.Client) (stampFetcher, func() uint64) {
 		c := dogpile.New[stamped](rdb, opts...)
 		return func(ctx context.Context, key string, compute func(context.Context) (stamped, error)) (stamped, error) {
 			return c.Fetch(ctx, key, rollingTTL, compute)
-		}
+		}, func() uint64 { return c.Stats().Stale }
 	}
 }
 
-func goRedisCacheStamped(rdb *redis.Client) stampFetcher {
+// go-redis/cache and rockscache read a key past its TTL as a miss: they
+// never answer stale.
+
+func goRedisCacheStamped(rdb *redis.Client) (stampFetcher, func() uint64) {
 	c := cache.New(&cache.Options{Redis: rdb})
 	return func(ctx context.Context, key string, compute func(context.Context) (stamped, error)) (stamped, error) {
 		var v stamped
@@ -65,10 +71,10 @@ func goRedisCacheStamped(rdb *redis.Client) stampFetcher {
 			Do: func(it *cache.Item) (any, error) { return compute(it.Context()) },
 		})
 		return v, err
-	}
+	}, nil
 }
 
-func rocksStamped(rdb *redis.Client) stampFetcher {
+func rocksStamped(rdb *redis.Client) (stampFetcher, func() uint64) {
 	opts := rockscache.NewDefaultOptions()
 	opts.RandomExpireAdjustment = 0
 	rc := rockscache.NewClient(rdb, opts)
@@ -86,5 +92,5 @@ func rocksStamped(rdb *redis.Client) stampFetcher {
 			return v, err
 		}
 		return v, msgpack.Unmarshal([]byte(s), &v)
-	}
+	}, nil
 }
