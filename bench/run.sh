@@ -27,6 +27,7 @@ groups='
 ^BenchmarkFetchHit$                     20000x
 ^BenchmarkStampede$                     10x
 ^BenchmarkRollingExpiry$                1x
+^BenchmarkMissToCompute$                2000x
 ^BenchmarkStoreLag$                     3x
 ^BenchmarkFetchCommands$                5x
 '
