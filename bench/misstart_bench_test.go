@@ -36,6 +36,19 @@ func missStartLibs() []cacheLib {
 			},
 		},
 		cacheLib{
+			// Not a Fetch: what a miss would cost if Fetch skipped its GET
+			// on a key it knows to be missing (Refresh sends the lock
+			// script at once).
+			name: "dogpile.Refresh",
+			how:  "dogpile.New defaults, Refresh instead of Fetch: the lock script is the first command, no GET before it",
+			newFetcher: func(rdb *redis.Client) fetcher {
+				c := dogpile.New[item](rdb)
+				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+					return c.Refresh(ctx, key, cacheTTL, compute)
+				}
+			},
+		},
+		cacheLib{
 			name:       "dtm-labs/rockscache",
 			how:        "v0.1.1 Fetch2, default options but RandomExpireAdjustment 0: one EVAL (GET-or-lock) before compute",
 			newFetcher: rocksItem,

@@ -84,6 +84,10 @@ func checkSane(t *testing.T, cfg config, m modeReport) {
 	if m.LatencyP50 <= 0 || m.LatencyP50 > m.LatencyP99 || m.LatencyP99 > m.LatencyMax {
 		t.Errorf("%s: latency p50 %v p99 %v max %v; want 0 < p50 <= p99 <= max", m.Mode, m.LatencyP50, m.LatencyP99, m.LatencyMax)
 	}
+	if m.SteadyP99 <= 0 || m.SteadyP99 > m.SteadyMax || m.SteadyMax > m.LatencyMax {
+		t.Errorf("%s: after the first TTL p99 %v max %v (all calls: max %v); want 0 < p99 <= max <= all calls' max",
+			m.Mode, m.SteadyP99, m.SteadyMax, m.LatencyMax)
+	}
 	if m.CommandsPerCall <= 0 || m.CommandsPerCall > 3 {
 		t.Errorf("%s: %.2f Redis commands per call; want in (0, 3]", m.Mode, m.CommandsPerCall)
 	}
@@ -152,7 +156,7 @@ func TestModesInProcessText(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{"naive", "singleflight", "dogpile", "fresh", "computes per expiry", "in the background", "latency p99",
-		"latency max",
+		"latency max", "after the first TTL: max",
 		"waiter wake lag p99", "Redis commands per call", "Stats.PushWakeups", "Stats.Refreshes", "Stats.Stale"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
