@@ -7,6 +7,7 @@ replace github.com/dogpile-go/dogpile => ../
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dogpile-go/dogpile v0.0.0
+	github.com/dtm-labs/rockscache v0.1.1
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
@@ -16,7 +17,9 @@ require (
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/uuid v1.3.0 // indirect
 	github.com/klauspost/compress v1.13.6 // indirect
+	github.com/lithammer/shortuuid v3.0.0+incompatible // indirect
 	github.com/vmihailenco/go-tinylfu v0.2.2 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect

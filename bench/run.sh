@@ -26,6 +26,8 @@ groups='
 ^BenchmarkRWMutex$                      1000x
 ^BenchmarkFetchHit$                     20000x
 ^BenchmarkStampede$                     10x
+^BenchmarkRollingExpiry$                1x
+^BenchmarkMissToCompute$                2000x
 ^BenchmarkStoreLag$                     3x
 ^BenchmarkFetchCommands$                5x
 '

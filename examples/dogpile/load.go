@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,18 +30,20 @@ type task struct {
 
 // result is what one process saw.
 type result struct {
-	Calls    int64             `json:"calls"`
-	Hits     int64             `json:"hits"`     // the value was there before the call began
-	Waited   int64             `json:"waited"`   // the value was computed during the call, by someone else
-	Computed int64             `json:"computed"` // the call ran compute itself
-	Errors   int64             `json:"errors"`
-	FirstErr string            `json:"first_error,omitempty"`
-	Commands int64             `json:"commands"` // sent by the cache's client
-	Latency  demo.Histogram    `json:"latency"`
-	WakeLag  demo.Histogram    `json:"wake_lag"`       // for waited calls: return time − when the value was computed
-	Starts   [][]int64         `json:"compute_starts"` // per key, unix µs
-	Elapsed  time.Duration     `json:"elapsed"`
-	Library  map[string]uint64 `json:"library_stats,omitempty"`
+	Calls     int64             `json:"calls"`
+	Hits      int64             `json:"hits"`      // the value was there before the call began
+	Waited    int64             `json:"waited"`    // the value was computed during the call, by someone else
+	Computed  int64             `json:"computed"`  // the call ran compute itself and got its value
+	Refreshed int64             `json:"refreshed"` // computes whose value no call waited for: background refreshes
+	Errors    int64             `json:"errors"`
+	FirstErr  string            `json:"first_error,omitempty"`
+	Commands  int64             `json:"commands"` // sent by the cache's client
+	Latency   demo.Histogram    `json:"latency"`
+	Steady    demo.Histogram    `json:"latency_after_first_ttl"` // calls that began one TTL after the start: the first fills are done
+	WakeLag   demo.Histogram    `json:"wake_lag"`                // for waited calls: return time − when the value was computed
+	Starts    [][]int64         `json:"compute_starts"`          // per key, unix µs
+	Elapsed   time.Duration     `json:"elapsed"`
+	Library   map[string]uint64 `json:"library_stats,omitempty"`
 }
 
 // value is what the expensive compute produces.
@@ -66,6 +69,8 @@ func newFetcher(mode string, client redis.UniversalClient, ttl time.Duration) (f
 		return &flighted{naive: naive{client: client, ttl: ttl}}, nil
 	case "dogpile":
 		return newDogpile(client, ttl), nil
+	case "fresh":
+		return newFresh(client, ttl), nil
 	}
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }
@@ -147,9 +152,13 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 		startsMu sync.Mutex
 		starts   = make([][]int64, t.Keys)
 	)
-	computeFor := func(k int, key string, self *atomic.Bool) func(context.Context) (value, error) {
+	var ran atomic.Int64 // computes run in this process
+	// self receives the generation of the value the call's own compute made:
+	// a background refresh runs a compute of a call that has already
+	// returned with the previous value.
+	computeFor := func(k int, key string, self *atomic.Int64) func(context.Context) (value, error) {
 		return func(ctx context.Context) (value, error) {
-			self.Store(true)
+			ran.Add(1)
 			startsMu.Lock()
 			starts[k] = append(starts[k], time.Now().UnixMicro())
 			startsMu.Unlock()
@@ -158,6 +167,7 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 			if err != nil {
 				return value{}, err
 			}
+			self.Store(gen)
 			tm := time.NewTimer(t.Compute)
 			defer tm.Stop()
 			select {
@@ -179,13 +189,16 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 			for time.Now().Before(stopAt) && ctx.Err() == nil {
 				k := rand.N(t.Keys)
 				key := t.Prefix + "k" + fmt.Sprint(k)
-				var self atomic.Bool
+				var self atomic.Int64
 				t0 := time.Now()
 				v, err := f.fetch(ctx, key, computeFor(k, key, &self))
 				t1 := time.Now()
 				r.Calls++
 				progress.Add("calls", 1)
 				r.Latency.Record(t1.Sub(t0))
+				if t0.Sub(start) >= t.TTL {
+					r.Steady.Record(t1.Sub(t0))
+				}
 				switch {
 				case err != nil:
 					r.Errors++
@@ -193,7 +206,7 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 					if r.FirstErr == "" {
 						r.FirstErr = err.Error()
 					}
-				case self.Load():
+				case v.Gen != 0 && v.Gen == self.Load():
 					r.Computed++
 				case v.ComputedAt < t0.UnixMicro():
 					r.Hits++
@@ -208,7 +221,12 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 		})
 	}
 	wg.Wait()
-	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Starts: starts, Library: f.stats()}
+	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Library: f.stats()}
+	startsMu.Lock() // a background refresh may still be starting
+	for _, s := range starts {
+		total.Starts = append(total.Starts, slices.Clone(s))
+	}
+	startsMu.Unlock()
 	for _, r := range res {
 		total.Calls += r.Calls
 		total.Hits += r.Hits
@@ -219,7 +237,9 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 			total.FirstErr = r.FirstErr
 		}
 		total.Latency.Merge(r.Latency)
+		total.Steady.Merge(r.Steady)
 		total.WakeLag.Merge(r.WakeLag)
 	}
+	total.Refreshed = ran.Load() - total.Computed
 	return total, ctx.Err()
 }

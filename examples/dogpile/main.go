@@ -11,8 +11,12 @@
 //	              miss: one compute per key per process, still one per process.
 //	dogpile       dogpile.Cache.Fetch: one compute per key across all processes;
 //	              the others are woken by Redis when the value is stored.
+//	fresh         dogpile with WithEarlyRefresh(1) and WithStale(TTL): one process
+//	              refreshes a hot key in the background before it expires, and
+//	              serves the last value if that is late; after the first fill
+//	              nobody waits for a compute.
 //
-// Run one mode with -mode, or all three side by side with -compare:
+// Run one mode with -mode, or all four side by side with -compare:
 //
 //	go run ./examples/dogpile -compare
 //	go run ./examples/dogpile -mode naive -procs 8 -g 32 -keys 2 -duration 5s
@@ -38,8 +42,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// modes in the order -compare runs them: the problem, the half cure, the cure.
-var modes = []string{"naive", "singleflight", "dogpile"}
+// modes in the order -compare runs them: the problem, the half cure, the
+// cure, and the cure without waits at expiry.
+var modes = []string{"naive", "singleflight", "dogpile", "fresh"}
 
 // config is everything run needs; main fills it from flags.
 type config struct {

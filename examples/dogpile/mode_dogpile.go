@@ -15,8 +15,17 @@ type cached struct {
 	ttl time.Duration
 }
 
-func newDogpile(client redis.UniversalClient, ttl time.Duration) fetcher {
-	return &cached{c: dogpile.New[value](client), ttl: ttl}
+func newDogpile(client redis.UniversalClient, ttl time.Duration, opts ...dogpile.Option) fetcher {
+	return &cached{c: dogpile.New[value](client, opts...), ttl: ttl}
+}
+
+// newFresh is dogpile with both freshness options: a hot key is refreshed
+// in the background shortly before it expires (WithEarlyRefresh), and if
+// that refresh is late, callers get the last value for up to one more TTL
+// while it finishes (WithStale). After a key's first fill, no caller waits
+// for its compute.
+func newFresh(client redis.UniversalClient, ttl time.Duration) fetcher {
+	return newDogpile(client, ttl, dogpile.WithStale(ttl), dogpile.WithEarlyRefresh(1))
 }
 
 func (d *cached) fetch(ctx context.Context, key string, compute func(context.Context) (value, error)) (value, error) {
@@ -35,5 +44,7 @@ func (d *cached) stats() map[string]uint64 {
 		"Takeovers":     s.Takeovers,
 		"DecodeErrors":  s.DecodeErrors,
 		"ComputeErrors": s.ComputeErrors,
+		"Stale":         s.Stale,
+		"Refreshes":     s.Refreshes,
 	}
 }

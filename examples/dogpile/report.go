@@ -23,11 +23,14 @@ type modeReport struct {
 	Hits              int64             `json:"hits"`
 	Waited            int64             `json:"waited"`
 	Computed          int64             `json:"computed"`
+	Refreshed         int64             `json:"refreshed"` // computes in the background, for no waiting call
 	HitRatio          float64           `json:"hit_ratio"`
 	Throughput        float64           `json:"calls_per_second"`
 	LatencyP50        time.Duration     `json:"latency_p50_ns"`
 	LatencyP99        time.Duration     `json:"latency_p99_ns"`
 	LatencyMax        time.Duration     `json:"latency_max_ns"`
+	SteadyP99         time.Duration     `json:"latency_after_first_ttl_p99_ns"`
+	SteadyMax         time.Duration     `json:"latency_after_first_ttl_max_ns"`
 	WakeLagP50        time.Duration     `json:"wake_lag_p50_ns"`
 	WakeLagP99        time.Duration     `json:"wake_lag_p99_ns"`
 	WakeLagMax        time.Duration     `json:"wake_lag_max_ns"`
@@ -52,7 +55,7 @@ type jsonReport struct {
 // again. With one compute per expiry, computes == expiries.
 func summarize(mode string, cfg config, results []result, computes int64) modeReport {
 	rep := modeReport{Mode: mode, Computes: computes}
-	var lat, lag demo.Histogram
+	var lat, steady, lag demo.Histogram
 	var elapsed time.Duration
 	var commands int64
 	starts := make([][]int64, cfg.Keys)
@@ -65,8 +68,10 @@ func summarize(mode string, cfg config, results []result, computes int64) modeRe
 		rep.Hits += r.Hits
 		rep.Waited += r.Waited
 		rep.Computed += r.Computed
+		rep.Refreshed += r.Refreshed
 		commands += r.Commands
 		lat.Merge(r.Latency)
+		steady.Merge(r.Steady)
 		lag.Merge(r.WakeLag)
 		elapsed = max(elapsed, r.Elapsed)
 		for k, s := range r.Starts {
@@ -90,7 +95,13 @@ func summarize(mode string, cfg config, results []result, computes int64) modeRe
 			}
 		}
 	}
-	rep.MaxExpiries = cfg.Keys * (int(cfg.Duration/cfg.TTL) + 1)
+	// An early refresh comes at most a third of a TTL before expiry, so a
+	// key is computed at most every 2/3 TTL in the fresh mode.
+	period := cfg.TTL
+	if mode == "fresh" {
+		period = cfg.TTL * 2 / 3
+	}
+	rep.MaxExpiries = cfg.Keys * (int(cfg.Duration/period) + 1)
 	if rep.Expiries > 0 {
 		rep.ComputesPerExpiry = float64(rep.Computes) / float64(rep.Expiries)
 	}
@@ -102,6 +113,7 @@ func summarize(mode string, cfg config, results []result, computes int64) modeRe
 		rep.Throughput = float64(rep.Calls) / elapsed.Seconds()
 	}
 	rep.LatencyP50, rep.LatencyP99, rep.LatencyMax = lat.Quantile(0.5), lat.Quantile(0.99), lat.Max
+	rep.SteadyP99, rep.SteadyMax = steady.Quantile(0.99), steady.Max
 	rep.WakeLagP50, rep.WakeLagP99, rep.WakeLagMax = lag.Quantile(0.5), lag.Quantile(0.99), lag.Max
 	return rep
 }
@@ -131,6 +143,7 @@ func printTable(w io.Writer, reps []modeReport) error {
 	add("computes (Redis counter)", func(r modeReport) string { return strconv.FormatInt(r.Computes, 10) })
 	add("expiries (compute bursts)", func(r modeReport) string { return strconv.Itoa(r.Expiries) })
 	add("computes per expiry", func(r modeReport) string { return fmt.Sprintf("%.2f", r.ComputesPerExpiry) })
+	add("  in the background", func(r modeReport) string { return strconv.FormatInt(r.Refreshed, 10) })
 	add("calls", func(r modeReport) string { return strconv.FormatInt(r.Calls, 10) })
 	add("  hits", func(r modeReport) string { return strconv.FormatInt(r.Hits, 10) })
 	add("  waited for another's compute", func(r modeReport) string { return strconv.FormatInt(r.Waited, 10) })
@@ -141,6 +154,8 @@ func printTable(w io.Writer, reps []modeReport) error {
 	add("latency p50", func(r modeReport) string { return demo.Dur(r.LatencyP50) })
 	add("latency p99", func(r modeReport) string { return demo.Dur(r.LatencyP99) })
 	add("latency max", func(r modeReport) string { return demo.Dur(r.LatencyMax) })
+	add("  after the first TTL: p99", func(r modeReport) string { return demo.Dur(r.SteadyP99) })
+	add("  after the first TTL: max", func(r modeReport) string { return demo.Dur(r.SteadyMax) })
 	add("waiter wake lag p50", lagged(func(r modeReport) time.Duration { return r.WakeLagP50 }))
 	add("waiter wake lag p99", lagged(func(r modeReport) time.Duration { return r.WakeLagP99 }))
 	add("waiter wake lag max", lagged(func(r modeReport) time.Duration { return r.WakeLagMax }))
@@ -171,6 +186,8 @@ func printTable(w io.Writer, reps []modeReport) error {
 		}
 	}
 	fmt.Fprintln(w, "\nexpiries: bursts of computes of one key; computes per expiry is 1 when only one caller in the whole fleet recomputes an expired key.")
+	fmt.Fprintln(w, "in the background: computes no call waited for (fresh: refreshed before expiry, or while the stale value was served).")
+	fmt.Fprintln(w, "after the first TTL: calls that began once every key had been filled; only expiries remain to wait for.")
 	fmt.Fprintln(w, "wake lag: for calls that waited for another caller's compute, the time from the value being ready to the call returning.")
 	return nil
 }
