@@ -4,6 +4,9 @@
 // [Start] is the common case: one private redis-server per test, about 0.1 s to
 // start, stopped by tb.Cleanup. [StartServer] returns the process itself for tests
 // that kill, pause or restart Redis, and [StartCluster] starts a local Redis Cluster.
+// [StartMemcached] starts a private memcached the same way, for lock/memcache;
+// without memcached in $PATH it skips the test (naming the install command),
+// or fails it when CI is set.
 //
 //	func TestSomething(t *testing.T) {
 //		t.Parallel()
@@ -364,34 +367,10 @@ func (s *Server) launch() error {
 	if fi, err := log.Stat(); err == nil {
 		s.logFrom = fi.Size()
 	}
-	cmd := exec.Command(s.bin, argv...)
-	cmd.Dir = s.dir
-	cmd.Stdout = log
-	cmd.Stderr = log
-	cmd.SysProcAttr = sysProcAttr()
-
-	// One goroutine per process starts it and waits for it, so done tells
-	// whether it is alive. The goroutine stays on its OS thread: on Linux the
-	// child's parent-death signal fires when the thread that forked it exits,
-	// so the thread must outlive the child. The goroutine ends when the process
-	// does, which kill guarantees by the end of the test.
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err != nil {
-			return
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	err = <-started
+	cmd, done, err := spawn(s.bin, argv, s.dir, log)
 	log.Close() // the child has its own copy
 	if err != nil {
-		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+		return err
 	}
 	s.cmd, s.done = cmd, done
 
@@ -425,19 +404,42 @@ func (s *Server) launch() error {
 	}
 }
 
+// spawn starts bin with argv in dir, its output going to log, and returns
+// a channel closed once it has exited and been waited for.
+//
+// One goroutine per process starts it and waits for it, so done tells
+// whether it is alive. The goroutine stays on its OS thread: on Linux the
+// child's parent-death signal fires when the thread that forked it exits,
+// so the thread must outlive the child. The goroutine ends when the process
+// does, which the caller's kill guarantees by the end of the test.
+func spawn(bin string, argv []string, dir string, log *os.File) (*exec.Cmd, chan struct{}, error) {
+	cmd := exec.Command(bin, argv...)
+	cmd.Dir = dir
+	cmd.Stdout = log
+	cmd.Stderr = log
+	cmd.SysProcAttr = sysProcAttr()
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err != nil {
+			return
+		}
+		_ = cmd.Wait()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return nil, nil, fmt.Errorf("redistest: start %s: %w", bin, err)
+	}
+	return cmd, done, nil
+}
+
 // output returns what the current (or last) process wrote to stdout and stderr.
 func (s *Server) output() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return fmt.Sprintf("(no output: %v)", err)
-	}
-	if s.logFrom <= int64(len(b)) {
-		b = b[s.logFrom:]
-	}
-	if len(b) == 0 {
-		return "(no output)"
-	}
-	return string(b)
+	return readLog(filepath.Join(s.dir, "redis.log"), s.logFrom)
 }
 
 // probe sends PING and INFO server to addr over a raw connection and reports
