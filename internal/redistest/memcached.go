@@ -35,7 +35,7 @@ func MemcachedAvailable() bool {
 // 127.0.0.1 with UDP off. It is safe for concurrent use. The zero value is
 // not usable; create one with [StartMemcached].
 type Memcached struct {
-	tb  testing.TB
+	tb  testing.TB // nil when started by RunMemcached
 	bin string
 	dir string
 
@@ -51,22 +51,37 @@ type Memcached struct {
 // it skips the test naming the install command, or fails it when CI is set.
 func StartMemcached(tb testing.TB) *Memcached {
 	tb.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
+	if !MemcachedAvailable() {
 		if os.Getenv("CI") != "" {
 			tb.Fatal(memcachedHint)
 		}
 		tb.Skip(memcachedHint)
 	}
+	m, err := RunMemcached()
+	if m != nil {
+		m.tb = tb
+		tb.Cleanup(m.Stop)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// RunMemcached is [StartMemcached] for a TestMain, where there is no
+// testing.TB (runnable examples need a server too): the caller must call
+// [Memcached.Stop]. A missing memcached is an error that names the install
+// command.
+func RunMemcached() (*Memcached, error) {
+	bin, err := exec.LookPath("memcached")
+	if err != nil {
+		return nil, errors.New(memcachedHint)
+	}
 	dir, err := os.MkdirTemp("", "mc")
 	if err != nil {
-		tb.Fatalf("redistest: %v", err)
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	m := &Memcached{tb: tb, bin: bin, dir: dir}
-	tb.Cleanup(func() {
-		m.Kill()
-		_ = os.RemoveAll(dir)
-	})
+	m := &Memcached{bin: bin, dir: dir}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for range bindAttempts {
@@ -79,10 +94,13 @@ func StartMemcached(tb testing.TB) *Memcached {
 			break
 		}
 	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
+	return m, err
+}
+
+// Stop kills the server and removes its directory.
+func (m *Memcached) Stop() {
+	m.Kill()
+	_ = os.RemoveAll(m.dir)
 }
 
 // Addr returns the server's address, "127.0.0.1:port".
@@ -131,7 +149,7 @@ func (m *Memcached) signal(sig signal) {
 	if m.cmd == nil {
 		return
 	}
-	if err := signalProcess(m.cmd.Process, sig); errors.Is(err, errors.ErrUnsupported) {
+	if err := signalProcess(m.cmd.Process, sig); errors.Is(err, errors.ErrUnsupported) && m.tb != nil {
 		m.tb.Skipf("redistest: cannot pause or resume memcached here: %v", err)
 	}
 }
