@@ -41,8 +41,7 @@ type Memcached struct {
 
 	mu      sync.Mutex // guards everything below and serializes process control
 	port    int
-	cmd     *exec.Cmd     // nil when not started or killed
-	done    chan struct{} // closed once cmd has exited and been waited for
+	p       *proc // nil when not started or killed
 	logFrom int64
 }
 
@@ -123,16 +122,8 @@ func (m *Memcached) Client(tb testing.TB) *memcache.Client {
 func (m *Memcached) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return
-	}
-	select {
-	case <-m.done:
-	default:
-		_ = signalProcess(m.cmd.Process, sigKill)
-		<-m.done
-	}
-	m.cmd, m.done = nil, nil
+	m.p.kill()
+	m.p = nil
 }
 
 // Pause stops the server with SIGSTOP: it keeps its connections but answers
@@ -146,10 +137,7 @@ func (m *Memcached) Resume() { m.signal(sigCont) }
 func (m *Memcached) signal(sig signal) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return
-	}
-	if err := signalProcess(m.cmd.Process, sig); errors.Is(err, errors.ErrUnsupported) && m.tb != nil {
+	if err := m.p.signal(sig); errors.Is(err, errors.ErrUnsupported) && m.tb != nil {
 		m.tb.Skipf("redistest: cannot pause or resume memcached here: %v", err)
 	}
 }
@@ -169,34 +157,33 @@ func (m *Memcached) launch() error {
 	if fi, err := log.Stat(); err == nil {
 		m.logFrom = fi.Size()
 	}
-	cmd, done, err := spawn(m.bin, argv, m.dir, log)
+	p, err := spawn(m.bin, argv, m.dir, log)
 	log.Close()
 	if err != nil {
 		return err
 	}
-	m.cmd, m.done = cmd, done
+	m.p = p
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(m.port))
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
-		probeErr := probeMemcached(addr, cmd.Process.Pid)
+		probeErr := probeMemcached(addr, p.cmd.Process.Pid)
 		if probeErr == nil {
 			return nil
 		}
 		select {
-		case <-done:
-			m.cmd, m.done = nil, nil
+		case <-p.done:
+			m.p = nil
 			out := readLog(logPath, m.logFrom)
 			if strings.Contains(out, "Address already in use") {
 				return fmt.Errorf("%w: memcached on %s exited:\n%s", errAddrInUse, addr, out)
 			}
-			return fmt.Errorf("redistest: memcached on %s exited before answering (%s):\n%s", addr, cmd.ProcessState, out)
+			return fmt.Errorf("redistest: memcached on %s exited before answering (%s):\n%s", addr, p.cmd.ProcessState, out)
 		case <-deadline.C:
-			_ = signalProcess(cmd.Process, sigKill)
-			<-done
-			m.cmd, m.done = nil, nil
+			p.kill()
+			m.p = nil
 			return fmt.Errorf("redistest: memcached on %s did not answer within %v (last error: %v):\n%s",
 				addr, startTimeout, probeErr, readLog(logPath, m.logFrom))
 		case <-tick.C:
