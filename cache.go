@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,7 +63,8 @@ type Cache[T any] struct {
 
 	// attempts bounds the lock attempts in flight (see lockAttempts).
 	attempts chan struct{}
-	loaded   sync.Map // *redis.Script → true once run by this Cache (see run)
+	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
+	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -84,6 +86,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		opts:     buildOptions(opts),
 		publish:  wake.PublishCommand(client),
 		attempts: make(chan struct{}, lockAttempts(client)),
+		breaker:  breaker.For(client),
 	}
 	c.flights.m = map[string]*call{}
 	return c
@@ -137,11 +140,12 @@ type Stats struct {
 	RemoteErrors  uint64 // flights told that another process's compute failed
 	Stale         uint64 // hits answered with a value past its TTL (WithStale)
 	Refreshes     uint64 // background refreshes (stale or early) this process computed
+	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
 }
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes, unavailable atomic.Uint64
 }
 
 // Stats returns a snapshot of the Cache's counters.
@@ -153,6 +157,7 @@ func (c *Cache[T]) Stats() Stats {
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), Refreshes: s.refreshes.Load(),
+		Unavailable: s.unavailable.Load(),
 	}
 }
 
@@ -190,20 +195,24 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	if err := checkKey(key); err != nil {
 		return zero, err
 	}
-	b, err := c.client.Get(ctx, c.valueKey(key)).Bytes()
+	var b []byte
+	err := c.guard(ctx, func() (err error) {
+		b, err = c.client.Get(ctx, c.valueKey(key)).Bytes()
+		return err
+	})
 	switch {
 	case err == redis.Nil:
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, ErrMiss
 	case err != nil:
 		return zero, redisErr(ctx, "get", key, err)
 	}
 	v, m, err := c.decodeEntry(b)
 	if err != nil {
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.stats.hits.Add(1)
+	c.emit(ctx, Event{Kind: EventHit, Key: key})
 	if m.notFound {
 		return zero, notFound(key)
 	}
@@ -225,7 +234,9 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
-	err = c.run(ctx, setScript, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
+	err = c.guard(ctx, func() error {
+		return c.run(ctx, setScript, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
+	})
 	if err != nil {
 		return redisErr(ctx, "set", key, err)
 	}
@@ -242,7 +253,9 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	ks := c.keys(key)
-	err := c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+	err := c.guard(ctx, func() error {
+		return c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+	})
 	if err != nil {
 		return redisErr(ctx, "delete", key, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime/debug"
@@ -23,6 +24,7 @@ type job[T any] struct {
 	ttl     time.Duration
 	compute func(context.Context) (T, error)
 	cl      *call // the flight the result goes to
+	refresh bool  // a background refresh (see refreshLater)
 }
 
 // errComputeTooLong is the cause that ends compute's context after the
@@ -53,7 +55,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 	cctx = context.WithValue(cctx, resultKey{}, ro)
 	r := c.renew(ctx, j.ks, token, sent, cancel)
 	start := time.Now()
-	v, cerr := c.runCompute(cctx, j.compute)
+	v, cerr := c.runCompute(cctx, j)
 	// What an early refresh must start ahead of expiry: the lock's round
 	// trip, the compute, and the store's round trip (about the lock's).
 	took := time.Since(start) + 2*start.Sub(sent)
@@ -146,7 +148,7 @@ func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error
 // unreachable and WithComputeWhenDown is set.
 func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) {
 	c.flights.setBusy(j.cl)
-	v, err := c.runCompute(ctx, j.compute)
+	v, err := c.runCompute(ctx, j)
 	if err != nil {
 		return nil, err
 	}
@@ -157,23 +159,26 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) 
 	return b, nil
 }
 
-// runCompute calls compute, turning a panic into an error.
-func (c *Cache[T]) runCompute(ctx context.Context, compute func(context.Context) (T, error)) (v T, err error) {
-	c.stats.computes.Add(1)
+// runCompute calls j's compute, turning a panic into an error (its stack
+// goes to the log, not to the callers), between a ComputeStart and a
+// ComputeEnd event.
+func (c *Cache[T]) runCompute(ctx context.Context, j *job[T]) (v T, err error) {
+	ctx = c.emit(ctx, Event{Kind: EventComputeStart, Key: j.key, Refresh: j.refresh})
+	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
+			p := &panicError{value: r, stack: debug.Stack()}
+			c.log(ctx, slog.LevelError, "dogpile: compute panicked", j.key, slog.Any("panic", r), slog.String("stack", string(p.stack)))
+			err = p
 		}
-		if err != nil {
-			c.stats.computeErrors.Add(1)
-		}
+		c.emit(ctx, Event{Kind: EventComputeEnd, Key: j.key, Refresh: j.refresh, Took: time.Since(start), Err: err})
 	}()
-	return compute(ctx)
+	return j.compute(ctx)
 }
 
 // A panicError is a compute's panic. Its text carries the panic value only:
 // it reaches the callers and, cut to 512 bytes, the other processes; the
-// stack is kept for the log.
+// stack goes to the log (see WithLogger).
 type panicError struct {
 	value any
 	stack []byte

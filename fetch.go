@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,7 +92,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		if derr == nil {
 			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
 			c.flights.end(key, cl, r)
-			c.count(r)
+			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
@@ -99,7 +101,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 			}
 			return v, nil, false
 		}
-		c.stats.decodeErrors.Add(1)
+		c.decodeError(ctx, key, derr)
 		bad = sha1hex(b)
 	case err == redis.Nil:
 	case ctx.Err() != nil:
@@ -119,8 +121,24 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 
 // read is the hit path's round trip: a GET, and when freshness options need
 // the value's remaining TTL, a PTTL pipelined with it (one slot, one round
-// trip). pttl is negative when it was not read or the key has no TTL.
+// trip). pttl is negative when it was not read or the key has no TTL. It
+// goes through the client's circuit breaker (see ErrUnavailable) without
+// a closure, which would cost every hit an allocation.
 func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
+	done, err := c.breaker.Allow()
+	if err != nil {
+		c.stats.unavailable.Add(1)
+		return nil, -1, err
+	}
+	b, pttl, err = c.readRedis(ctx, vk)
+	if ch := done(err); ch != breaker.None {
+		c.logChange(ctx, ch, err)
+	}
+	return b, pttl, err
+}
+
+// readRedis is read's round trip, behind the circuit breaker.
+func (c *Cache[T]) readRedis(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
 	if c.opts.stale == 0 && c.opts.beta == 0 {
 		b, err = c.client.Get(ctx, vk).Bytes()
 		return b, -1, err
@@ -168,13 +186,13 @@ func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T
 	case <-cl.done:
 	case <-ctx.Done():
 		c.flights.leave(flight, cl)
-		c.stats.misses.Add(1)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return v, ctx.Err(), false
 	}
 	if cl.err == errRetry {
 		return v, nil, true
 	}
-	c.count(cl.outcome)
+	c.count(ctx, key, cl.outcome)
 	if cl.b == nil {
 		return v, cl.err, false
 	}
@@ -188,17 +206,19 @@ func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T
 	return v, cl.err, false
 }
 
-// count counts a caller's answer in the stats.
-func (c *Cache[T]) count(r outcome) {
-	switch {
-	case !r.hit:
-		c.stats.misses.Add(1)
-	case r.stale:
-		c.stats.hits.Add(1)
-		c.stats.stale.Add(1)
-	default:
-		c.stats.hits.Add(1)
+// count reports a caller's answer: a hit, stale or not, or a miss.
+func (c *Cache[T]) count(ctx context.Context, key string, r outcome) {
+	if r.hit {
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale})
+	} else {
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 	}
+}
+
+// decodeError counts and logs stored bytes of key that did not decode.
+func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
+	c.stats.decodeErrors.Add(1)
+	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
 }
 
 // flight is the miss path of one process for one key: it looks across the
@@ -226,6 +246,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 		}
 		if m.takeover() {
 			c.stats.takeovers.Add(1)
+			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
 		}
 		b, err, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {
@@ -245,12 +266,4 @@ func waitErr(wctx context.Context, key string) error {
 		return fmt.Errorf("dogpile: wait for %q: %w", key, context.DeadlineExceeded)
 	}
 	return wctx.Err()
-}
-
-// unreachable reports whether err means Redis could not be reached, as
-// opposed to an error reply from a server that works.
-func unreachable(err error) bool {
-	var re redis.Error
-	return !errors.As(err, &re) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed)
 }

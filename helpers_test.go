@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
-// A backend makes clients for one Redis server or cluster; each client
-// stands for one process (its own pool and its own wake-up connection).
+// A backend makes clients for one deployment (see redistest.Backend);
+// each client stands for one process (its own pool and its own wake-up
+// connection).
 type backend struct {
 	name    string
 	cluster bool
@@ -25,37 +24,39 @@ type backend struct {
 	advance func(time.Duration)
 }
 
+func fromBackend(b redistest.Backend) backend {
+	return backend{
+		name:    b.Name,
+		cluster: b.Cluster,
+		client:  func(t *testing.T) redis.UniversalClient { return b.Client(t) },
+		advance: b.Advance,
+	}
+}
+
+// A suite is a list of behaviour tests, each run on one backend.
+type suite []struct {
+	name string
+	f    func(t *testing.T, b backend)
+}
+
+// run runs the suite on every deployment redistest knows (a server, a
+// 3-master cluster, a 2-shard ring, a failover client behind a sentinel)
+// and on miniredis, the demos' fallback. Each deployment serves the whole
+// suite: every test has its own keys (its name is the prefix).
+func (s suite) run(t *testing.T) {
+	each := func(t *testing.T, rb redistest.Backend) {
+		b := fromBackend(rb)
+		for _, tc := range s {
+			t.Run(tc.name, func(t *testing.T) { tc.f(t, b) })
+		}
+	}
+	redistest.ForEachBackend(t, each)
+	t.Run("miniredis", func(t *testing.T) { each(t, redistest.Miniredis(t)) })
+}
+
 func serverBackend(t *testing.T) backend {
 	s := redistest.StartServer(t)
-	return backend{name: "redis", client: func(t *testing.T) redis.UniversalClient { return s.Client(t) }}
-}
-
-func clusterBackend(t *testing.T) backend {
-	cl := redistest.StartCluster(t, 3)
-	return backend{name: "cluster", cluster: true, client: func(t *testing.T) redis.UniversalClient { return cl.Client(t) }}
-}
-
-func ringBackend(t *testing.T) backend {
-	r := redistest.StartRing(t, 2)
-	return backend{name: "ring", client: func(t *testing.T) redis.UniversalClient { return r.Client(t) }}
-}
-
-func sentinelBackend(t *testing.T) backend {
-	s := redistest.StartSentinel(t)
-	return backend{name: "sentinel", client: func(t *testing.T) redis.UniversalClient { return s.Client(t) }}
-}
-
-func miniBackend(t *testing.T) backend {
-	m := miniredis.RunT(t)
-	return backend{
-		name: "miniredis",
-		client: func(t *testing.T) redis.UniversalClient {
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		},
-		advance: m.FastForward,
-	}
+	return backend{name: "server", client: func(t *testing.T) redis.UniversalClient { return s.Client(t) }}
 }
 
 // compute counts its calls in a Redis counter (so that calls in every

@@ -14,7 +14,7 @@ import (
 // it: then another process takes over once the lease runs out past the
 // bound, without waiting for the hung compute.
 func TestMaxComputeHungHolderTakenOver(t *testing.T) {
-	rdb := redistest.Start(t)
+	rdb := redistest.StartServer(t).Client(t) // miniredis keys expire only on FastForward
 	opts := []Option{prefix(t), WithLease(60 * time.Millisecond), WithMaxCompute(100 * time.Millisecond)}
 	hung, other := New[int](rdb, opts...), New[int](rdb, opts...)
 

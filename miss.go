@@ -61,9 +61,14 @@ type miss[T any] struct {
 	// within the holder's lease.
 	sub        *wake.Sub
 	subscribed bool
-	waited     bool
 	backoff    time.Duration // between polls when there is no subscription
 	timer      *time.Timer
+
+	// The wait for another process's compute, for its events.
+	waited    bool
+	waitStart time.Time
+	waitCtx   context.Context // the observer's, from EventWaitStart
+	lastWake  Wake            // push or poll
 }
 
 // newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
@@ -93,6 +98,24 @@ func (m *miss[T]) restart() {
 	m.subscribed = false
 }
 
+// waitEnd reports how the wait that resolve ended with end (and err)
+// ended: a value after a push or a poll, the lock taken over, the holder's
+// compute failed, the wait timed out, or Redis failed.
+func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error) {
+	w := m.lastWake
+	switch {
+	case w == WakeFailed:
+	case wctx.Err() != nil:
+		w = WakeTimeout
+	case end == missHeld:
+		w = WakeTakeover
+	case err != nil || end == missDown:
+		w = WakeError
+	}
+	m.c.emit(m.waitCtx, Event{Kind: EventWaitEnd, Key: m.key, Took: time.Since(m.waitStart), Wake: w, Err: err})
+	m.waited = false
+}
+
 // takeover reports whether the lock m holds was won after waiting for
 // another holder that vanished without a result.
 func (m *miss[T]) takeover() bool { return m.seen != "" }
@@ -101,7 +124,12 @@ func (m *miss[T]) takeover() bool { return m.seen != "" }
 // bytes), holds the lock (missHeld; m.token and m.sent say which lease), or
 // Redis is down with WithComputeWhenDown set (missDown). ctx is detached from
 // the callers; wctx also ends when they all left or the wait timeout passed.
-func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
+func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err error) {
+	defer func() {
+		if m.waited {
+			m.waitEnd(end, wctx, err)
+		}
+	}()
 	for {
 		res, err := m.try(wctx)
 		if err != nil {
@@ -111,7 +139,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 		case replyValue:
 			s, _ := at[string](res, 1)
 			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
-				m.c.stats.decodeErrors.Add(1)
+				m.c.decodeError(wctx, m.key, derr)
 				m.bad = sha1hex([]byte(s))
 				continue
 			}
@@ -130,7 +158,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (missEnd, []byte, error) {
 			}
 		case replyFailed:
 			text, _ := at[string](res, 1)
-			m.c.stats.remoteErrors.Add(1)
+			m.lastWake = WakeFailed
 			if msg, ok := strings.CutPrefix(text, notFoundMark); ok {
 				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.key, msg)
 			}
@@ -184,8 +212,8 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 		return nil, nil // look again, now that no store can go unnoticed
 	}
 	if !m.waited {
-		m.waited = true
-		m.c.stats.waits.Add(1)
+		m.waited, m.waitStart = true, time.Now()
+		m.waitCtx = m.c.emit(wctx, Event{Kind: EventWaitStart, Key: m.key})
 		if m.c.onWait != nil {
 			m.c.onWait(m.key)
 		}
@@ -205,11 +233,13 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 		return nil, waitErr(wctx, m.key)
 	case <-m.sub.Wake():
 		m.c.stats.push.Add(1)
+		m.lastWake = WakePush
 		if b, ok := m.c.storedBy(m.seen, m.sub.Payload()); ok {
 			return b, nil
 		}
 	case <-m.timer.C:
 		m.c.stats.poll.Add(1)
+		m.lastWake = WakePoll
 	}
 	return nil, nil
 }

@@ -1,7 +1,9 @@
 package dogpile
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -26,6 +28,9 @@ type options struct {
 	beta         float64       // WithEarlyRefresh; 0: off
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
 	refreshRetry time.Duration // WithRefreshRetry
+
+	logger   *slog.Logger                                 // WithLogger; nil: silent
+	observer func(context.Context, Event) context.Context // WithObserver
 }
 
 func buildOptions(opts []Option) options {
@@ -42,7 +47,7 @@ func buildOptions(opts []Option) options {
 // would change the hash tag that keeps a key's data in one cluster slot.
 func WithPrefix(prefix string) Option {
 	if strings.ContainsAny(prefix, "{}") {
-		panic(fmt.Sprintf("dogpile: prefix %q contains a brace", prefix))
+		panic(fmt.Sprintf("dogpile: prefix %q contains a brace (a programmer error)", prefix))
 	}
 	return optionFunc(func(o *options) { o.prefix = prefix })
 }
@@ -53,7 +58,7 @@ func WithPrefix(prefix string) Option {
 // a miss. WithCodec panics if codec is nil.
 func WithCodec(codec Codec) Option {
 	if codec == nil {
-		panic("dogpile: nil codec")
+		panic("dogpile: nil codec (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.codec = codec })
 }
@@ -66,7 +71,7 @@ func WithCodec(codec Codec) Option {
 // The default is 5 seconds. WithLease panics if d is below 10ms.
 func WithLease(d time.Duration) Option {
 	if d < 10*time.Millisecond {
-		panic(fmt.Sprintf("dogpile: lease %v is below 10ms", d))
+		panic(fmt.Sprintf("dogpile: lease %v is below 10ms (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.lease = d })
 }
@@ -81,7 +86,7 @@ func WithLease(d time.Duration) Option {
 // positive.
 func WithMaxCompute(d time.Duration) Option {
 	if d <= 0 {
-		panic("dogpile: max compute must be positive")
+		panic("dogpile: max compute must be positive (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.maxCompute = d })
 }
@@ -94,7 +99,7 @@ func WithMaxCompute(d time.Duration) Option {
 // WithWaitTimeout panics if d is negative.
 func WithWaitTimeout(d time.Duration) Option {
 	if d < 0 {
-		panic("dogpile: negative wait timeout")
+		panic("dogpile: negative wait timeout (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.waitTimeout = d })
 }
@@ -125,7 +130,7 @@ func WithComputeWhenDown() Option {
 // positive.
 func WithStale(max time.Duration) Option {
 	if max <= 0 {
-		panic(fmt.Sprintf("dogpile: stale window %v is not positive", max))
+		panic(fmt.Sprintf("dogpile: stale window %v is not positive (a programmer error)", max))
 	}
 	return optionFunc(func(o *options) { o.stale = max })
 }
@@ -154,7 +159,7 @@ func WithStale(max time.Duration) Option {
 // WithEarlyRefresh panics if beta is not positive.
 func WithEarlyRefresh(beta float64) Option {
 	if !(beta > 0) || math.IsInf(beta, 1) {
-		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number", beta))
+		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number (a programmer error)", beta))
 	}
 	return optionFunc(func(o *options) { o.beta = beta })
 }
@@ -167,7 +172,7 @@ func WithEarlyRefresh(beta float64) Option {
 // callers and nothing is stored. WithNegativeTTL panics if d is not positive.
 func WithNegativeTTL(d time.Duration) Option {
 	if d <= 0 {
-		panic(fmt.Sprintf("dogpile: negative TTL %v is not positive", d))
+		panic(fmt.Sprintf("dogpile: negative TTL %v is not positive (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.negativeTTL = d })
 }
@@ -183,7 +188,21 @@ const defaultRefreshRetry = time.Second
 // if d is below a millisecond.
 func WithRefreshRetry(d time.Duration) Option {
 	if d < time.Millisecond {
-		panic(fmt.Sprintf("dogpile: refresh retry %v is below 1ms", d))
+		panic(fmt.Sprintf("dogpile: refresh retry %v is below 1ms (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.refreshRetry = d })
+}
+
+// WithLogger makes the Cache log its rare events to l: an outage of Redis
+// beginning and ending (see [ErrUnavailable]), a compute lock taken over
+// from a holder that vanished, stored bytes that do not decode, a compute
+// that panicked (with its stack, which no other process receives). Hits,
+// misses and computes are never logged; count them with [Cache.Stats] or
+// observe them with [WithObserver]. By default a Cache logs nothing.
+// WithLogger panics if l is nil.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		panic("dogpile: nil logger (a programmer error)")
+	}
+	return optionFunc(func(o *options) { o.logger = l })
 }

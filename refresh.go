@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -59,7 +60,7 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 		if err != nil || n == 0 {
 			return
 		}
-		c.stats.refreshes.Add(1)
+		j.refresh = true
 		r.b, r.err, _ = c.computeHeld(ctx, j, token, sent)
 	}()
 }
@@ -81,6 +82,14 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		var zero T
 		return zero, err
 	}
+	// Refresh has no read of its own to probe Redis with: while the
+	// circuit is open it fails fast, or computes without the cache.
+	down := c.breaker.Open()
+	if down && !c.opts.computeIfDown {
+		c.stats.unavailable.Add(1)
+		var zero T
+		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
+	}
 	vk := c.valueKey(key)
 	flight := "\x00refresh:" + key
 	cl, lead := c.flights.join(flight)
@@ -88,7 +97,7 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		c.stats.shared.Add(1)
 	} else {
 		j := &job[T]{flight: flight, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
-		c.startFlight(ctx, j, "", false, true)
+		c.startFlight(ctx, j, "", down, true)
 	}
 	v, err, _ := c.await(ctx, key, flight, cl)
 	return v, err

@@ -82,6 +82,32 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 			})
 		}
 	}
+	// A control: how late a bare context deadline is noticed under the same
+	// load. On a loaded machine (-race, other packages' tests) the runtime
+	// itself wakes goroutines late, and a call that ends at its deadline
+	// passes through a few goroutines (go-redis's, ours), each woken late:
+	// the bound allows twice the control's lag on top of the slack. An
+	// inline rollback (the defect this catches) costs up to its own 3 s
+	// timeout, far past that.
+	var control atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				<-ctx.Done()
+				late := int64(time.Since(start) - deadline)
+				for c := control.Load(); late > c && !control.CompareAndSwap(c, late); c = control.Load() {
+				}
+				cancel()
+			}
+		})
+	}
 	time.Sleep(200 * time.Millisecond) // load before the fault
 	srv.Pause()
 	time.Sleep(pause)
@@ -93,12 +119,13 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 	if timeout.Load() == 0 {
 		t.Fatal("no call hit its deadline: the pause did not bite")
 	}
+	lag := time.Duration(control.Load())
 	for op, late := range worst {
-		if late > slack {
-			t.Errorf("%s returned %v after its deadline; want <= %v", op, late.Round(time.Millisecond), slack)
+		if late > slack+2*lag {
+			t.Errorf("%s returned %v after its deadline; want <= %v + twice the runtime's own lag %v", op, late.Round(time.Millisecond), slack, lag.Round(time.Millisecond))
 		}
 	}
-	t.Logf("%d calls hit their deadline; latest return past it: %v", timeout.Load(), fmtWorst(worst))
+	t.Logf("%d calls hit their deadline; latest return past it: %v (a bare context deadline: %v late)", timeout.Load(), fmtWorst(worst), lag.Round(time.Millisecond))
 
 	// The rollbacks of the acquires that timed out run in the background,
 	// bounded; with Redis back they finish and every lock is free.

@@ -154,10 +154,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // Extend resets the lease's TTL in Redis to ttl and moves its safe deadline
 // accordingly. It returns [ErrNotHeld] if the lease has ended or its key
 // no longer holds its token; Extend never re-creates an expired lock.
-// Extend panics if ttl is below a millisecond.
+// A ttl below a millisecond returns an error matching [ErrInvalid] and
+// leaves the lease as it was.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		panic(fmt.Sprintf("lock: TTL %v is below 1ms", ttl))
+		return fmt.Errorf("%w: extend TTL %v is below 1ms", ErrInvalid, ttl)
 	}
 	if l == nil || l.ended() {
 		return ErrNotHeld

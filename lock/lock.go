@@ -33,7 +33,23 @@ var (
 	// it expired in Redis, an extension was refused, or no extension was
 	// confirmed before the lease's safe deadline.
 	ErrLost = errors.New("lock: lease lost")
+
+	// ErrInvalid is returned for an argument that may come from data rather
+	// than from the program (an empty lock name, a TTL under a millisecond
+	// given to [Lease.Extend]): a server must not crash on a bad request.
+	// The error names the argument. Nothing in Redis was touched.
+	ErrInvalid = errors.New("lock: invalid argument")
 )
+
+// checkName returns an error matching [ErrInvalid] for an empty name. The
+// constructors keep it and every call of the lock returns it, so a name
+// taken from a request fails that request, not the process.
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty lock name", ErrInvalid)
+	}
+	return nil
+}
 
 // keyspace derives the Redis names of a lock. Every key and channel of one
 // lock shares the hash tag "{...}", so it lands in one cluster slot and one
@@ -41,9 +57,6 @@ var (
 type keyspace string
 
 func newKeyspace(kind, name string) keyspace {
-	if name == "" {
-		panic("lock: empty name")
-	}
 	return keyspace("dogpile:" + kind + ":" + redisutil.Tag(name))
 }
 

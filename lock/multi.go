@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"slices"
 	"strings"
@@ -36,21 +37,28 @@ type MultiMutex struct {
 	mutexes []*Mutex // in lock order: their keys
 	publish string
 	opts    options
+	invalid error // no names, or an empty one
 }
 
 // NewMultiMutex returns the lock over every name in names, in client's
 // Redis. Duplicate names count once. It does no I/O. It panics if client
-// is nil, names is empty or a name is empty. [WithFair] does not apply.
+// is nil. No names, or an empty one, make every call return an error
+// matching [ErrInvalid]. [WithFair] does not apply.
 func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option) *MultiMutex {
 	if client == nil {
-		panic("lock: nil redis client")
-	}
-	if len(names) == 0 {
-		panic("lock: no names")
+		panic("lock: nil redis client (a programmer error)")
 	}
 	o := buildOptions(opts)
 	o.fair = false
 	mm := &MultiMutex{client: client, publish: wake.PublishCommand(client), opts: o}
+	if len(names) == 0 {
+		mm.invalid = fmt.Errorf("%w: no lock names", ErrInvalid)
+		return mm
+	}
+	if i := slices.Index(names, ""); i >= 0 {
+		mm.invalid = fmt.Errorf("%w: lock name %d of %d is empty", ErrInvalid, i, len(names))
+		return mm
+	}
 	for _, name := range names {
 		mm.mutexes = append(mm.mutexes, NewMutex(client, name, opts...))
 	}
@@ -83,6 +91,9 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 // was busy last. On failure it returns an error matching [ErrNotObtained]
 // and ctx.Err(), or a Redis error, and holds none of the names.
 func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
+	if mm.invalid != nil {
+		return nil, mm.invalid
+	}
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
 	return acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
@@ -95,6 +106,9 @@ func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 // TryLock makes one attempt to lock every name. It reports false, with a
 // nil error, if any of them is held by another owner; it then holds none.
 func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	if mm.invalid != nil {
+		return nil, false, mm.invalid
+	}
 	l, _, _, err := mm.try(ctx, redisutil.Token())
 	return l, l != nil, err
 }

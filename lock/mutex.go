@@ -26,6 +26,7 @@ type Mutex struct {
 	fairKey string     // the fair holders of the same name (see WithFair)
 	fair    *Semaphore // non-nil with WithFair
 	opts    options
+	invalid error // an empty name (see checkName), returned by every call
 
 	// Argument lists built once: go-redis copies them, and an acquire or a
 	// release should cost the caller no allocation it can avoid.
@@ -34,10 +35,11 @@ type Mutex struct {
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
-// It panics if client is nil or name is empty.
+// It panics if client is nil. An empty name makes every call return an
+// error matching [ErrInvalid].
 func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex {
 	if client == nil {
-		panic("lock: nil redis client")
+		panic("lock: nil redis client (a programmer error)")
 	}
 	ks := newKeyspace("mutex", name)
 	m := &Mutex{
@@ -48,6 +50,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		channel: ks.key("wake"),
 		publish: wake.PublishCommand(client),
 		opts:    buildOptions(opts),
+		invalid: checkName(name),
 	}
 	if m.opts.fair {
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
@@ -71,6 +74,9 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
 // nothing.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	if m.invalid != nil {
+		return nil, m.invalid
+	}
 	if m.fair != nil {
 		return m.fair.Acquire(ctx, 1)
 	}
@@ -84,6 +90,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // reports false, with a nil error, if another owner holds it (or, with
 // [WithFair], if others are waiting for it).
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	if m.invalid != nil {
+		return nil, false, m.invalid
+	}
 	if m.fair != nil {
 		return m.fair.TryAcquire(ctx, 1)
 	}
@@ -95,6 +104,9 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 // Locked reports whether anyone holds the mutex: a plain or a fair holder,
 // in any process. It is a snapshot: the lock may change hands at once.
 func (m *Mutex) Locked(ctx context.Context) (bool, error) {
+	if m.invalid != nil {
+		return false, m.invalid
+	}
 	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
 	if err != nil {
 		return false, redisErr(ctx, "locked", m.name, err)

@@ -47,7 +47,7 @@ func buildOptions(opts []Option) options {
 // than a millisecond, the resolution of Redis expiry.
 func WithTTL(d time.Duration) Option {
 	if d < time.Millisecond {
-		panic(fmt.Sprintf("lock: TTL %v is below 1ms", d))
+		panic(fmt.Sprintf("lock: TTL %v is below 1ms (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.ttl = d })
 }
@@ -60,7 +60,7 @@ func WithTTL(d time.Duration) Option {
 // WithWaitTimeout panics if d is negative.
 func WithWaitTimeout(d time.Duration) Option {
 	if d < 0 {
-		panic("lock: negative wait timeout")
+		panic("lock: negative wait timeout (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.waitTimeout = d })
 }
@@ -71,7 +71,7 @@ func WithWaitTimeout(d time.Duration) Option {
 // is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
 	if min <= 0 || max < min {
-		panic("lock: backoff needs 0 < min <= max")
+		panic("lock: backoff needs 0 < min <= max (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
 }
@@ -93,7 +93,7 @@ func WithAutoExtend() Option {
 // running. The default is no cap. WithMaxHold panics if d is not positive.
 func WithMaxHold(d time.Duration) Option {
 	if d <= 0 {
-		panic("lock: max hold must be positive")
+		panic("lock: max hold must be positive (a programmer error)")
 	}
 	return optionFunc(func(o *options) { o.maxHold = d })
 }
@@ -127,7 +127,7 @@ const DefaultRetention = 7 * 24 * time.Hour
 // panics if d is less than a millisecond.
 func WithRetention(d time.Duration) Option {
 	if d < time.Millisecond {
-		panic(fmt.Sprintf("lock: retention %v is below 1ms", d))
+		panic(fmt.Sprintf("lock: retention %v is below 1ms (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.retention = d })
 }

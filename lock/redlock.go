@@ -38,14 +38,16 @@ type Redlock struct {
 	keys    []string // lock, fence counter (fences unused), wake channel
 	quorum  int
 	opts    options
+	invalid error // an empty name (see checkName)
 }
 
 // NewRedlock returns the Redlock called name over clients, each a separate
 // Redis deployment. It does no I/O. It panics if clients is empty or holds
-// nil, or name is empty. [WithFair] does not apply.
+// nil. An empty name makes every call return an error matching
+// [ErrInvalid]. [WithFair] does not apply.
 func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *Redlock {
 	if len(clients) == 0 {
-		panic("lock: no redis clients")
+		panic("lock: no redis clients (a programmer error)")
 	}
 	ks := newKeyspace("redlock", name)
 	r := &Redlock{
@@ -54,10 +56,11 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 		keys:    []string{string(ks), ks.key("fence"), ks.key("wake")},
 		quorum:  len(clients)/2 + 1,
 		opts:    buildOptions(opts),
+		invalid: checkName(name),
 	}
 	for _, c := range clients {
 		if c == nil {
-			panic("lock: nil redis client")
+			panic("lock: nil redis client (a programmer error)")
 		}
 		r.publish = append(r.publish, wake.PublishCommand(c))
 	}
@@ -69,6 +72,9 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 // fail that no majority is possible, Lock returns their errors at once
 // instead of waiting. On failure Lock holds nothing.
 func (r *Redlock) Lock(ctx context.Context) (*Lease, error) {
+	if r.invalid != nil {
+		return nil, r.invalid
+	}
 	return acquire(ctx, nil, "", &r.opts, r.try)
 }
 
@@ -76,6 +82,9 @@ func (r *Redlock) Lock(ctx context.Context) (*Lease, error) {
 // with a nil error, if the lock is held; with an error if too many servers
 // failed to reach a majority.
 func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
+	if r.invalid != nil {
+		return nil, false, r.invalid
+	}
 	l, _, err := r.try(ctx)
 	return l, l != nil, err
 }

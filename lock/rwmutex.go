@@ -43,13 +43,15 @@ type RWMutex struct {
 	rd, wr  string   // wake-up channels of readers and writers
 	publish string
 	opts    options
+	invalid error // an empty name (see checkName)
 }
 
 // NewRWMutex returns the reader/writer lock called name in client's Redis.
-// It does no I/O. It panics if client is nil or name is empty.
+// It does no I/O. It panics if client is nil. An empty name makes every
+// call return an error matching [ErrInvalid].
 func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMutex {
 	if client == nil {
-		panic("lock: nil redis client")
+		panic("lock: nil redis client (a programmer error)")
 	}
 	ks := newKeyspace("rw", name)
 	return &RWMutex{
@@ -60,6 +62,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 		wr:      ks.key("wr"),
 		publish: wake.PublishCommand(client),
 		opts:    buildOptions(opts),
+		invalid: checkName(name),
 	}
 }
 
@@ -69,6 +72,9 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
 // nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
+	if rw.invalid != nil {
+		return nil, rw.invalid
+	}
 	token := redisutil.Token() // one place among the waiting readers for the whole wait
 	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryRead(ctx, token, "wait")
@@ -84,6 +90,9 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 // TryRLock makes one attempt to lock for reading, in one round trip. It
 // reports false, with a nil error, if a writer holds the lock or waits.
 func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
+	if rw.invalid != nil {
+		return nil, false, rw.invalid
+	}
 	l, _, err := rw.tryRead(ctx, redisutil.Token(), "try")
 	return l, l != nil, err
 }
@@ -93,6 +102,9 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 // failure Lock returns an error matching [ErrNotObtained] and ctx.Err(), or
 // a Redis error; it holds nothing and no longer keeps readers out.
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
+	if rw.invalid != nil {
+		return nil, rw.invalid
+	}
 	token := redisutil.Token()
 	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryWrite(ctx, token, "wait")
@@ -107,6 +119,9 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 // reports false, with a nil error, if a writer or a reader holds the lock;
 // it does not keep readers out.
 func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
+	if rw.invalid != nil {
+		return nil, false, rw.invalid
+	}
 	l, _, err := rw.tryWrite(ctx, redisutil.Token(), "try")
 	return l, l != nil, err
 }
@@ -140,6 +155,9 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 // reader, in any process. A writer that waits does not count. It is a
 // snapshot: the lock may change hands at once.
 func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
+	if rw.invalid != nil {
+		return false, rw.invalid
+	}
 	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
 	if err != nil {
 		return false, redisErr(ctx, "locked", rw.name, err)

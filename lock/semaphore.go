@@ -42,6 +42,7 @@ type Semaphore struct {
 	prefix  string   // + token: a waiter's own wake-up channel
 	publish string
 	opts    options
+	invalid error // an empty name (see checkName)
 
 	// A fair mutex also holds the plain mutex's key (see asFairMutex).
 	fairArg                 string // "1" for a fair mutex, else "0"
@@ -49,11 +50,12 @@ type Semaphore struct {
 }
 
 // NewSemaphore returns the semaphore called name, of permits permits, in
-// client's Redis. It does no I/O. It panics if client is nil, name is empty
-// or permits is not positive.
+// client's Redis. It does no I/O. It panics if client is nil or permits is
+// not positive. An empty name makes every call return an error matching
+// [ErrInvalid].
 func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts ...Option) *Semaphore {
 	if permits < 1 {
-		panic(fmt.Sprintf("lock: semaphore of %d permits", permits))
+		panic(fmt.Sprintf("lock: semaphore of %d permits (a programmer error)", permits))
 	}
 	return newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions(opts))
 }
@@ -64,7 +66,7 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts
 // both draw from the same fencing counter.
 func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permits int64, o options) *Semaphore {
 	if client == nil {
-		panic("lock: nil redis client")
+		panic("lock: nil redis client (a programmer error)")
 	}
 	s := &Semaphore{
 		client:  client,
@@ -75,6 +77,7 @@ func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permit
 		publish: wake.PublishCommand(client),
 		opts:    o,
 		fairArg: "0",
+		invalid: checkName(name),
 	}
 	s.releaseKeys, s.extendKeys = s.keys[:4], s.keys[:2]
 	return s
@@ -98,7 +101,9 @@ func (s *Semaphore) asFairMutex(channel string) {
 // will within one TTL if Redis could not be reached).
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
-	s.check(n)
+	if err := s.check(n); err != nil {
+		return nil, err
+	}
 	token := redisutil.Token()
 	l, err := acquire(ctx, s.client, s.prefix+token, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return s.try(ctx, token, n, "wait")
@@ -117,7 +122,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 // the queue). TryAcquire panics if n is not between 1 and the semaphore's
 // permits.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, error) {
-	s.check(n)
+	if err := s.check(n); err != nil {
+		return nil, false, err
+	}
 	l, _, err := s.try(ctx, redisutil.Token(), n, "try")
 	return l, l != nil, err
 }
@@ -125,6 +132,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, erro
 // Available returns how many permits no live holder holds. It is a
 // snapshot: waiters may take them at once.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
+	if s.invalid != nil {
+		return 0, s.invalid
+	}
 	n, err := semAvailable.Run(ctx, s.client, s.keys[:4], s.permits).Int64()
 	if err != nil {
 		return 0, redisErr(ctx, "available", s.name, err)
@@ -132,10 +142,13 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (s *Semaphore) check(n int64) {
+// check panics on a count no caller can be granted and returns the
+// semaphore's invalid-name error, if any.
+func (s *Semaphore) check(n int64) error {
 	if n < 1 || n > s.permits {
-		panic(fmt.Sprintf("lock: acquire %d of %d permits", n, s.permits))
+		panic(fmt.Sprintf("lock: acquire %d of %d permits (a programmer error)", n, s.permits))
 	}
+	return s.invalid
 }
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {

@@ -2,7 +2,9 @@ package redistest
 
 import (
 	"testing"
+	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,6 +19,10 @@ type Backend struct {
 	// it. Each client stands for one process: its own pool and its own
 	// wake-up connections.
 	Client func(tb testing.TB) redis.UniversalClient
+	// Advance, set only for [Miniredis], moves the server's clock:
+	// miniredis expires keys only when told to. Real servers' clocks run
+	// by themselves.
+	Advance func(time.Duration)
 }
 
 // The deployments a Backend may be: a private redis-server
@@ -55,6 +61,22 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 		t.Run(k.name, func(t *testing.T) {
 			f(t, Backend{Name: k.name, Cluster: k.cluster, Client: k.start(t)})
 		})
+	}
+}
+
+// Miniredis returns an embedded miniredis as a Backend named "miniredis",
+// for suites that also prove the library works on it (the demos' fallback).
+// Its keys expire only through [Backend.Advance].
+func Miniredis(tb testing.TB) Backend {
+	m := miniredis.RunT(tb)
+	return Backend{
+		Name: "miniredis",
+		Client: func(tb testing.TB) redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			tb.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		Advance: m.FastForward,
 	}
 }
 

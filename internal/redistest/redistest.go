@@ -159,19 +159,32 @@ func StartServer(tb testing.TB, args ...string) *Server {
 	return s
 }
 
-// newServer checks the environment and returns a Server that is not running yet
-// but whose directory is already scheduled for removal.
-func newServer(tb testing.TB, cluster bool, args []string) *Server {
+// RequireServer skips the test, naming the install command, unless a
+// private redis-server can be started: the binary is in $PATH and
+// REDIS_ADDR is unset. With CI set, a missing binary fails the test
+// instead. Call it on the test's own goroutine before starting servers
+// from others: Skip and Fatal end only the goroutine that calls them.
+func RequireServer(tb testing.TB) {
 	tb.Helper()
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		tb.Skipf("redistest: REDIS_ADDR=%s is set, but this test needs a private redis-server", addr)
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if !Available() {
 		if os.Getenv("CI") != "" {
 			tb.Fatal(installHint)
 		}
 		tb.Skip(installHint)
+	}
+}
+
+// newServer checks the environment and returns a Server that is not running yet
+// but whose directory is already scheduled for removal.
+func newServer(tb testing.TB, cluster bool, args []string) *Server {
+	tb.Helper()
+	RequireServer(tb)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(err) // RequireServer found it a moment ago
 	}
 	// A short directory under os.TempDir, not tb.TempDir: the path stays
 	// readable in logs, and it is removed only after the server is dead.

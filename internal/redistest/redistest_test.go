@@ -270,8 +270,9 @@ func TestMissingRedisServer(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		t.Setenv("CI", "")
 		for name, fn := range map[string]func(testing.TB){
-			"StartServer":  func(tb testing.TB) { StartServer(tb) },
-			"StartCluster": func(tb testing.TB) { StartCluster(tb, 3) },
+			"StartServer":   func(tb testing.TB) { StartServer(tb) },
+			"StartCluster":  func(tb testing.TB) { StartCluster(tb, 3) },
+			"RequireServer": func(tb testing.TB) { RequireServer(tb) },
 		} {
 			if f := runFake(t, fn); f.skip != installHint || f.fatal != "" {
 				t.Errorf("%s: skip %q, fatal %q; want skip %q", name, f.skip, f.fatal, installHint)
@@ -294,9 +295,10 @@ func TestMissingRedisServer(t *testing.T) {
 	t.Run("CI", func(t *testing.T) {
 		t.Setenv("CI", "true")
 		for name, fn := range map[string]func(testing.TB){
-			"Start":        func(tb testing.TB) { Start(tb) },
-			"StartServer":  func(tb testing.TB) { StartServer(tb) },
-			"StartCluster": func(tb testing.TB) { StartCluster(tb, 3) },
+			"Start":         func(tb testing.TB) { Start(tb) },
+			"StartServer":   func(tb testing.TB) { StartServer(tb) },
+			"StartCluster":  func(tb testing.TB) { StartCluster(tb, 3) },
+			"RequireServer": func(tb testing.TB) { RequireServer(tb) },
 		} {
 			if f := runFake(t, fn); f.fatal != installHint {
 				t.Errorf("%s: fatal %q, skip %q; want fatal %q", name, f.fatal, f.skip, installHint)

@@ -71,7 +71,7 @@ func TestWakeOneServesLongestWaiterAndHandsOff(t *testing.T) {
 }
 
 func TestOneConnectionForAllWaiters(t *testing.T) {
-	rdb := redistest.Start(t)
+	rdb := redistest.StartServer(t).Client(t) // miniredis has no CLIENT LIST
 	ctx := t.Context()
 	for i := range 100 {
 		s, err := Subscribe(ctx, rdb, "ch"+string(rune('a'+i%26)))

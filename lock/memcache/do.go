@@ -13,10 +13,15 @@ import (
 // cancelled, with cause [ErrLost], if the lease is lost. Do releases the
 // lock even if fn panics, and then panics again with the same value.
 //
+// Do panics if fn is nil (a programmer error).
+//
 // Do returns the error of the acquire, else fn's error, else the release's
 // error: [ErrNotHeld] if the lease was lost while fn ran, in which case
 // fn's work may have overlapped with another holder.
 func Do(ctx context.Context, client *gomemcache.Client, name string, fn func(ctx context.Context) error, opts ...Option) error {
+	if fn == nil {
+		panic("lock/memcache: Do with a nil function (a programmer error)")
+	}
 	opts = append([]Option{WithAutoExtend()}, opts...)
 	return hold.Do(ctx, NewMutex(client, name, opts...).Lock, fn)
 }

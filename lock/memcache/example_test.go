@@ -50,5 +50,5 @@ func ExampleNewMutex_badInput() {
 	_, err := mclock.NewMutex(client, "job", mclock.WithTTL(200*time.Millisecond)).Lock(context.Background())
 	fmt.Println(errors.Is(err, mclock.ErrInvalid), err)
 	// Output:
-	// true lock/memcache: invalid argument: ttl 200ms is below 1s, memcached's expiry resolution
+	// true lock: invalid argument: ttl 200ms is below 1s, memcached's expiry resolution
 }

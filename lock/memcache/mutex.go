@@ -27,9 +27,10 @@ var (
 	// [Lease.Err] reports once a lease was lost.
 	ErrLost = lock.ErrLost
 
-	// ErrInvalid is matched by the errors for bad input: an empty name, a
-	// TTL below 1 s or above 30 days, a bad backoff or wait timeout.
-	ErrInvalid = errors.New("lock/memcache: invalid argument")
+	// ErrInvalid is lock's [lock.ErrInvalid], the same value: errors for
+	// bad input match it (an empty name, a TTL below 1 s or above 30 days,
+	// a bad backoff or wait timeout) and name the argument.
+	ErrInvalid = lock.ErrInvalid
 )
 
 // A Mutex names a mutual exclusion lock in memcached, shared by every

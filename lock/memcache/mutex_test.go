@@ -256,12 +256,19 @@ func TestBadInput(t *testing.T) {
 	if err := nilLease.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("nil Lease Unlock = %v; want ErrNotHeld", err)
 	}
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(r.(string), "(a programmer error)") {
-			t.Errorf("NewMutex(nil) panicked with %v; want a programmer-error panic", r)
-		}
-	}()
-	mclock.NewMutex(nil, "x")
+	for name, f := range map[string]func(){
+		"NewMutex(nil)": func() { mclock.NewMutex(nil, "x") },
+		"Do(nil fn)":    func() { _ = mclock.Do(t.Context(), c, "x", nil) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(r.(string), "(a programmer error)") {
+					t.Errorf("%s panicked with %v; want a programmer-error panic", name, r)
+				}
+			}()
+			f()
+		}()
+	}
 }
 
 func TestNamesThatAreNoKeys(t *testing.T) {
@@ -287,7 +294,8 @@ func TestNamesThatAreNoKeys(t *testing.T) {
 }
 
 func TestErrorsAreLocksOwn(t *testing.T) {
-	if mclock.ErrNotHeld != lock.ErrNotHeld || mclock.ErrNotObtained != lock.ErrNotObtained || mclock.ErrLost != lock.ErrLost {
+	if mclock.ErrNotHeld != lock.ErrNotHeld || mclock.ErrNotObtained != lock.ErrNotObtained ||
+		mclock.ErrLost != lock.ErrLost || mclock.ErrInvalid != lock.ErrInvalid {
 		t.Error("sentinels differ from lock's: errors.Is would not work across stores")
 	}
 }

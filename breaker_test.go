@@ -1,0 +1,163 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// An answer is one Fetch under load: when it returned, how long it took,
+// and its error.
+type answer struct {
+	at, took time.Duration // since the load began
+	err      error
+}
+
+// load runs goroutines that Fetch key in a loop until stop is closed, and
+// returns every answer.
+func load(c *Cache[int], key string, goroutines int, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
+	start := time.Now()
+	var mu sync.Mutex
+	var all []answer
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				t0 := time.Now()
+				_, err := c.Fetch(ctx, key, time.Minute, compute)
+				cancel()
+				mu.Lock()
+				all = append(all, answer{at: time.Since(start), took: time.Since(t0), err: err})
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	return func() []answer {
+		wg.Wait()
+		return all
+	}
+}
+
+// p99 returns the 99th percentile of took over answers.
+func p99(as []answer) time.Duration {
+	d := make([]time.Duration, len(as))
+	for i, a := range as {
+		d[i] = a.took
+	}
+	slices.Sort(d)
+	return d[len(d)*99/100]
+}
+
+// TestBreakerFailsFastWhileDown kills a real redis-server under load from
+// a client with go-redis's default retries (about 1.7 s per call to a dead
+// server): once a few calls have failed, every call fails at once with
+// ErrUnavailable, compute is never called (no stampede on the backend),
+// no goroutines pile up, and the cache works again soon after the server
+// is back.
+func TestBreakerFailsFastWhileDown(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New[int](rdb, prefix(t))
+	var computes atomic.Int64
+	compute := func(context.Context) (int, error) { computes.Add(1); return 1, nil }
+	if _, err := c.Fetch(t.Context(), "k", time.Minute, compute); err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+
+	stop := make(chan struct{})
+	answers := load(c, "k", 8, compute, stop)
+	time.Sleep(100 * time.Millisecond)
+	t0 := time.Now()
+	s.Kill()
+	killed := time.Since(t0)
+	time.Sleep(2 * time.Second)
+	if n := runtime.NumGoroutine(); n > goroutines+8+20 {
+		t.Errorf("%d goroutines while Redis is down; %d before the load of 8", n, goroutines)
+	}
+	downComputes := computes.Load()
+	s.Restart()
+	restarted := time.Since(t0)
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	all := answers()
+
+	if downComputes != 1 {
+		t.Errorf("compute called %d times with Redis down; want none past the first fill", downComputes-1)
+	}
+	var fast []answer
+	var recovered time.Duration = -1
+	for _, a := range all {
+		switch {
+		case errors.Is(a.err, ErrUnavailable):
+			fast = append(fast, a)
+		case a.err == nil && a.at > restarted && recovered < 0:
+			recovered = a.at - restarted
+		}
+	}
+	if len(fast) < 100 {
+		t.Fatalf("%d calls failed fast with ErrUnavailable out of %d; want the circuit open while Redis was down", len(fast), len(all))
+	}
+	// Far below go-redis's retries (1.7 s): the breaker answered without
+	// dialling. Benchmarks, not this bound, measure the real figure.
+	if d := p99(fast); d > 100*time.Millisecond {
+		t.Errorf("p99 of calls failing fast = %v; want no dial", d)
+	}
+	if recovered < 0 || recovered > 3*time.Second {
+		t.Errorf("first success %v after the restart; want within a few cooldowns", recovered)
+	}
+	t.Logf("down %v (killed at +%v): %d calls, %d failed fast, p99 %v; first success %v after the restart",
+		restarted-killed, killed, len(all), len(fast), p99(fast), recovered)
+	// Callers that share a flight share its skipped round trip.
+	if s := c.Stats(); s.Unavailable == 0 || s.Unavailable > uint64(len(fast)) {
+		t.Errorf("Stats.Unavailable = %d; want 1..%d", s.Unavailable, len(fast))
+	}
+}
+
+// TestBreakerComputeWhenDown: with WithComputeWhenDown, an open circuit
+// computes without the cache (deduplicated in the process) instead of
+// failing, and Refresh fails fast or computes alike.
+func TestBreakerComputeWhenDown(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := noRetryClient(t, s)
+	strict := New[int](rdb, prefix(t))
+	open := New[int](rdb, prefix(t), WithComputeWhenDown())
+	s.Kill()
+	for range 5 { // trip the client's circuit
+		strict.Get(t.Context(), "k")
+	}
+	if _, err := strict.Get(t.Context(), "k"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Get with the circuit open = %v; want ErrUnavailable", err)
+	}
+	if _, err := strict.Refresh(t.Context(), "k", time.Minute, nil2[int]); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Refresh with the circuit open = %v; want ErrUnavailable", err)
+	}
+	for _, f := range []func() (int, error){
+		func() (int, error) {
+			return open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
+		},
+		func() (int, error) {
+			return open.Refresh(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
+		},
+	} {
+		if v, err := f(); v != 7 || err != nil {
+			t.Errorf("with the circuit open and WithComputeWhenDown: %v, %v; want 7, nil", v, err)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package dogpile
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// An Event is something a Cache did, handed to the observer set with
+// [WithObserver] for metrics and traces. [Cache.Stats] counts the same
+// events.
+type Event struct {
+	Kind EventKind
+	// Prefix is the Cache's key prefix (see [WithPrefix]): a bounded value,
+	// fit to label metrics with.
+	Prefix string
+	// Key is the key. Keys come from data and are unbounded: put them in
+	// traces and logs, never in a metric's attributes.
+	Key string
+	// Stale reports a hit on a value past its TTL (see [WithStale]).
+	Stale bool
+	// Refresh reports a compute that refreshes a value in the background
+	// (see [WithStale] and [WithEarlyRefresh]).
+	Refresh bool
+	// Took is how long the compute or the wait took (ComputeEnd, WaitEnd).
+	Took time.Duration
+	// Err is the compute's error (ComputeEnd), or the error the wait ended
+	// with (WaitEnd).
+	Err error
+	// Wake tells how a wait ended (WaitEnd).
+	Wake Wake
+}
+
+// An EventKind says what an [Event] reports.
+type EventKind int
+
+const (
+	EventHit          EventKind = iota + 1 // a caller got a value from Redis (Stale: past its TTL)
+	EventMiss                              // a caller found no value and got one from a compute
+	EventComputeStart                      // this process starts compute (it holds the compute lock)
+	EventComputeEnd                        // compute returned (Took, Err)
+	EventWaitStart                         // this process waits for another process's compute
+	EventWaitEnd                           // the wait ended (Took, Wake, Err)
+)
+
+// A Wake tells how a wait for another process's compute ended.
+type Wake int
+
+const (
+	WakePush     Wake = iota + 1 // a message from Redis carried or announced the value
+	WakePoll                     // the holder's lease ran out with no message; the value was read again
+	WakeTakeover                 // the holder vanished without a result: this process took the lock over
+	WakeFailed                   // the holder's compute failed (ErrComputeFailed, ErrNotFound)
+	WakeTimeout                  // the wait timeout passed or every caller left
+	WakeError                    // Redis failed
+)
+
+// WithObserver makes the Cache call f with each [Event], synchronously, on
+// the goroutine that does the work: keep f fast. For EventComputeStart and
+// EventWaitStart, the context f returns (nil: ctx unchanged) is the one the
+// compute runs with and the one given with the matching end event, so that
+// a tracer may start a span at the start event, end it at the end event,
+// and see compute's own spans as its children. ctx carries the values of
+// the caller that started the work (its span, for instance), not its
+// cancellation. The module github.com/dogpile-go/dogpile/dogpileotel
+// records OpenTelemetry metrics and spans with it. WithObserver panics if
+// f is nil.
+func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
+	if f == nil {
+		panic("dogpile: nil observer (a programmer error)")
+	}
+	return optionFunc(func(o *options) { o.observer = f })
+}
+
+// emit is where every Event goes: the Stats counters, then the observer.
+// It returns the context to use from here (see WithObserver).
+func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
+	s := &c.stats
+	switch e.Kind {
+	case EventHit:
+		s.hits.Add(1)
+		if e.Stale {
+			s.stale.Add(1)
+		}
+	case EventMiss:
+		s.misses.Add(1)
+	case EventComputeStart:
+		s.computes.Add(1)
+		if e.Refresh {
+			s.refreshes.Add(1)
+		}
+	case EventComputeEnd:
+		if e.Err != nil {
+			s.computeErrors.Add(1)
+		}
+	case EventWaitStart:
+		s.waits.Add(1)
+	case EventWaitEnd:
+		if e.Wake == WakeFailed {
+			s.remoteErrors.Add(1)
+		}
+	}
+	if c.opts.observer == nil {
+		return ctx
+	}
+	e.Prefix = c.opts.prefix
+	if r := c.opts.observer(ctx, e); r != nil {
+		return r
+	}
+	return ctx
+}
+
+// log logs a rare event (see WithLogger).
+func (c *Cache[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
+	if c.opts.logger == nil {
+		return
+	}
+	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
+	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
+}

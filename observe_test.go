@@ -1,0 +1,173 @@
+package dogpile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// recorder is an observer that keeps every event, and marks the contexts
+// it returns so that tests can tell where they went.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+	ctxOK  []bool // per event: ctx carried the mark of its start event
+}
+
+type markKey struct{}
+
+func (r *recorder) observe(ctx context.Context, e Event) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	marked := ctx.Value(markKey{}) == e.Kind-1 // an end event gets its start's context
+	r.events = append(r.events, e)
+	r.ctxOK = append(r.ctxOK, marked)
+	if e.Kind == EventComputeStart || e.Kind == EventWaitStart {
+		return context.WithValue(ctx, markKey{}, e.Kind)
+	}
+	return nil
+}
+
+func (r *recorder) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []EventKind
+	for _, e := range r.events {
+		ks = append(ks, e.Kind)
+	}
+	return ks
+}
+
+func (r *recorder) find(k EventKind) (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, e := range r.events {
+		if e.Kind == k {
+			return e, r.ctxOK[i]
+		}
+	}
+	return Event{}, false
+}
+
+// TestObserver: a miss computed in one process and awaited in another
+// reports compute and wait events with durations, the wake-up's kind and
+// the contexts a tracer needs; hits report hits; Stats counts the same.
+func TestObserver(t *testing.T) {
+	s := redistest.StartServer(t)
+	var hr, wr recorder
+	holder := New[int](s.Client(t), prefix(t), WithObserver(hr.observe))
+	waiter := New[int](s.Client(t), prefix(t), WithObserver(wr.observe))
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(ctx context.Context) (int, error) {
+		if ctx.Value(markKey{}) != EventComputeStart {
+			return 0, errors.New("compute did not run with the observer's context")
+		}
+		time.Sleep(10 * time.Millisecond)
+		return 1, nil
+	})
+	close(release)
+	if r := <-hres; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r := <-wres; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int]); err != nil {
+		t.Fatal(err)
+	}
+
+	if got, want := hr.kinds(), []EventKind{EventComputeStart, EventComputeEnd, EventMiss}; !slices.Equal(got, want) {
+		t.Errorf("holder events %v; want %v", got, want)
+	}
+	if got, want := wr.kinds(), []EventKind{EventWaitStart, EventWaitEnd, EventMiss, EventHit}; !slices.Equal(got, want) {
+		t.Errorf("waiter events %v; want %v", got, want)
+	}
+	end, ctxOK := hr.find(EventComputeEnd)
+	if end.Took < 10*time.Millisecond || end.Err != nil || end.Key != "k" || end.Prefix != t.Name()+":" || !ctxOK {
+		t.Errorf("compute end = %+v (start's context: %v); want Took >= 10ms, no error, key, prefix, the start's context", end, ctxOK)
+	}
+	wend, ctxOK := wr.find(EventWaitEnd)
+	if wend.Wake != WakePush || wend.Took <= 0 || wend.Err != nil || !ctxOK {
+		t.Errorf("wait end = %+v (start's context: %v); want a push wake-up, a duration, the start's context", wend, ctxOK)
+	}
+	if st := waiter.Stats(); st.Waits != 1 || st.Misses != 1 || st.Hits != 1 {
+		t.Errorf("waiter Stats = %+v; want the events counted", st)
+	}
+}
+
+// TestObserverFailedAndTakeover: a wait ends with WakeFailed when the
+// holder's compute fails, and a compute error reaches ComputeEnd.
+func TestObserverFailedCompute(t *testing.T) {
+	s := redistest.StartServer(t)
+	var hr, wr recorder
+	holder := New[int](s.Client(t), prefix(t), WithObserver(hr.observe))
+	waiter := New[int](s.Client(t), prefix(t), WithObserver(wr.observe))
+	boom := errors.New("boom")
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) { return 0, boom })
+	close(release)
+	<-hres
+	<-wres
+	if e, _ := hr.find(EventComputeEnd); !errors.Is(e.Err, boom) {
+		t.Errorf("compute end error = %v; want compute's", e.Err)
+	}
+	if e, _ := wr.find(EventWaitEnd); e.Wake != WakeFailed || !errors.Is(e.Err, ErrComputeFailed) {
+		t.Errorf("wait end = %+v; want WakeFailed with ErrComputeFailed", e)
+	}
+	if st := waiter.Stats(); st.RemoteErrors != 1 {
+		t.Errorf("waiter Stats = %+v; want one remote error", st)
+	}
+}
+
+// TestLogger: rare events are logged (a compute's panic with its stack,
+// bytes that do not decode, an outage), hits and misses are not.
+func TestLogger(t *testing.T) {
+	s := redistest.StartServer(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	rdb := noRetryClient(t, s)
+	c := New[int](rdb, prefix(t), WithLogger(logger))
+	if _, err := c.Fetch(t.Context(), "p", time.Minute, func(context.Context) (int, error) { panic("kaboom") }); err == nil {
+		t.Fatal("Fetch of a panicking compute: no error")
+	}
+	if err := rdb.Set(t.Context(), c.keys("bad").value, "garbage", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Fetch(t.Context(), "bad", time.Minute, func(context.Context) (int, error) { return 1, nil })
+	for range 10 {
+		c.Fetch(t.Context(), "bad", time.Minute, nil2[int]) // hits: not logged
+	}
+	s.Kill()
+	c.Get(t.Context(), "x")
+	c.Get(t.Context(), "x")
+
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{"compute panicked", "kaboom", "observe_test.go", "does not decode", "redis unreachable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 3 {
+		t.Errorf("%d log lines; want 3 (panic, decode error, outage):\n%s", n, out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
