@@ -2,8 +2,8 @@ package lock
 
 import (
 	"context"
-	"sync"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,36 +18,10 @@ import (
 // Do returns the error of the acquire, else fn's error, else the release's
 // error: [ErrNotHeld] if the lease was lost while fn ran, in which case fn's
 // work may have overlapped with another holder.
-func Do(ctx context.Context, client redis.UniversalClient, name string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+func Do(ctx context.Context, client redis.UniversalClient, name string, fn func(ctx context.Context) error, opts ...Option) error {
 	if fn == nil {
 		panic("lock: Do with a nil function (a programmer error)")
 	}
 	opts = append([]Option{WithAutoExtend()}, opts...)
-	l, err := NewMutex(client, name, opts...).Lock(ctx)
-	if err != nil {
-		return err
-	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-stop:
-		}
-	})
-	defer func() {
-		close(stop)
-		wg.Wait()
-		cancel(nil)
-		uerr := l.Unlock(ctx)
-		if r := recover(); r != nil {
-			panic(r)
-		}
-		if err == nil {
-			err = uerr
-		}
-	}()
-	return fn(fctx)
+	return hold.Do(ctx, NewMutex(client, name, opts...).Lock, fn)
 }

@@ -3,8 +3,9 @@ package lock
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/hold"
 )
 
 // holder is what a lease needs from the primitive that granted it. Each
@@ -26,50 +27,52 @@ type holder interface {
 // A Lease is safe for concurrent use: one goroutine may acquire it and
 // another release it.
 type Lease struct {
-	h        holder
-	name     string
-	token    string
-	fence    int64
-	fences   map[string]int64 // per name, for a multi-name lease; else nil
-	acquired time.Time        // when the acquiring request was sent (monotonic)
-	maxHold  time.Duration
+	h      holder
+	name   string
+	token  string
+	fence  int64
+	fences map[string]int64 // per name, for a multi-name lease; else nil
 
-	mu        sync.Mutex
-	ttl       time.Duration
-	safeUntil time.Time
-	err       error         // why the lease ended; nil while held
-	done      chan struct{} // made by the first Done call
-	expiry    *time.Timer   // closes done at safeUntil; started with done
-
-	stopWatch context.CancelFunc // nil without a watchdog
-	watching  sync.WaitGroup
-
-	o *options // the granting lock's: its observer and logger
+	// clk keeps the lease's local life: safe deadline, Done, Err and the
+	// watchdog (shared with lock/memcache).
+	clk hold.Clock
+	o   *options // the granting lock's: its observer and logger
 }
 
 // newLease starts the local clock of a lease acquired by a request sent at
 // sent: from the holder's point of view the lease is safe only until
 // sent+ttl-drift, whatever Redis said, because the reply may have been slow.
 func newLease(h holder, name, token string, fence int64, sent time.Time, o *options) *Lease {
-	l := &Lease{
-		h: h, name: name, token: token, fence: fence,
-		acquired: sent, maxHold: o.maxHold, ttl: o.ttl, o: o,
-		safeUntil: sent.Add(o.ttl - drift(o.ttl)),
+	l := &Lease{h: h, name: name, token: token, fence: fence, o: o}
+	c := hold.Config{
+		Sent: sent, TTL: o.ttl, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
+		Lost: ErrLost, Extend: l.extendOnce,
 	}
-	// No timer and no channel yet: most holders never call Done, and Err
-	// compares the deadline with the clock itself.
-	if o.autoExtend {
-		ctx, cancel := context.WithCancel(context.Background())
-		l.stopWatch = cancel
-		l.watching.Go(func() { l.watch(ctx) })
+	if o.observer != nil || o.logger != nil { // no closures for a lease nobody watches
+		c.OnLost = func() { o.emit(context.Background(), Event{Kind: EventLost, Err: ErrLost}) }
+		c.OnExtended = func() { o.emit(context.Background(), Event{Kind: EventExtended}) }
 	}
+	l.clk.Start(c)
 	return l
 }
 
-// drift is the margin kept between the lease's TTL in Redis and the local
-// deadline at which the holder stops trusting it: 1% for clock-rate
-// differences plus 2ms for timer resolution (as in the Redlock paper).
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// extendOnce is the watchdog's round trip.
+func (l *Lease) extendOnce(ctx context.Context, ttl time.Duration) hold.Outcome {
+	ok, err := l.h.extend(ctx, l.token, ttl)
+	switch {
+	case foreign(err):
+		return hold.Refused // overwritten by another program: not ours any more
+	case err != nil:
+		return hold.Failed
+	case !ok:
+		return hold.Refused
+	}
+	return hold.Renewed
+}
+
+// drift is the margin between a lease's TTL in Redis and its local
+// deadline (see hold.Drift).
+func drift(ttl time.Duration) time.Duration { return hold.Drift(ttl) }
 
 // Token returns the random token that identifies the lease in Redis.
 func (l *Lease) Token() string { return l.token }
@@ -105,38 +108,11 @@ func (l *Lease) Fences() map[string]int64 {
 // Done closes at the holder's safe deadline, slightly before the key can
 // expire in Redis, so code that stops work when Done closes does not
 // overlap with the next holder (barring a process pause; use fencing).
-func (l *Lease) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done == nil {
-		l.done = make(chan struct{})
-		if l.expired() {
-			close(l.done)
-		} else {
-			l.expiry = time.AfterFunc(time.Until(l.safeUntil), func() { l.end(ErrLost) })
-		}
-	}
-	return l.done
-}
+func (l *Lease) Done() <-chan struct{} { return l.clk.Done() }
 
 // Err returns nil while the lease is held, [ErrLost] once it was lost, and
 // [ErrNotHeld] once it was released.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expired()
-	return l.err
-}
-
-// expired reports whether the lease has ended, ending it with ErrLost if
-// its safe deadline has passed. l.mu must be held.
-func (l *Lease) expired() bool {
-	if l.err == nil && !time.Now().Before(l.safeUntil) {
-		l.err = ErrLost
-		l.o.emit(context.Background(), Event{Kind: EventLost, Err: ErrLost})
-	}
-	return l.err != nil
-}
+func (l *Lease) Err() error { return l.clk.Err() }
 
 // Unlock releases the lease and wakes waiters. It returns [ErrNotHeld] if
 // the lease had expired or was taken over by another owner; the other
@@ -226,44 +202,14 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	return d, err
 }
 
-func (l *Lease) ended() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.expired()
-}
+func (l *Lease) ended() bool { return l.clk.Ended() }
 
 // end ends the lease with cause err, once, and closes Done if it was made.
-func (l *Lease) end(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil {
-		l.err = err
-		if err == ErrLost {
-			l.o.emit(context.Background(), Event{Kind: EventLost, Err: err})
-		}
-	}
-	if l.done != nil {
-		select {
-		case <-l.done:
-		default:
-			l.expiry.Stop()
-			close(l.done)
-		}
-	}
-}
+func (l *Lease) end(err error) { l.clk.End(err) }
 
 // confirm records that Redis accepted an extension to ttl requested at sent.
-func (l *Lease) confirm(sent time.Time, ttl time.Duration) {
-	l.mu.Lock()
-	if l.expired() {
-		l.mu.Unlock()
-		return // too late: the lease may have been granted to another owner
-	}
-	l.ttl = ttl
-	l.safeUntil = sent.Add(ttl - drift(ttl))
-	if l.expiry != nil {
-		l.expiry.Reset(time.Until(l.safeUntil))
-	}
-	l.mu.Unlock()
-	l.o.emit(context.Background(), Event{Kind: EventExtended})
-}
+func (l *Lease) confirm(sent time.Time, ttl time.Duration) { l.clk.Confirm(sent, ttl) }
+
+// stopWatchdog stops the lease's watchdog, if any, and waits until it has
+// stopped, so that no extension runs after Unlock returns.
+func (l *Lease) stopWatchdog() { l.clk.StopWatchdog() }

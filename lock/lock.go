@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/redis/go-redis/v9"
 )
@@ -162,7 +163,7 @@ func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o
 	var sub *wake.Sub // nil: fall back to polling
 	subscribed := ""
 	defer func() { sub.Close() }()
-	backoff := o.minBackoff
+	backoff := hold.NewBackoff(o.minBackoff, o.maxBackoff)
 	t := time.NewTimer(time.Hour) // Reset below; since Go 1.23 Reset drops a stale tick
 	defer t.Stop()
 	for {
@@ -193,8 +194,7 @@ func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o
 			// the same expiry do not all hit Redis in the same microsecond.
 			d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
 		} else {
-			d = min(retry, rand.N(backoff)+time.Millisecond)
-			backoff = min(2*backoff, o.maxBackoff)
+			d = min(retry, backoff.Next())
 		}
 		t.Reset(d)
 		select {

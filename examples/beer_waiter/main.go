@@ -1,6 +1,6 @@
 // Command beer_waiter is the classic lock demo: many waiters, spread over
 // one or more processes, all try to get a beer from the one tap (a
-// [lock.Mutex]) within a timeout. Whoever gets the tap drinks for a while
+// [github.com/dogpile-go/dogpile/lock.Mutex]) within a timeout. Whoever gets the tap drinks for a while
 // and gives it back; the rest wait, and some give up.
 //
 // It checks, for real, what the mutex promises: a counter in Redis that
@@ -11,6 +11,11 @@
 //	go run ./examples/beer_waiter                    # 15 waiters, one process
 //	go run ./examples/beer_waiter -procs 3           # the same 15 over 3 processes
 //	go run ./examples/beer_waiter -redis redis://:pw@host:6379/0 -json
+//	go run ./examples/beer_waiter -memcache 127.0.0.1:11211
+//
+// With -memcache the tap is a lock/memcache Mutex and the counters are
+// memcached's: the same checks, except fencing, which memcached lacks, and
+// hold times from the local clock instead of the server's.
 //
 // Without -redis or REDIS_URL it uses localhost:6379 if a Redis answers
 // there, and otherwise an embedded miniredis.
@@ -24,19 +29,18 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/dogpile-go/dogpile/examples/internal/demo"
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
 )
 
 // config is everything run needs; main fills it from flags.
 type config struct {
 	Redis    string        // URL, host:port or comma-separated cluster addresses; "" probes
+	Memcache string        // memcached address(es), comma-separated: use it instead of Redis
 	Probe    string        // address tried when Redis is empty
 	Waiters  int           // total, over all processes
 	Procs    int           // worker processes; 1 runs in this process
@@ -82,6 +86,7 @@ func main() {
 	flag.DurationVar(&cfg.Stagger, "stagger", cfg.Stagger, "waiter i arrives at (i-1)×stagger, so first come, first served can be checked (0: all at once)")
 	flag.StringVar(&cfg.Tap, "tap", cfg.Tap, "lock name")
 	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (lock.WithFair), and check that nobody is overtaken")
+	flag.StringVar(&cfg.Memcache, "memcache", "", "memcached `address`(es), comma-separated: run on memcached (lock/memcache) instead of Redis")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed for drink times (0: random)")
 	flag.Parse()
@@ -103,6 +108,7 @@ type task struct {
 	Stagger  time.Duration `json:"stagger"`
 	Fair     bool          `json:"fair"`
 	Seed     uint64        `json:"seed"`
+	Memcache string        `json:"memcache,omitempty"`
 }
 
 // waiter is what happened to one waiter.
@@ -116,31 +122,11 @@ type waiter struct {
 	Drink  time.Duration `json:"drink_ns,omitempty"`
 	Fence  int64         `json:"fence,omitempty"`
 	Seq    int64         `json:"seq,omitempty"`      // hold order, from a counter incremented under the lock
+	Count  int64         `json:"holders,omitempty"`  // holders counted on taking the tap, itself included
 	Enter  int64         `json:"enter_us,omitempty"` // server time (µs) after taking the tap
 	Leave  int64         `json:"leave_us,omitempty"` // server time (µs) before giving it back
 	Lost   bool          `json:"lost,omitempty"`     // the lease ended while drinking
 	Err    string        `json:"error,omitempty"`
-}
-
-// report is the outcome of a run, as printed and as JSON.
-type report struct {
-	Server      string   `json:"server"`
-	Waiters     int      `json:"waiters"`
-	Procs       int      `json:"procs"`
-	Tap         string   `json:"tap"`
-	Fair        bool     `json:"fair"`
-	Timeout     string   `json:"timeout"`
-	Served      int      `json:"served"`
-	TimedOut    int      `json:"timed_out"`
-	Errors      int      `json:"errors"`
-	MaxHolders  int64    `json:"max_concurrent_holders"`
-	FencesOK    bool     `json:"fences_strictly_increasing"`
-	Overlaps    int      `json:"overlapping_holds"`
-	Overtaken   int      `json:"overtaken"` // pairs served out of arrival order; -1 when arrivals were simultaneous
-	Lost        int      `json:"lost_leases"`
-	Elapsed     string   `json:"elapsed"`
-	Failures    []string `json:"failures,omitempty"`
-	WaiterTable []waiter `json:"waiter_results"`
 }
 
 // keys are the measuring keys of one run; one hash tag, so one cluster slot.
@@ -190,6 +176,10 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return errors.New("-timeout must be positive")
 	case cfg.Stagger < 0:
 		return errors.New("-stagger must not be negative")
+	case cfg.Memcache != "" && cfg.Fair:
+		return errors.New("-fair needs Redis: lock/memcache has no fair mutex")
+	case cfg.Memcache != "" && cfg.TTL < time.Second:
+		return errors.New("-ttl must be at least 1s on memcached (whole-second expiries)")
 	}
 	status := demo.NewStatusLine(cfg.Progress)
 	// The embedded-server notice goes with the progress lines under -json,
@@ -201,11 +191,14 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 			notice = cfg.Progress
 		}
 	}
-	conn, err := demo.Connect(ctx, cfg.Redis, cfg.Probe, notice)
-	if err != nil {
-		return err
+	var conn *demo.Conn // nil on memcached
+	if cfg.Memcache == "" {
+		var err error
+		if conn, err = demo.Connect(ctx, cfg.Redis, cfg.Probe, notice); err != nil {
+			return err
+		}
+		defer conn.Close()
 	}
-	defer conn.Close()
 
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	seed := cfg.Seed
@@ -215,17 +208,26 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	tasks := make([]task, cfg.Procs)
 	for p := range tasks {
 		tasks[p] = task{RunID: runID, Proc: p, Tap: cfg.Tap, Timeout: cfg.Timeout, DrinkMin: cfg.DrinkMin,
-			DrinkMax: cfg.DrinkMax, TTL: cfg.TTL, Stagger: cfg.Stagger, Fair: cfg.Fair, Seed: seed + uint64(p)}
+			DrinkMax: cfg.DrinkMax, TTL: cfg.TTL, Stagger: cfg.Stagger, Fair: cfg.Fair, Seed: seed + uint64(p),
+			Memcache: cfg.Memcache}
 	}
 	for i := range cfg.Waiters {
 		tasks[i%cfg.Procs].Waiters = append(tasks[i%cfg.Procs].Waiters, i+1)
 	}
 	if !cfg.JSON {
 		fmt.Fprintf(w, "%d waiters in %d process(es) want a beer from one tap (lock %q on %s); each gives up after %v\n",
-			cfg.Waiters, cfg.Procs, cfg.Tap, serverName(conn), cfg.Timeout)
+			cfg.Waiters, cfg.Procs, cfg.Tap, serverName(cfg, conn), cfg.Timeout)
 	}
 	k := runKeys(runID)
-	defer conn.Client.Del(context.WithoutCancel(ctx), k.list()...)
+	if conn != nil {
+		defer conn.Client.Del(context.WithoutCancel(ctx), k.list()...)
+	} else {
+		cleanup, err := initMemcache(cfg.Memcache, k)
+		if err != nil {
+			return fmt.Errorf("memcached %s: %w", cfg.Memcache, err)
+		}
+		defer cleanup()
+	}
 
 	start := time.Now()
 	fleet := demo.Fleet{
@@ -247,16 +249,16 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	maxHolders, err := conn.Client.Get(ctx, k.maxHolders).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read max holders: %w", err)
-	}
 	var all []waiter
 	for _, r := range results {
 		all = append(all, r...)
 	}
+	maxHolders, err := maxHolders(ctx, conn, k, all)
+	if err != nil {
+		return err
+	}
 	rep := summarize(cfg, all, maxHolders, time.Since(start))
-	rep.Server = serverName(conn)
+	rep.Server = serverName(cfg, conn)
 	if cfg.JSON {
 		if err := demo.WriteJSON(w, rep); err != nil {
 			return err
@@ -270,147 +272,15 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	return nil
 }
 
-// summarize orders the waiters (served in hold order, then the others) and
-// checks the mutex's promises.
-func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration) report {
-	slices.SortFunc(all, func(a, b waiter) int {
-		switch {
-		case a.Served != b.Served:
-			if a.Served {
-				return -1
-			}
-			return 1
-		case a.Served:
-			return int(a.Seq - b.Seq)
-		}
-		return a.ID - b.ID
-	})
-	rep := report{Waiters: cfg.Waiters, Procs: cfg.Procs, Tap: cfg.Tap, Fair: cfg.Fair, Timeout: cfg.Timeout.String(),
-		MaxHolders: maxHolders, FencesOK: true, Elapsed: elapsed.Round(time.Millisecond).String(), WaiterTable: all}
-	var prev *waiter
-	for i := range all {
-		x := &all[i]
-		switch {
-		case x.Served:
-			rep.Served++
-		case x.Err == "":
-			rep.TimedOut++
-		}
-		if x.Err != "" { // a failed wait, or a served waiter whose count or unlock failed
-			rep.Errors++
-		}
-		if x.Lost {
-			rep.Lost++
-		}
-		if !x.Served {
-			continue
-		}
-		if prev != nil {
-			if x.Fence <= prev.Fence {
-				rep.FencesOK = false
-			}
-			if x.Enter < prev.Leave {
-				rep.Overlaps++
-			}
-		}
-		prev = x
-	}
-	rep.Overtaken = -1
-	if cfg.Stagger > 0 {
-		rep.Overtaken = overtaken(all)
-	}
-	if cfg.Fair && rep.Overtaken > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("-fair, yet %d pairs were served out of arrival order", rep.Overtaken))
-	}
-	if rep.MaxHolders != 1 && rep.Served > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("max concurrent holders %d, want 1", rep.MaxHolders))
-	}
-	if !rep.FencesOK {
-		rep.Failures = append(rep.Failures, "fencing numbers not strictly increasing in hold order")
-	}
-	if rep.Overlaps > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("%d holds overlapped in server time", rep.Overlaps))
-	}
-	if rep.Lost > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("%d leases lost while drinking", rep.Lost))
-	}
-	if rep.Errors > 0 {
-		rep.Failures = append(rep.Failures, fmt.Sprintf("%d waiters failed with an error", rep.Errors))
-	}
-	return rep
-}
-
-// overtaken counts the pairs (a, b) where a asked for the tap before b, and
-// b got it while a was still waiting: what a first-come, first-served tap
-// never does. A waiter that had given up before b got the tap is not
-// overtaken by b.
-func overtaken(all []waiter) int {
-	n := 0
-	for _, b := range all {
-		if !b.Served {
-			continue
-		}
-		for _, a := range all {
-			if a.Arrive >= b.Arrive || a.Err != "" {
-				continue
-			}
-			// a was still waiting when b got the tap: a got it later, or gave
-			// up later.
-			if a.Got > b.Got {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func printReport(w io.Writer, rep report) {
-	rows := [][]string{{"waiter", "proc", "result", "waited", "drank", "fence"}}
-	for _, x := range rep.WaiterTable {
-		res, drank, fence := "gave up", "-", "-"
-		switch {
-		case x.Served && x.Err != "":
-			res, drank, fence = "beer, then error: "+x.Err, demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
-		case x.Served:
-			res, drank, fence = "beer", demo.Dur(x.Drink), strconv.FormatInt(x.Fence, 10)
-		case x.Err != "":
-			res = "error: " + x.Err
-		}
-		rows = append(rows, []string{fmt.Sprintf("w%02d", x.ID), fmt.Sprintf("p%d", x.Proc), res, demo.Dur(x.Wait), drank, fence})
-	}
-	fmt.Fprintln(w)
-	_ = demo.Table(w, rows)
-	fmt.Fprintln(w)
-	verdict := func(ok bool) string {
-		if ok {
-			return "ok"
-		}
-		return "FAIL"
-	}
-	_ = demo.Table(w, [][]string{
-		{"summary", "value", "check"},
-		{"served", strconv.Itoa(rep.Served), ""},
-		{"timed out", strconv.Itoa(rep.TimedOut), ""},
-		{"errors", strconv.Itoa(rep.Errors), verdict(rep.Errors == 0)},
-		{"served + timed out", fmt.Sprintf("%d of %d", rep.Served+rep.TimedOut, rep.Waiters), verdict(rep.Served+rep.TimedOut == rep.Waiters)},
-		{"max concurrent holders (Redis counter)", strconv.FormatInt(rep.MaxHolders, 10), verdict(rep.MaxHolders == 1 || rep.Served == 0)},
-		{"overlapping holds (server TIME)", strconv.Itoa(rep.Overlaps), verdict(rep.Overlaps == 0)},
-		{"fences strictly increasing in hold order", strconv.FormatBool(rep.FencesOK), verdict(rep.FencesOK)},
-		overtakenRow(rep),
-		{"elapsed", rep.Elapsed, ""},
-	})
-}
-
 // drinkers runs one process's waiters.
 func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) ([]waiter, error) {
-	opts := []lock.Option{lock.WithTTL(t.TTL), lock.WithWaitTimeout(t.Timeout)}
-	if t.Fair {
-		// First come, first served; without it, whoever retries first
-		// after a release wins.
-		opts = append(opts, lock.WithFair())
+	var st store
+	if t.Memcache != "" {
+		st = memcacheStore(t)
+	} else {
+		st = redisStore(c, t)
 	}
-	tap := lock.NewMutex(c.Client, t.Tap, opts...)
-	k := runKeys(t.RunID)
+	defer st.close()
 	out := make([]waiter, len(t.Waiters))
 	var wg sync.WaitGroup
 	for i, id := range t.Waiters {
@@ -423,7 +293,7 @@ func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters
 			case <-time.After(time.Duration(id-1) * t.Stagger):
 			case <-ctx.Done():
 			}
-			out[i] = wait(ctx, c.Client, tap, k, id, t.Proc, drink)
+			out[i] = wait(ctx, st, id, t.Proc, drink)
 			if out[i].Served {
 				progress.Add("served", 1)
 			} else {
@@ -436,10 +306,10 @@ func drinkers(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters
 }
 
 // wait is one waiter: wait for the tap, drink, give it back.
-func wait(ctx context.Context, rdb redis.UniversalClient, tap *lock.Mutex, k keys, id, proc int, drink time.Duration) waiter {
+func wait(ctx context.Context, st store, id, proc int, drink time.Duration) waiter {
 	start := time.Now()
 	x := waiter{ID: id, Proc: proc, Arrive: start.UnixMicro()}
-	lease, err := tap.Lock(ctx)
+	lease, err := st.lock(ctx)
 	x.Wait = time.Since(start)
 	x.Got = start.Add(x.Wait).UnixMicro()
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -450,53 +320,42 @@ func wait(ctx context.Context, rdb redis.UniversalClient, tap *lock.Mutex, k key
 		return x
 	}
 	defer func() {
-		if err := lease.Unlock(ctx); err != nil && x.Err == "" {
+		if err := lease.unlock(ctx); err != nil && x.Err == "" {
 			x.Err = "unlock: " + err.Error()
 		}
 	}()
-	x.Served, x.Fence, x.Drink = true, lease.Fence(), drink
-	r, err := enterScript.Run(ctx, rdb, k.list(), keyTTL).Int64Slice()
+	x.Served, x.Fence, x.Drink = true, lease.fence, drink
+	in, err := st.enter(ctx)
 	if err != nil {
 		x.Err = "count in: " + err.Error()
 		return x
 	}
-	x.Seq, x.Enter = r[1], r[2]*1e6+r[3]
+	x.Count, x.Seq, x.Enter = in.holders, in.seq, in.at
 	select {
 	case <-time.After(drink):
-	case <-lease.Done():
+	case <-lease.done:
 		x.Lost = true
 	case <-ctx.Done():
 	}
-	r, err = leaveScript.Run(context.WithoutCancel(ctx), rdb, []string{k.holders}).Int64Slice()
-	if err != nil {
+	if x.Leave, err = st.leave(context.WithoutCancel(ctx)); err != nil {
 		x.Err = "count out: " + err.Error()
-		return x
 	}
-	x.Leave = r[0]*1e6 + r[1]
 	return x
 }
 
-// serverName describes the server for reports, without its password.
-func serverName(c *demo.Conn) string {
-	if c.Embedded {
-		return "embedded miniredis " + c.URL
-	}
-	return demo.Redact(c.URL)
-}
-
-// overtakenRow reports arrival order: checked with -fair, shown otherwise.
-func overtakenRow(rep report) []string {
-	row := []string{"waiters overtaken by a later arrival (pairs)", strconv.Itoa(rep.Overtaken), ""}
-	switch {
-	case rep.Overtaken < 0:
-		row[1] = "- (no -stagger)"
-	case rep.Fair:
-		row[2] = "ok"
-		if rep.Overtaken > 0 {
-			row[2] = "FAIL"
+// maxHolders is the most holders counted at once: Redis keeps the maximum
+// itself; on memcached it is the largest count a holder saw on entering.
+func maxHolders(ctx context.Context, conn *demo.Conn, k keys, all []waiter) (int64, error) {
+	if conn != nil {
+		n, err := conn.Client.Get(ctx, k.maxHolders).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, fmt.Errorf("read max holders: %w", err)
 		}
-	case rep.Overtaken > 0:
-		row[2] = "(the mutex is not fair; see -fair)"
+		return n, nil
 	}
-	return row
+	var n int64
+	for _, x := range all {
+		n = max(n, x.Count)
+	}
+	return n, nil
 }

@@ -219,3 +219,48 @@ func TestBeerWaiterOnCluster(t *testing.T) {
 		t.Errorf("server = %q; want the cluster's addresses", rep.Server)
 	}
 }
+
+// TestBeerWaiterOnMemcached runs the demo on a private memcached, in one
+// process and in two: the same checks, fencing aside.
+func TestBeerWaiterOnMemcached(t *testing.T) {
+	t.Parallel()
+	mc := redistest.StartMemcached(t)
+	cfg := smallConfig("")
+	cfg.Memcache = mc.Addr()
+	cfg.JSON = false
+	var out bytes.Buffer
+	if err := run(t.Context(), cfg, &out); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{`on memcached 127\.0\.0\.1:\d+`, `max concurrent holders \(memcached counter\) +1 +ok`,
+		`served \+ timed out +8 of 8 +ok`, `overlapping holds \(local clock\) +0 +ok`, `memcached: no fencing`} {
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "FAIL") {
+		t.Errorf("output reports a failure:\n%s", text)
+	}
+	cfg = smallConfig("")
+	cfg.Memcache = mc.Addr()
+	cfg.Procs = 2
+	rep := runJSON(t, cfg)
+	if rep.MaxHolders != 1 || rep.Served+rep.TimedOut != 8 || rep.Served == 0 || rep.Errors != 0 || rep.Overlaps != 0 || len(rep.Failures) != 0 {
+		t.Errorf("two processes on memcached: max holders %d, served %d + timed out %d, errors %d, overlaps %d, failures %q",
+			rep.MaxHolders, rep.Served, rep.TimedOut, rep.Errors, rep.Overlaps, rep.Failures)
+	}
+	if rep.Fenced {
+		t.Error("report claims fencing on memcached")
+	}
+}
+
+func TestBeerWaiterMemcachedRejectsFair(t *testing.T) {
+	t.Parallel()
+	cfg := smallConfig("")
+	cfg.Memcache = redistest.DeadAddr(t)
+	cfg.Fair = true
+	if err := run(t.Context(), cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-fair") {
+		t.Errorf("run with -fair on memcached = %v; want an error naming -fair", err)
+	}
+}

@@ -4,6 +4,9 @@
 // [Start] is the common case: one private redis-server per test, about 0.1 s to
 // start, stopped by tb.Cleanup. [StartServer] returns the process itself for tests
 // that kill, pause or restart Redis, and [StartCluster] starts a local Redis Cluster.
+// [StartMemcached] starts a private memcached the same way, for lock/memcache;
+// without memcached in $PATH it skips the test (naming the install command),
+// or fails it when CI is set.
 //
 //	func TestSomething(t *testing.T) {
 //		t.Parallel()
@@ -36,7 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,9 +138,8 @@ type Server struct {
 	mu      sync.Mutex // guards everything below and serializes process control
 	port    int
 	busPort int
-	cmd     *exec.Cmd     // nil when not started or killed
-	done    chan struct{} // closed once cmd has exited and been waited for
-	logFrom int64         // offset in the log where the current process's output starts
+	p       *proc // nil when not started or killed
+	logFrom int64 // offset in the log where the current process's output starts
 }
 
 // StartServer starts a private redis-server on a free loopback TCP port with
@@ -272,16 +273,8 @@ func (s *Server) Kill() {
 }
 
 func (s *Server) kill() {
-	if s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.done:
-	default:
-		_ = signalProcess(s.cmd.Process, sigKill)
-		<-s.done
-	}
-	s.cmd, s.done = nil, nil
+	s.p.kill()
+	s.p = nil
 }
 
 // Pause stops the server with SIGSTOP: it keeps its connections but answers
@@ -295,10 +288,7 @@ func (s *Server) Resume() { s.signal(sigCont) }
 func (s *Server) signal(sig signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.running() {
-		return
-	}
-	if err := signalProcess(s.cmd.Process, sig); errors.Is(err, errors.ErrUnsupported) {
+	if err := s.p.signal(sig); errors.Is(err, errors.ErrUnsupported) {
 		s.tb.Skipf("redistest: cannot pause or resume redis-server here: %v", err)
 	}
 }
@@ -320,17 +310,7 @@ func (s *Server) Running() bool {
 	return s.running()
 }
 
-func (s *Server) running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) running() bool { return s.p.alive() }
 
 // launch starts redis-server on s.port and waits until it answers. It is the
 // only place that starts a process. It returns an error wrapping errAddrInUse if
@@ -377,38 +357,14 @@ func (s *Server) launch() error {
 	if fi, err := log.Stat(); err == nil {
 		s.logFrom = fi.Size()
 	}
-	cmd := exec.Command(s.bin, argv...)
-	cmd.Dir = s.dir
-	cmd.Stdout = log
-	cmd.Stderr = log
-	cmd.SysProcAttr = sysProcAttr()
-
-	// One goroutine per process starts it and waits for it, so done tells
-	// whether it is alive. The goroutine stays on its OS thread: on Linux the
-	// child's parent-death signal fires when the thread that forked it exits,
-	// so the thread must outlive the child. The goroutine ends when the process
-	// does, which kill guarantees by the end of the test.
-	started := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err != nil {
-			return
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	err = <-started
+	p, err := spawn(s.bin, argv, s.dir, log)
 	log.Close() // the child has its own copy
 	if err != nil {
-		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+		return err
 	}
-	s.cmd, s.done = cmd, done
+	s.p = p
 
-	addr, pid := s.addr(), cmd.Process.Pid
+	addr, pid := s.addr(), p.cmd.Process.Pid
 	deadline := time.NewTimer(startTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(pollInterval)
@@ -421,14 +377,14 @@ func (s *Server) launch() error {
 			return nil
 		}
 		select {
-		case <-done:
-			s.cmd, s.done = nil, nil
+		case <-p.done:
+			s.p = nil
 			out := s.output()
 			if strings.Contains(out, "Address already in use") {
 				return fmt.Errorf("%w: redis-server on %s exited:\n%s", errAddrInUse, addr, out)
 			}
 			return fmt.Errorf("redistest: redis-server on %s exited before answering PING (%s):\n%s",
-				addr, cmd.ProcessState, out)
+				addr, p.cmd.ProcessState, out)
 		case <-deadline.C:
 			s.kill()
 			return fmt.Errorf("redistest: redis-server on %s did not answer PING within %v (last error: %v):\n%s",
@@ -440,17 +396,7 @@ func (s *Server) launch() error {
 
 // output returns what the current (or last) process wrote to stdout and stderr.
 func (s *Server) output() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return fmt.Sprintf("(no output: %v)", err)
-	}
-	if s.logFrom <= int64(len(b)) {
-		b = b[s.logFrom:]
-	}
-	if len(b) == 0 {
-		return "(no output)"
-	}
-	return string(b)
+	return readLog(filepath.Join(s.dir, "redis.log"), s.logFrom)
 }
 
 // probe sends PING and INFO server to addr over a raw connection and reports

@@ -25,7 +25,8 @@ func IsWorker() bool { return os.Getenv(WorkerEnv) == "1" }
 
 // A Work function does one worker's share of a demo against c and returns
 // its figures. It updates progress as it goes. In a worker process it runs
-// with its own client for the parent's server.
+// with its own client for the parent's server. c is nil when the fleet has
+// no Redis (a demo on memcached names its server in the task).
 type Work[T, R any] func(ctx context.Context, c *Conn, task T, progress *Counters) (R, error)
 
 // Counters are named running totals that a worker updates and the parent
@@ -68,7 +69,8 @@ func (c *Counters) Snapshot() map[string]int64 {
 // A Fleet says where the work of [Run] runs.
 type Fleet struct {
 	// Conn is the server every worker uses. In-process work uses its
-	// client; worker processes connect to its URL.
+	// client; worker processes connect to its URL. It may be nil when the
+	// tasks name their own server.
 	Conn *Conn
 	// Procs is the number of worker processes. With 0 or 1, the single task
 	// runs in this process.
@@ -143,7 +145,10 @@ func Run[T, R any](ctx context.Context, f Fleet, tasks []T, work Work[T, R]) ([]
 		if err != nil {
 			return nil, err
 		}
-		env := envelope{URL: f.Conn.URL, Counters: f.Counters, Task: raw}
+		env := envelope{Counters: f.Counters, Task: raw}
+		if f.Conn != nil {
+			env.URL = f.Conn.URL
+		}
 		if ws[i], err = startWorker(ctx, exe, i, env); err != nil {
 			return nil, err
 		}
@@ -426,16 +431,15 @@ func ServeWorker[T, R any](work Work[T, R]) int {
 	if err := json.Unmarshal(env.Task, &task); err != nil {
 		return fail(fmt.Errorf("decode task: %w", err))
 	}
-	if env.URL == "" {
-		return fail(errors.New("no Redis URL from the parent"))
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	conn, err := Connect(ctx, env.URL, "", io.Discard)
-	if err != nil {
-		return fail(err)
+	var conn *Conn // none when the parent has no Redis: the task names its server
+	if env.URL != "" {
+		if conn, err = Connect(ctx, env.URL, "", io.Discard); err != nil {
+			return fail(err)
+		}
+		defer conn.Close()
 	}
-	defer conn.Close()
 	out.send(message{Ready: true})
 	if line, err := in.ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
 		return fail(fmt.Errorf("no start signal (%q, %v)", line, err))

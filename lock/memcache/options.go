@@ -1,0 +1,95 @@
+package memcache
+
+import (
+	"fmt"
+	"time"
+)
+
+// An Option configures a [Mutex]. The names and meanings are those of the
+// lock package's options; a bad value makes the mutex's calls return an
+// error matching [ErrInvalid] instead of panicking.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	ttl         time.Duration
+	waitTimeout time.Duration
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	autoExtend  bool
+	err         error // the first bad option
+}
+
+func buildOptions(opts []Option) options {
+	o := options{ttl: 10 * time.Second, minBackoff: 2 * time.Millisecond, maxBackoff: 500 * time.Millisecond}
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return o
+}
+
+// invalid records the first bad option.
+func (o *options) invalid(format string, args ...any) {
+	if o.err == nil {
+		o.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	}
+}
+
+// WithTTL sets how long a lease lives in memcached unless it is extended:
+// a holder that dies frees the lock after at most this long, plus up to
+// two seconds of rounding (see the package doc on whole-second expiries).
+// The default is 10 seconds. d must be at least 1 s and at most 30 days
+// (memcached reads a longer expiry as a Unix time).
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if err := checkTTL(d); err != nil {
+			o.invalid("%v", err)
+			return
+		}
+		o.ttl = d
+	})
+}
+
+// WithWaitTimeout bounds how long Lock waits, on top of its context's
+// deadline. When it passes, Lock returns an error matching
+// [ErrNotObtained] and [context.DeadlineExceeded]. The default is to wait
+// as long as the context allows; use TryLock for no waiting. d must not be
+// negative.
+func WithWaitTimeout(d time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if d < 0 {
+			o.invalid("negative wait timeout %v", d)
+			return
+		}
+		o.waitTimeout = d
+	})
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff between
+// a waiter's attempts: each wait is drawn at random below a bound that
+// doubles from min to max. Memcached cannot wake waiters, so max is about
+// the longest a waiter may notice a released lock late. The default is
+// 2ms to 500ms. It needs 0 < min <= max.
+func WithBackoff(min, max time.Duration) Option {
+	return optionFunc(func(o *options) {
+		if min <= 0 || max < min {
+			o.invalid("backoff %v..%v needs 0 < min <= max", min, max)
+			return
+		}
+		o.minBackoff, o.maxBackoff = min, max
+	})
+}
+
+// WithAutoExtend makes every lease extend itself by its TTL every third of
+// the TTL while held (a watchdog), so work may outlast the TTL while a
+// crashed holder still frees the lock within one TTL. A failed extension
+// is retried promptly; when one is refused (the key no longer holds the
+// lease's token), or none is confirmed before the lease's safe deadline,
+// the lease is lost: [Lease.Done] closes and [Lease.Err] returns
+// [ErrLost]. The watchdog stops before Unlock returns.
+func WithAutoExtend() Option {
+	return optionFunc(func(o *options) { o.autoExtend = true })
+}
