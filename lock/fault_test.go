@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -101,5 +102,43 @@ func TestWatchdogRidesOutLostRenewals(t *testing.T) {
 	}
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Errorf("Unlock = %v", err)
+	}
+}
+
+// TestUpgradeReplyLost: the upgrade script runs but its reply is lost. The
+// read lease became a write lock nobody knows it holds; without a rollback
+// it would keep every reader and writer out for a whole TTL.
+func TestUpgradeReplyLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1, MaxRetries: -1})
+	defer rdb.Close()
+	ctx := t.Context()
+	rw := lock.NewRWMutex(rdb, "up", lock.WithTTL(time.Minute))
+	warm, err := rw.RLock(ctx) // loads the scripts, opens the connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := rw.Upgrade(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Unlock(ctx)
+	r, err := rw.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.DropNextReply()
+	if _, err := rw.Upgrade(ctx, r); err == nil {
+		t.Fatal("Upgrade with its reply lost succeeded")
+	}
+	if !errors.Is(r.Err(), lock.ErrLost) {
+		t.Errorf("read lease Err = %v after a failed upgrade; want ErrLost (it may be gone)", r.Err())
+	}
+	lock.WaitRollbacks()
+	direct := lock.NewRWMutex(srv.Client(t), "up")
+	if locked, err := direct.Locked(ctx); err != nil || locked {
+		t.Errorf("Locked after the rollback = %v, %v; want free", locked, err)
 	}
 }

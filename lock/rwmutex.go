@@ -132,7 +132,9 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 // step, if r's holder is the only reader. Otherwise it fails at once with
 // [ErrUpgrade] and r stays a read lease: two readers that both waited to
 // upgrade would wait for each other forever. On success r has ended (as if
-// unlocked) and the returned lease keeps r's fencing number.
+// unlocked) and the returned lease keeps r's fencing number. If Redis
+// fails to answer, Upgrade returns its error and r has ended too: the
+// upgrade may have run, so both leases are released in the background.
 func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	if r == nil || r.ended() {
 		return nil, ErrUpgrade
@@ -143,6 +145,16 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	sent := time.Now()
 	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, redisutil.Millis(rw.opts.ttl)).Int64Slice()
 	if err != nil {
+		if !redisutil.NeverSent(err) {
+			// The script may have run with its reply lost: r's read may
+			// have become a write lock that nobody knows it holds. Undo
+			// both in the background (bounded), and end r: the caller
+			// holds nothing now, rather than a lease that may be gone.
+			r.stopWatchdog()
+			releaseLater(ctx, writer{rw}, r.token)
+			releaseLater(ctx, r.h, r.token)
+			r.end(ErrLost)
+		}
 		return nil, redisErr(ctx, "upgrade", rw.name, err)
 	}
 	if res[0] == 0 {
