@@ -36,6 +36,7 @@ type procResult struct {
 	Calls    int           // Fetch calls during the load (mode xfetch)
 	Slow     int           // calls slower than half a compute (mode xfetch)
 	Max      time.Duration // slowest call (mode xfetch)
+	Stall    time.Duration // longest stall of the process or Redis (mode xfetch)
 	Load     Stats         // counts during the load, after the first fill (mode xfetch)
 	Stats    Stats
 }
