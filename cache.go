@@ -201,6 +201,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	v, m, err := c.decodeEntry(b)
 	if err != nil {
 		c.stats.misses.Add(1)
+		c.stats.decodeErrors.Add(1)
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
 	c.stats.hits.Add(1)

@@ -270,8 +270,8 @@ func testCorruptBytes(t *testing.T, b backend) {
 			t.Errorf("Get after Fetch over %q = %q, %v; want fresh, nil (overwritten)", raw, got, err)
 		}
 	}
-	if s := c.Stats(); s.DecodeErrors != 4 || s.Computes != 4 {
-		t.Errorf("Stats = %+v; want DecodeErrors 4, Computes 4", s)
+	if s := c.Stats(); s.DecodeErrors != 8 || s.Computes != 4 {
+		t.Errorf("Stats = %+v; want DecodeErrors 8 (4 by Get, 4 by Fetch), Computes 4", s)
 	}
 }
 
