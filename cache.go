@@ -209,6 +209,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	}
 	v, m, err := c.decodeEntry(b)
 	if err != nil {
+		c.decodeError(ctx, key, err)
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}

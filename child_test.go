@@ -34,14 +34,20 @@ type childResult struct {
 	Stats  Stats
 }
 
-func childMain(mode string) int {
+// childClient connects to the parent's server, or cluster.
+func childClient() redis.UniversalClient {
 	addrs := strings.Split(os.Getenv(addrsEnv), ",")
-	var rdb redis.UniversalClient
 	if len(addrs) > 1 {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	} else {
-		rdb = redis.NewClient(&redis.Options{Addr: addrs[0]})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	}
+	return redis.NewClient(&redis.Options{Addr: addrs[0]})
+}
+
+func childMain(mode string) int {
+	if code, ok := procMain(mode); ok {
+		return code
+	}
+	rdb := childClient()
 	defer rdb.Close()
 	lease, _ := time.ParseDuration(os.Getenv(leaseEnv))
 	if lease == 0 {

@@ -35,6 +35,9 @@ var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
 // compute lock was lost.
 var errLeaseLost = errors.New("dogpile: compute lock lost")
 
+// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
+const earlyFloor = 2
+
 // cleanupTimeout bounds a release or store that runs after the callers may
 // have left.
 const cleanupTimeout = 3 * time.Second
@@ -96,9 +99,12 @@ func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) time.Duration {
 }
 
 // earlyGap draws, once per stored value, how long before its TTL runs out
-// the value is refreshed (see WithEarlyRefresh).
+// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
+// refresh started only took before expiry has no room for a late start (the
+// hit that notices, the goroutine, the lock's round trip) or a compute
+// slower than the last, and callers then wait at expiry.
 func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
-	draw := 1 - math.Log(1-rand.Float64()) // 1 − ln u, u in (0, 1]
+	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
 	gap := time.Duration(float64(took) * c.opts.beta * draw)
 	return min(gap, ttl/3)
 }

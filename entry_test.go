@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -65,5 +66,34 @@ func TestEntryUnknownIsAnError(t *testing.T) {
 	}
 	if _, _, err := c.decodeEntry([]byte("dp\x07")); !errors.Is(err, errVersion) {
 		t.Errorf("decodeEntry of version 7: %v; want errVersion", err)
+	}
+}
+
+// TestEntryNewerIsACountedMiss: bytes that a newer dogpile may write (a
+// version or a flag this code does not know) read as a miss counted in
+// Stats.DecodeErrors, by Get and by Fetch, on the plain read path and on the
+// freshness one (GET and PTTL pipelined): never an error, never a panic.
+func TestEntryNewerIsACountedMiss(t *testing.T) {
+	b := serverBackend(t)
+	ctx := t.Context()
+	for _, opts := range [][]Option{nil, {WithStale(time.Minute), WithEarlyRefresh(1)}} {
+		c := New[string](b.client(t), append(opts, prefix(t))...)
+		newer := []string{"dp\x03\x80", "dp\x7f", "dp\x02\x80\x00\x00\xa1v"}
+		for i, raw := range newer {
+			key := fmt.Sprint("k", i)
+			if err := c.client.Set(ctx, c.keys(key).value, raw, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Get(ctx, key); !errors.Is(err, ErrMiss) {
+				t.Errorf("Get over %q: err = %v; want ErrMiss", raw, err)
+			}
+			if v, err := c.Fetch(ctx, key, time.Minute, constant("fresh")); v != "fresh" || err != nil {
+				t.Errorf("Fetch over %q = %q, %v; want fresh (a miss)", raw, v, err)
+			}
+		}
+		n := uint64(len(newer))
+		if s := c.Stats(); s.DecodeErrors != 2*n || s.Misses != 2*n || s.Computes != n {
+			t.Errorf("options %d: Stats = %+v; want each Get and Fetch counted as a miss and a decode error, %d computes", len(opts), s, n)
+		}
 	}
 }

@@ -303,8 +303,8 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	_, m, err := c.decodeEntry(raw)
-	if err != nil || m.took < took || m.early < m.took || m.early > ttl/3 {
-		t.Fatalf("entry meta = %+v, %v; want took >= %v and early in [took, ttl/3]", m, err, took)
+	if err != nil || m.took < took || m.early < min(earlyFloor*m.took, ttl/3) || m.early > ttl/3 {
+		t.Fatalf("entry meta = %+v, %v; want took >= %v and early in [2·took, ttl/3]", m, err, took)
 	}
 	// Just before the gap a hit serves and refreshes nothing; inside it, a
 	// hit serves the current value and refreshes in the background. The

@@ -73,9 +73,17 @@ func (c *child) expect(t *testing.T, want string) {
 func (c *child) result(t *testing.T) childResult {
 	t.Helper()
 	var res childResult
+	c.decode(t, &res)
+	return res
+}
+
+// decode reads the child's output to its end and decodes its last result
+// line into res; the child must exit cleanly.
+func (c *child) decode(t *testing.T, res any) {
+	t.Helper()
 	for line := range c.lines {
 		if s, ok := strings.CutPrefix(line, "result "); ok {
-			if err := json.Unmarshal([]byte(s), &res); err != nil {
+			if err := json.Unmarshal([]byte(s), res); err != nil {
 				t.Fatalf("child result %q: %v", s, err)
 			}
 		}
@@ -83,23 +91,53 @@ func (c *child) result(t *testing.T) childResult {
 	if err := c.cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
-	return res
+}
+
+// say writes a line to the child's stdin ("go", or one a mode waits for).
+func (c *child) say(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatalf("write to child: %v", err)
+	}
+}
+
+// goChildren starts n children in mode, waits until each is ready, and
+// lets them go together.
+func goChildren(t *testing.T, n int, mode string, addrs []string, prefix string, env ...string) []*child {
+	t.Helper()
+	kids := readyChildren(t, n, mode, addrs, prefix, env...)
+	letGo(t, kids)
+	return kids
+}
+
+// readyChildren starts n children in mode and waits until each is ready
+// (started, connected): a test that times its children starts the clock
+// after that, since starting a process can take a second on a busy machine.
+func readyChildren(t *testing.T, n int, mode string, addrs []string, prefix string, env ...string) []*child {
+	t.Helper()
+	kids := make([]*child, n)
+	for i := range kids {
+		kids[i] = startChild(t, mode, addrs, prefix, env...)
+	}
+	for _, k := range kids {
+		k.expect(t, "ready")
+	}
+	return kids
+}
+
+// letGo tells ready children to go.
+func letGo(t *testing.T, kids []*child) {
+	t.Helper()
+	for _, k := range kids {
+		k.say(t, "go")
+	}
 }
 
 // runChildren starts n children in mode, lets them go together, and
 // returns their results.
 func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string) []childResult {
 	t.Helper()
-	kids := make([]*child, n)
-	for i := range kids {
-		kids[i] = startChild(t, mode, addrs, prefix)
-	}
-	for _, k := range kids {
-		k.expect(t, "ready")
-	}
-	for _, k := range kids {
-		_, _ = io.WriteString(k.stdin, "go\n")
-	}
+	kids := goChildren(t, n, mode, addrs, prefix)
 	res := make([]childResult, n)
 	for i, k := range kids {
 		res[i] = k.result(t)

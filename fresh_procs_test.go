@@ -1,0 +1,210 @@
+package dogpile
+
+// Freshness across processes: the test binary re-executed as children (see
+// fresh_child_test.go and fresh_modes_test.go), each with its own client and
+// Cache, on a real redis-server and a real 3-master cluster. Computes are
+// counted in Redis, so that the counts of every process add up.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// onFleets runs f on a redis-server and on a 3-master cluster.
+func onFleets(t *testing.T, f func(t *testing.T, addrs []string, rdb redis.UniversalClient)) {
+	for _, b := range []string{"redis", "cluster"} {
+		t.Run(b, func(t *testing.T) {
+			addrs, rdb := fleetBackend(t, b)
+			f(t, addrs, rdb)
+		})
+	}
+}
+
+// seed stores v under "k" for ttl with a stale window, as a process of the
+// fleet would, and returns the parent's Cache and the moment before the
+// store: the value stays in Redis at least until then + ttl + stale.
+func seed(t *testing.T, rdb redis.UniversalClient, prefix, v string, ttl, stale time.Duration) (*Cache[string], time.Time) {
+	t.Helper()
+	c := New[string](rdb, WithPrefix(prefix), WithStale(stale))
+	t0 := time.Now()
+	if err := c.Set(context.Background(), "k", v, ttl); err != nil {
+		t.Fatal(err)
+	}
+	return c, t0
+}
+
+// seedStale seeds v1 and waits until it is past its TTL (by Redis's clock),
+// stale for a minute.
+func seedStale(t *testing.T, rdb redis.UniversalClient, prefix string) *Cache[string] {
+	t.Helper()
+	c, _ := seed(t, rdb, prefix, "v1", 20*time.Millisecond, time.Minute)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		pttl, err := rdb.PTTL(context.Background(), c.keys("k").value).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl <= time.Minute {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("value still fresh after 10s (PTTL %v)", pttl)
+		}
+	}
+}
+
+// counter reads a counter the children incremented.
+func counter(t *testing.T, rdb redis.UniversalClient, name string) int64 {
+	t.Helper()
+	n, err := rdb.Get(context.Background(), name).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func results(t *testing.T, kids []*child) []procResult {
+	t.Helper()
+	res := make([]procResult, len(kids))
+	for i, k := range kids {
+		k.decode(t, &res[i])
+		if len(res[i].Errors) > 0 {
+			t.Errorf("child %d: %q", i, res[i].Errors)
+		}
+	}
+	return res
+}
+
+// TestProcsStaleOneRefresh: 4 processes × 50 goroutines fetch a stale
+// value: every call is answered with it at once (a hit, no wait), while one
+// refresh runs in the whole fleet; its value is stored.
+func TestProcsStaleOneRefresh(t *testing.T) {
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		const prefix = "sb:"
+		c := seedStale(t, rdb, prefix)
+		kids := goChildren(t, 4, "burst", addrs, prefix, optsEnv+"=stale=1m")
+		// The refresh computes until every call was answered: an answer
+		// that waited for it would be v2.
+		for _, k := range kids {
+			k.expect(t, "served")
+		}
+		if err := rdb.Set(context.Background(), prefix+"release", 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var refreshes uint64
+		for i, r := range results(t, kids) {
+			if s := r.Stats; r.Values != 50 || s.Stale != 50 || s.Misses != 0 || s.Waits != 0 {
+				t.Errorf("child %d: %d answers v1, Stats %+v; want 50 stale hits, no miss, no wait", i, r.Values, s)
+			}
+			refreshes += r.Stats.Refreshes
+		}
+		if n := counter(t, rdb, prefix+"computes"); n != 1 || refreshes != 1 {
+			t.Errorf("computes = %d, Stats.Refreshes = %d in all; want one refresh in the fleet", n, refreshes)
+		}
+		if v, err := c.Get(context.Background(), "k"); v != "v2" || err != nil {
+			t.Errorf("Get after the refresh = %q, %v; want v2", v, err)
+		}
+	})
+}
+
+// TestProcsStaleRefreshFails: every refresh fails; 3 processes × 4
+// goroutines keep fetching. The stale value is served until TTL + stale
+// (no call fails before), the backend is asked at most once a second
+// across the fleet meanwhile, and then the callers get a miss (an error).
+func TestProcsStaleRefreshFails(t *testing.T) {
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		const prefix = "rf:"
+		const ttl, window = 200 * time.Millisecond, 3 * time.Second
+		kids := readyChildren(t, 3, "failing", addrs, prefix, optsEnv+"=stale=3s", workersEnv+"=4")
+		_, t0 := seed(t, rdb, prefix, "v1", ttl, window)
+		letGo(t, kids)
+		// A call that returned before the value could expire read it.
+		gone := t0.Add(ttl + window).UnixMilli()
+		for i, r := range results(t, kids) {
+			if r.Values == 0 || r.Misses != 4 {
+				t.Errorf("child %d: %d stale answers, %d loops ended on a miss; want some, and 4", i, r.Values, r.Misses)
+			}
+			if r.FirstErr < gone {
+				t.Errorf("child %d: a Fetch failed %dms before the stale value could expire; want it served", i, gone-r.FirstErr)
+			}
+		}
+		var starts []int64
+		if err := rdb.LRange(context.Background(), prefix+"refreshes", 0, -1).ScanSlice(&starts); err != nil {
+			t.Fatal(err)
+		}
+		if len(starts) < 2 {
+			t.Errorf("%d refresh calls in the stale window; want the failed refresh retried", len(starts))
+		}
+		// The retry interval (1s) runs from a refresh's failure, after its
+		// start; 100ms of slack for the clock's reading in the children.
+		for i := 1; i < len(starts); i++ {
+			if gap := starts[i] - starts[i-1]; gap < 900 {
+				t.Errorf("%d refresh calls; calls %d and %d %dms apart; want at most one a second in the fleet", len(starts), i-1, i, gap)
+				break
+			}
+		}
+		if counter(t, rdb, prefix+"misscomputes") == 0 {
+			t.Error("no compute after the stale window; want the misses to compute")
+		}
+	})
+}
+
+// TestProcsNegativeCaching: 4 processes × 50 goroutines fetch a key that
+// does not exist: one compute, and ErrNotFound for every caller (remote
+// waiters too); then 2 more processes get ErrNotFound without computing.
+func TestProcsNegativeCaching(t *testing.T) {
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		const prefix = "nc:"
+		for round, n := range []int{4, 2} {
+			kids := goChildren(t, n, "absent", addrs, prefix, optsEnv+"=neg=1m")
+			for i, r := range results(t, kids) {
+				if r.Values != 50 {
+					t.Errorf("round %d, child %d: %d ErrNotFound answers; want 50", round, i, r.Values)
+				}
+			}
+			if got := counter(t, rdb, prefix+"computes"); got != 1 {
+				t.Errorf("after round %d: computes = %d; want 1 (then remembered)", round, got)
+			}
+		}
+	})
+}
+
+// TestProcsRefreshWhileAnotherComputes: while one process computes "k"
+// (a Fetch of a missing key, or a Refresh), 2 processes × 50 goroutines
+// call Refresh: they wait for that compute and return its value.
+func TestProcsRefreshWhileAnotherComputes(t *testing.T) {
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		for _, op := range []string{"fetch", "refresh"} {
+			t.Run(op, func(t *testing.T) {
+				prefix := "rw" + op + ":"
+				c := New[string](rdb, WithPrefix(prefix))
+				if op == "refresh" {
+					if err := c.Set(context.Background(), "k", "old", time.Minute); err != nil {
+						t.Fatal(err)
+					}
+				}
+				holder := goChildren(t, 1, "hold", addrs, prefix, opEnv+"="+op)[0]
+				holder.expect(t, "computing")
+				kids := goChildren(t, 2, "refresh", addrs, prefix)
+				for _, k := range kids {
+					k.expect(t, "waiting")
+				}
+				holder.say(t, "finish")
+				for i, r := range results(t, append(kids, holder)) {
+					if want := []int{50, 50, 1}[i]; r.Values != want {
+						t.Errorf("child %d: %d answers from the one compute; want %d", i, r.Values, want)
+					}
+				}
+				if n := counter(t, rdb, prefix+"computes"); n != 1 {
+					t.Errorf("computes = %d; want 1", n)
+				}
+				if v, err := c.Get(context.Background(), "k"); v != "held" || err != nil {
+					t.Errorf("Get = %q, %v; want held", v, err)
+				}
+			})
+		}
+	})
+}
