@@ -46,7 +46,7 @@ func primitives(rdb redis.UniversalClient, name string, opts ...lock.Option) []p
 // reports busy as false with no error; a Redis failure is not "not
 // obtained".
 func TestErrNotObtained(t *testing.T) {
-	rdb := redistest.Start(t)
+	rdb := redistest.StartServer(t).Client(t) // a given-up waiter's place expires with real time (miniredis: only on FastForward)
 	for _, p := range primitives(rdb, "busy", lock.WithTTL(time.Minute)) {
 		t.Run(p.name, func(t *testing.T) {
 			held, err := p.lock(t.Context())
