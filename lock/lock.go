@@ -220,7 +220,7 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 // program wrote there. It is no lock of ours, and no sign of a dead server.
 func foreign(err error) bool {
 	var rerr redis.Error
-	return errors.Is(err, errNoTTL) || errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+	return errors.Is(err, errNoTTL) || errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") // miniredis wraps it in a script error
 }
 
 // errNoTTL stands for a lock key holding a value without expiry, which no
