@@ -18,10 +18,11 @@ import (
 // compute once; the other callers wait for the stored value and are woken
 // by Redis the moment it is stored.
 //
-// A hit costs one round trip (a GET). Concurrent Fetch calls for one key in
-// one process share a single flight: one GET, and on a miss one lock
-// attempt and one compute or one wait. Every caller receives its own copy
-// of the value, decoded from the stored bytes.
+// A hit costs one round trip (a GET), or none from the near tier (see
+// [WithNearCache]). Concurrent Fetch calls for one key in one process share
+// a single flight: one GET, and on a miss one lock attempt and one compute
+// or one wait. Every caller receives its own copy of the value, decoded
+// from the stored bytes, except near hits, which share one.
 //
 // compute runs on a context detached from the caller's (it keeps the
 // caller's values, not its cancellation): callers that give up must not
