@@ -131,7 +131,7 @@ func (c *Cache[T]) done() { <-c.attempts }
 
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
-	Hits          uint64 // Fetch and Get calls that found a value in Redis at once
+	Hits          uint64 // Fetch and Get calls that found a value at once, in Redis or in the near tier
 	Misses        uint64 // Fetch and Get calls that did not
 	Computes      uint64 // compute calls made by this process
 	Waits         uint64 // flights that waited for another process's compute
@@ -196,7 +196,7 @@ func keysFor(value string) keys {
 
 // valueKey is the Redis key of the value cached under key (see checkKey).
 func (c *Cache[T]) valueKey(key string) string {
-	return c.opts.prefix + redisutil.Tag(key)
+	return redisutil.Key(c.opts.prefix, key)
 }
 
 // Get returns the value cached under key. It returns an error matching
