@@ -408,3 +408,25 @@ func TestNearCacheOptionPanics(t *testing.T) {
 	mustPanic(t, "WithNearCache(0)", func() { WithNearCache(0) })
 	mustPanic(t, "WithNearCache(-1)", func() { WithNearCache(-1) })
 }
+
+// TestNearCacheSilentServer: a server that stops answering (SIGSTOP: no
+// error, no closed connection) is noticed by the unanswered ping, and the
+// tier is flushed before it answers again.
+func TestNearCacheSilentServer(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	flushes := a.Stats().NearFlushes
+	s.Pause()
+	eventually(t, "the flush while the server is silent", func() bool {
+		a.near.t.use(nearNow()) // in use (a Fetch would block once the tier is off)
+		return a.Stats().NearFlushes > flushes
+	})
+	s.Resume()
+	if v := fetchNear(t, a, "k"); v != "v1" {
+		t.Fatalf("near hit after the server came back = %q; want v1", v)
+	}
+}
