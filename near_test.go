@@ -3,10 +3,12 @@ package dogpile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,5 +430,29 @@ func TestNearCacheSilentServer(t *testing.T) {
 	s.Resume()
 	if v := fetchNear(t, a, "k"); v != "v1" {
 		t.Fatalf("near hit after the server came back = %q; want v1", v)
+	}
+}
+
+// TestNearCacheTombstone: a remembered "not found" (WithNegativeTTL) is
+// served from the near tier too, reported to the observer as a near hit.
+func TestNearCacheTombstone(t *testing.T) {
+	var nearEvents atomic.Int64
+	observe := func(ctx context.Context, e Event) context.Context {
+		if e.Kind == EventHit && e.Near {
+			nearEvents.Add(1)
+		}
+		return nil
+	}
+	a := newNearCache[string](t, redistest.Start(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
+	absent := func(context.Context) (string, error) { return "", ErrNotFound }
+	eventually(t, "a near hit on the tombstone", func() bool {
+		before := a.Stats().NearHits
+		if _, err := a.Fetch(t.Context(), "gone", time.Minute, absent); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Fetch = %v; want ErrNotFound", err)
+		}
+		return a.Stats().NearHits > before
+	})
+	if s := a.Stats(); s.Computes != 1 || nearEvents.Load() != int64(s.NearHits) {
+		t.Errorf("Stats = %+v, near hit events %d; want 1 compute and an event per near hit", s, nearEvents.Load())
 	}
 }
