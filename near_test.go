@@ -162,27 +162,35 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 	check("FLUSHALL", "computed", func() error { return raw.FlushAll(ctx).Err() })
 }
 
-// TestNearCacheOwnWritesAtOnce: this Cache's Set and Delete drop the local
-// copy before they return, without waiting for Redis's message.
+// TestNearCacheOwnWritesAtOnce: this Cache's Set, Refresh and Delete drop
+// the local copy before they return, without waiting for Redis's message
+// (held back here until each check is done).
 func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 	a := newNearCache[string](t, redistest.Start(t), 100)
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
-	if err := a.Set(ctx, "k", "v2", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if v := fetchValue(t, a, "k"); v != "v2" {
-		t.Fatalf("Fetch after Set = %q; want v2", v)
-	}
-	fetchNear(t, a, "k")
-	if err := a.Delete(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v3")); err != nil || v != "v3" {
-		t.Fatalf("Fetch after Delete = %q, %v; want v3", v, err)
+	var held sync.Mutex
+	a.near.t.beforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	for _, w := range []struct {
+		name, want string
+		write      func() error
+	}{
+		{"Set", "v2", func() error { return a.Set(ctx, "k", "v2", time.Minute) }},
+		{"Refresh", "v3", func() error { _, err := a.Refresh(ctx, "k", time.Minute, constant("v3")); return err }},
+		{"Delete", "v4", func() error { return a.Delete(ctx, "k") }},
+	} {
+		fetchNear(t, a, "k")
+		held.Lock()
+		if err := w.write(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := a.Fetch(ctx, "k", time.Minute, constant("v4"))
+		held.Unlock()
+		if err != nil || v != w.want {
+			t.Fatalf("Fetch after %s = %q, %v; want %q", w.name, v, err, w.want)
+		}
 	}
 }
 

@@ -58,8 +58,9 @@ type tracker struct {
 	wg      sync.WaitGroup // run
 
 	// beforeSession, if set, is called before each session on a node but
-	// the first (tests hold tracking down with it).
-	beforeSession func()
+	// the first (tests hold tracking down with it); beforeApply, before an
+	// invalidation message is applied (tests hold invalidations back).
+	beforeSession, beforeApply func()
 }
 
 func newTracker(c redis.UniversalClient, prefix string, x *nearIndex, off func(string)) *tracker {

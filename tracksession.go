@@ -80,6 +80,9 @@ func (t *tracker) session(ctx context.Context, cl *redis.Client, up func()) erro
 			if m.Channel != invalidateChannel {
 				continue
 			}
+			if t.beforeApply != nil {
+				t.beforeApply()
+			}
 			if m.PayloadSlice == nil {
 				t.x.flush()
 			} else {
