@@ -65,6 +65,7 @@ type Cache[T any] struct {
 	attempts chan struct{}
 	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
+	near     *near[T]         // WithNearCache; nil: none
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -89,6 +90,9 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		breaker:  breaker.For(client),
 	}
 	c.flights.m = map[string]*call{}
+	if c.opts.nearEntries > 0 {
+		c.near = newNear(c)
+	}
 	return c
 }
 
@@ -127,7 +131,7 @@ func (c *Cache[T]) done() { <-c.attempts }
 
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
-	Hits          uint64 // Fetch and Get calls that found a value in Redis at once
+	Hits          uint64 // Fetch and Get calls that found a value at once, in Redis or in the near tier
 	Misses        uint64 // Fetch and Get calls that did not
 	Computes      uint64 // compute calls made by this process
 	Waits         uint64 // flights that waited for another process's compute
@@ -141,24 +145,35 @@ type Stats struct {
 	Stale         uint64 // hits answered with a value past its TTL (WithStale)
 	Refreshes     uint64 // background refreshes (stale or early) this process computed
 	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
+
+	// The near tier (see WithNearCache).
+	NearHits          uint64 // hits answered from process memory (counted in Hits too)
+	NearInvalidations uint64 // keys Redis reported written, expired or evicted
+	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
+	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
 }
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes, unavailable atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes, unavailable, nearHits atomic.Uint64
+	nearOff atomic.Bool
 }
 
 // Stats returns a snapshot of the Cache's counters.
 func (c *Cache[T]) Stats() Stats {
 	s := &c.stats
-	return Stats{
+	st := Stats{
 		Hits: s.hits.Load(), Misses: s.misses.Load(), Computes: s.computes.Load(),
 		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearOff: s.nearOff.Load(),
 	}
+	if c.near != nil {
+		st.NearInvalidations, st.NearFlushes = c.near.x.invalidations.Load(), c.near.x.flushes.Load()
+	}
+	return st
 }
 
 // keys are the Redis names of one cache key. They share the hash tag
@@ -181,7 +196,7 @@ func keysFor(value string) keys {
 
 // valueKey is the Redis key of the value cached under key (see checkKey).
 func (c *Cache[T]) valueKey(key string) string {
-	return c.opts.prefix + redisutil.Tag(key)
+	return redisutil.Key(c.opts.prefix, key)
 }
 
 // Get returns the value cached under key. It returns an error matching
@@ -238,6 +253,7 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	err = c.guard(ctx, func() error {
 		return c.run(ctx, setScript, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
 	})
+	c.nearForget(ks.value)
 	if err != nil {
 		return redisErr(ctx, "set", key, err)
 	}
@@ -257,6 +273,7 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	err := c.guard(ctx, func() error {
 		return c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	})
+	c.nearForget(ks.value)
 	if err != nil {
 		return redisErr(ctx, "delete", key, err)
 	}

@@ -49,6 +49,17 @@
 // under the same compute lock. [SetTTL] lets compute choose its result's TTL
 // (from an upstream's Cache-Control, say) or not to store it.
 //
+// # Near cache
+//
+// With [WithNearCache], Fetch keeps decoded values in process memory and
+// answers hits without a round trip. Redis's server-assisted invalidation
+// (CLIENT TRACKING in broadcast mode on the prefix, one connection per
+// master that tracks and subscribes to its own invalidations) removes a
+// local copy when any client writes the key, or it expires or is evicted.
+// Local copies are served only while that connection is up, never past the
+// key's PTTL or its stale window; a server that cannot track turns the tier
+// off (see [Stats].NearOff).
+//
 // # Redis keys
 //
 // For key k and prefix p (see [WithPrefix]) a Cache uses the value "p{k}",

@@ -18,10 +18,11 @@ import (
 // compute once; the other callers wait for the stored value and are woken
 // by Redis the moment it is stored.
 //
-// A hit costs one round trip (a GET). Concurrent Fetch calls for one key in
-// one process share a single flight: one GET, and on a miss one lock
-// attempt and one compute or one wait. Every caller receives its own copy
-// of the value, decoded from the stored bytes.
+// A hit costs one round trip (a GET), or none from the near tier (see
+// [WithNearCache]). Concurrent Fetch calls for one key in one process share
+// a single flight: one GET, and on a miss one lock attempt and one compute
+// or one wait. Every caller receives its own copy of the value, decoded
+// from the stored bytes, except near hits, which share one.
 //
 // compute runs on a context detached from the caller's (it keeps the
 // caller's values, not its cancellation): callers that give up must not
@@ -60,6 +61,11 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		return zero, err
 	}
 	vk := c.valueKey(key)
+	if c.near != nil {
+		if v, err, ok := c.nearHit(ctx, key, vk); ok {
+			return v, err
+		}
+	}
 	for {
 		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
 		if !retry {
@@ -83,6 +89,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
+	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
 	b, pttl, err := c.read(ctx, vk)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
@@ -92,6 +99,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		if derr == nil {
 			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
 			c.flights.end(key, cl, r)
+			c.nearPut(vk, tk, v, m, pttl)
 			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
@@ -119,8 +127,8 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	return c.await(ctx, key, key, cl)
 }
 
-// read is the hit path's round trip: a GET, and when freshness options need
-// the value's remaining TTL, a PTTL pipelined with it (one slot, one round
+// read is the hit path's round trip: a GET, and when freshness options or
+// the near tier need the value's remaining TTL, a PTTL pipelined with it (one slot, one round
 // trip). pttl is negative when it was not read or the key has no TTL. It
 // goes through the client's circuit breaker (see ErrUnavailable) without
 // a closure, which would cost every hit an allocation.
@@ -139,7 +147,7 @@ func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Dur
 
 // readRedis is read's round trip, behind the circuit breaker.
 func (c *Cache[T]) readRedis(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
-	if c.opts.stale == 0 && c.opts.beta == 0 {
+	if c.opts.stale == 0 && c.opts.beta == 0 && c.near == nil {
 		b, err = c.client.Get(ctx, vk).Bytes()
 		return b, -1, err
 	}

@@ -3,6 +3,7 @@ package dogpile
 import (
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -12,5 +13,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
 		os.Exit(childMain(mode))
 	}
+	// Trackers notice a silent connection, and an idle Cache, sooner.
+	nearPing, nearIdle = 100*time.Millisecond, time.Second
 	goleak.VerifyTestMain(m)
 }

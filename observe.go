@@ -19,6 +19,9 @@ type Event struct {
 	Key string
 	// Stale reports a hit on a value past its TTL (see [WithStale]).
 	Stale bool
+	// Near reports a hit answered from process memory (see
+	// [WithNearCache]), without a round trip to Redis.
+	Near bool
 	// Refresh reports a compute that refreshes a value in the background
 	// (see [WithStale] and [WithEarlyRefresh]).
 	Refresh bool
@@ -35,7 +38,7 @@ type Event struct {
 type EventKind int
 
 const (
-	EventHit          EventKind = iota + 1 // a caller got a value from Redis (Stale: past its TTL)
+	EventHit          EventKind = iota + 1 // a caller got a value from Redis (Stale: past its TTL) or from the near tier (Near)
 	EventMiss                              // a caller found no value and got one from a compute
 	EventComputeStart                      // this process starts compute (it holds the compute lock)
 	EventComputeEnd                        // compute returned (Took, Err)
@@ -81,6 +84,9 @@ func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
 		s.hits.Add(1)
 		if e.Stale {
 			s.stale.Add(1)
+		}
+		if e.Near {
+			s.nearHits.Add(1)
 		}
 	case EventMiss:
 		s.misses.Add(1)

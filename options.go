@@ -29,6 +29,8 @@ type options struct {
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
 	refreshRetry time.Duration // WithRefreshRetry
 
+	nearEntries int // WithNearCache; 0: no near tier
+
 	logger   *slog.Logger                                 // WithLogger; nil: silent
 	observer func(context.Context, Event) context.Context // WithObserver
 }

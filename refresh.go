@@ -100,5 +100,6 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		c.startFlight(ctx, j, "", down, true)
 	}
 	v, err, _ := c.await(ctx, key, flight, cl)
+	c.nearForget(vk) // this process reads its own refresh at once
 	return v, err
 }

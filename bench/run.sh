@@ -30,6 +30,8 @@ groups='
 ^BenchmarkMissToCompute$                2000x
 ^BenchmarkStoreLag$                     3x
 ^BenchmarkFetchCommands$                5x
+^BenchmarkNearHit$                      20000x
+^BenchmarkNearInvalidation$             2000x
 '
 
 go test -c -o "$bin" .

@@ -9,7 +9,7 @@
 // Metrics (attributes in brackets; never a key or a lock name, which come
 // from data and would make a series per value):
 //
-//	dogpile.cache.requests          counter    [key_prefix, result: hit|stale|miss]
+//	dogpile.cache.requests          counter    [key_prefix, result: hit|near|stale|miss]
 //	dogpile.cache.computes          counter    [key_prefix, refresh, error]
 //	dogpile.cache.compute.duration  histogram  s [key_prefix, refresh, error]
 //	dogpile.cache.wait.duration     histogram  s [key_prefix, wake: push|poll|takeover|failed|timeout|error]
@@ -101,8 +101,11 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 	switch e.Kind {
 	case dogpile.EventHit:
 		result := "hit"
-		if e.Stale {
+		switch {
+		case e.Stale:
 			result = "stale"
+		case e.Near: // from process memory (dogpile.WithNearCache)
+			result = "near"
 		}
 		o.requests.Add(ctx, 1, metric.WithAttributes(prefix, attribute.String("result", result)))
 	case dogpile.EventMiss:

@@ -196,3 +196,22 @@ func names(spans []sdktrace.ReadOnlySpan) []string {
 	}
 	return ns
 }
+
+// TestNearHit: a hit from the near tier is counted with result=near.
+func TestNearHit(t *testing.T) {
+	obs, reader, _, _ := setup(t)
+	ctx := context.Background()
+	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventHit, Prefix: "users:", Near: true})
+	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventHit, Prefix: "users:"})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(rm)
+	for _, result := range []string{"near", "hit"} {
+		name := "dogpile.cache.requests{key_prefix=users:,result=" + result + "}"
+		if got[name] != 1 {
+			t.Errorf("%s = %d; want 1 (all: %v)", name, got[name], got)
+		}
+	}
+}

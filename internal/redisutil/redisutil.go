@@ -28,6 +28,15 @@ func Tag(name string) string {
 	return "{" + name + "}"
 }
 
+// Key returns prefix followed by name's tag (see Tag), as one string built
+// in one allocation: it is made on every cache hit.
+func Key(prefix, name string) string {
+	if strings.ContainsAny(name, "{}") {
+		return prefix + Tag(name)
+	}
+	return prefix + "{" + name + "}"
+}
+
 // Token returns 128 random bits, unguessable by other owners.
 func Token() string {
 	var b [16]byte

@@ -59,3 +59,14 @@ func TestWait(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyIsPrefixAndTag(t *testing.T) {
+	for _, name := range []string{"a", "orders:42", "{", "a{b}c", ""} {
+		if got, want := Key("p:", name), "p:"+Tag(name); got != want {
+			t.Errorf("Key(p:, %q) = %q; want %q", name, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Key("p:", "orders:42") }); n > 1 {
+		t.Errorf("Key allocates %v times; want 1", n)
+	}
+}

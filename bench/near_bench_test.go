@@ -1,0 +1,233 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// nearEntries is the near tier's size in these benchmarks: every key fits.
+const nearEntries = 10_000
+
+// noCompute is the compute of reads of keys that are always there.
+func noCompute(context.Context) (item, error) {
+	return item{}, errors.New("near benchmark: unexpected miss")
+}
+
+// newNearCache returns a Cache with a near tier whose tracking is in place.
+func newNearCache(tb testing.TB, rdb *redis.Client) *dogpile.Cache[item] {
+	c := dogpile.New[item](rdb, dogpile.WithNearCache(nearEntries), dogpile.WithPrefix("near:"))
+	ctx := context.Background()
+	if err := c.Set(ctx, "probe", item{}, cacheTTL); err != nil {
+		tb.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().NearHits == 0 {
+		if time.Now().After(deadline) {
+			tb.Fatalf("near cache: tracking not in place after 10 s: %+v", c.Stats())
+		}
+		if _, err := c.Fetch(ctx, "probe", cacheTTL, noCompute); err != nil {
+			tb.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return c
+}
+
+// newRueidis returns a rueidis client for addr (RESP3, client-side caching
+// in its default tracking mode); b.Cleanup closes it.
+func newRueidis(tb testing.TB, addr string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+// rueidisGet reads key through rueidis's client-side cache and decodes it.
+func rueidisGet(ctx context.Context, c rueidis.Client, key string) (item, bool, error) {
+	var v item
+	r := c.DoCache(ctx, c.B().Get().Key(key).Cache(), cacheTTL)
+	b, err := r.AsBytes()
+	if err != nil {
+		return v, false, err
+	}
+	return v, r.IsCacheHit(), msgpack.Unmarshal(b, &v)
+}
+
+// nearLibs are the libraries of the near-cache benchmarks; tb owns what
+// they open.
+func nearLibs(tb testing.TB) []cacheLib {
+	return []cacheLib{
+		{
+			name: "dogpile+near",
+			how:  "dogpile.New with WithNearCache(10000): decoded values in process memory, invalidated by Redis (CLIENT TRACKING BCAST)",
+			newFetcher: func(rdb *redis.Client) fetcher {
+				c := newNearCache(tb, rdb)
+				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+					return c.Fetch(ctx, key, cacheTTL, compute)
+				}
+			},
+		},
+		cacheLibs[0], // dogpile, no near tier
+		{
+			name:    "rueidis/DoCache",
+			how:     "rueidis DoCache(GET) with a 1 h client-side TTL (RESP3 tracking, default mode) and a msgpack decode",
+			hitOnly: true,
+			newFetcher: func(rdb *redis.Client) fetcher {
+				c := newRueidis(tb, rdb.Options().Addr)
+				return func(ctx context.Context, key string, _ func(context.Context) (item, error)) (item, error) {
+					v, _, err := rueidisGet(ctx, c, key)
+					return v, err
+				}
+			},
+		},
+		cacheLibs[len(cacheLibs)-1], // go-redis/get+msgpack
+	}
+}
+
+// BenchmarkNearHit measures hits with a near tier against the plain hit
+// path, rueidis's client-side caching and the floor of a Redis hit (GET and
+// a msgpack decode): one goroutine or 16, on one key or 1000.
+func BenchmarkNearHit(b *testing.B) {
+	srv := redistest.StartServer(b)
+	libs := nearLibs(b)
+	for _, lib := range libs {
+		b.Logf("%s: %s", lib.name, lib.how)
+	}
+	for _, sc := range []struct {
+		name    string
+		keys, g int
+	}{
+		{"hot-key-G1", 1, 1},
+		{"hot-key-G16", 1, 16},
+		{"keys=1000-G16", 1000, 16},
+	} {
+		b.Run(sc.name, func(b *testing.B) {
+			for _, lib := range rotated(libs) {
+				b.Run(lib.name, func(b *testing.B) {
+					runHit(b, srv.Addr(), lib, sc.keys, sc.g)
+				})
+			}
+		})
+	}
+}
+
+// A nearPair is a reader that caches in process memory and a writer on
+// another connection (another process), on one key.
+type nearPair struct {
+	name string
+	// write stores an item with id under key.
+	write func(ctx context.Context, key string, id int64) error
+	// read returns key's item and whether it came from process memory.
+	read func(ctx context.Context, key string) (item, bool, error)
+}
+
+func nearPairs(tb testing.TB, addr string) []nearPair {
+	newClient := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		tb.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	reader := newNearCache(tb, newClient())
+	writer := dogpile.New[item](newClient(), dogpile.WithPrefix("near:"))
+	rc, raw := newRueidis(tb, addr), newClient()
+	return []nearPair{
+		{
+			name: "dogpile+near",
+			write: func(ctx context.Context, key string, id int64) error {
+				return writer.Set(ctx, key, item{ID: id}, cacheTTL)
+			},
+			read: func(ctx context.Context, key string) (item, bool, error) {
+				hits := reader.Stats().NearHits
+				v, err := reader.Fetch(ctx, key, cacheTTL, noCompute)
+				return v, reader.Stats().NearHits > hits, err
+			},
+		},
+		{
+			name: "rueidis/DoCache",
+			write: func(ctx context.Context, key string, id int64) error {
+				return setItem(ctx, raw, key, item{ID: id})
+			},
+			read: func(ctx context.Context, key string) (item, bool, error) { return rueidisGet(ctx, rc, key) },
+		},
+	}
+}
+
+// BenchmarkNearInvalidation measures how long after another process's
+// write of a key returns a reader that had the key in process memory
+// returns the new value: one op is a write, then reads (back to back, as a
+// busy service would) until the new value comes back, then reads until it
+// is served from memory again (not timed). Two lags are measured from the
+// write's return: "inv", to the start of the first read not served from
+// memory (the invalidation had arrived and been applied), and "new", to the first read
+// that returned the new value (inv plus a round trip to Redis).
+func BenchmarkNearInvalidation(b *testing.B) {
+	srv := redistest.StartServer(b)
+	for _, p := range rotated(nearPairs(b, srv.Addr())) {
+		b.Run(p.name, func(b *testing.B) {
+			ctx := context.Background()
+			key := fmt.Sprintf("inv:%d", time.Now().UnixNano())
+			if err := p.write(ctx, key, 0); err != nil {
+				b.Fatal(err)
+			}
+			var inv, seen hist
+			for i := 1; b.Loop(); i++ {
+				awaitCached(b, p, key)
+				if err := p.write(ctx, key, int64(i)); err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				invalidated := false
+				for {
+					tr := time.Now()
+					v, cached, err := p.read(ctx, key)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if !cached && !invalidated {
+						invalidated = true
+						inv.record(tr.Sub(t0)) // applied before this read began
+					}
+					if v.ID == int64(i) {
+						break
+					}
+					runtime.Gosched()
+				}
+				seen.record(time.Since(t0))
+			}
+			us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+			b.ReportMetric(us(inv.quantile(0.5)), "inv-p50-µs")
+			b.ReportMetric(us(inv.quantile(0.99)), "inv-p99-µs")
+			b.ReportMetric(us(seen.quantile(0.5)), "new-p50-µs")
+			b.ReportMetric(us(seen.quantile(0.99)), "new-p99-µs")
+		})
+	}
+}
+
+// awaitCached reads key until the answer comes from process memory.
+func awaitCached(b *testing.B, p nearPair, key string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, cached, err := p.read(context.Background(), key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cached {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %q never served from memory", p.name, key)
+		}
+	}
+}

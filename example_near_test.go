@@ -1,0 +1,40 @@
+package dogpile_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dogpile-go/dogpile"
+)
+
+// Two processes share a Redis; the first keeps hot values in its own memory.
+// A Set in the second reaches the first through Redis's invalidation
+// message. On a real Redis the first's repeated Fetch is answered from
+// memory (Stats().NearHits); miniredis, used here, cannot track keys, so the
+// near tier turns itself off (Stats().NearOff) and every Fetch reads Redis:
+// the answers are the same, never stale.
+func ExampleWithNearCache() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	load := func(ctx context.Context) (Beer, error) { return Beer{Name: "Pils", ABV: 4.8}, nil }
+
+	web := dogpile.New[Beer](rdb, dogpile.WithNearCache(10_000)) // process A
+	admin := dogpile.New[Beer](rdb)                              // process B
+
+	for range 3 {
+		b, _ := web.Fetch(ctx, "42", time.Hour, load) // after the first: from memory
+		fmt.Println(b.Name)
+	}
+	_ = admin.Set(ctx, "42", Beer{Name: "Pils (new recipe)", ABV: 5.0}, time.Hour)
+	time.Sleep(10 * time.Millisecond) // the invalidation is on its way (well under 1 ms)
+	b, _ := web.Fetch(ctx, "42", time.Hour, load)
+	fmt.Println(b.Name)
+	// Output:
+	// Pils
+	// Pils
+	// Pils
+	// Pils (new recipe)
+}

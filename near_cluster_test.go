@@ -1,0 +1,74 @@
+package dogpile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// TestNearCacheCluster: on a 3-master cluster, the tier tracks each master
+// on a connection of its own, and writes of keys in every master's slots
+// reach it; killing one master's tracking connection flushes the tier.
+func TestNearCacheCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	a := newNearCache[string](t, cl.Client(t), 1000)
+	b := New[string](cl.Client(t), prefix(t))
+	ctx := t.Context()
+	keys := make([]string, 30) // spread over the three masters' slots
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+		if err := b.Set(ctx, keys[i], "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys {
+		fetchNear(t, a, k)
+	}
+	for i, n := range cl.Nodes {
+		if got := trackingConns(t, n); got != 1 {
+			t.Errorf("master %d has %d tracking connections; want 1", i, got)
+		}
+	}
+	for _, k := range keys {
+		if err := b.Set(ctx, k, "v2", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the invalidations", func() bool { return a.Stats().NearInvalidations >= uint64(len(keys)) })
+	for _, k := range keys {
+		if v := fetchValue(t, a, k); v != "v2" {
+			t.Fatalf("Fetch(%q) after the other process's Set = %q; want v2", k, v)
+		}
+	}
+	fetchNear(t, a, keys[0])
+	flushes := a.Stats().NearFlushes
+	admin := cl.Nodes[1].Client(t)
+	if err := admin.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, admin)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+	for _, k := range keys {
+		fetchNear(t, a, k) // tracking is back on every master
+	}
+}
+
+// trackingConns counts the connections of a server with tracking on.
+func trackingConns(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	list, err := s.Client(t).ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(list) {
+		for _, f := range strings.Fields(line) {
+			if flags, ok := strings.CutPrefix(f, "flags="); ok && strings.Contains(flags, "t") {
+				n++
+			}
+		}
+	}
+	return n
+}

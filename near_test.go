@@ -1,0 +1,469 @@
+package dogpile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// newNearCache returns a Cache with a near tier whose tracker is stopped
+// (and its goroutines waited for) when the test ends.
+func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
+	t.Helper()
+	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size)}, opts...)...)
+	t.Cleanup(func() { stopTracking(c) })
+	return c
+}
+
+// stopTracking makes c's tracker find the Cache idle and waits for it.
+func stopTracking[T any](c *Cache[T]) {
+	c.near.t.lastUse.Store(math.MinInt64 / 2)
+	c.near.t.wg.Wait()
+}
+
+// eventually polls cond until it holds, failing the test after 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fetchNear fetches key until the answer comes from the near tier (tracking
+// is in place and the value was read once), and returns it.
+func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	var v T
+	eventually(t, "a near hit on "+key, func() bool {
+		before := c.Stats().NearHits
+		var err error
+		if v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T]); err != nil {
+			t.Fatalf("Fetch(%q): %v", key, err)
+		}
+		return c.Stats().NearHits > before
+	})
+	return v
+}
+
+func fetchValue[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	v, err := c.Fetch(t.Context(), key, time.Minute, nil2[T])
+	if err != nil {
+		t.Fatalf("Fetch(%q): %v", key, err)
+	}
+	return v
+}
+
+// getCalls is how many GETs the server has run (INFO commandstats).
+func getCalls(t *testing.T, rdb redis.UniversalClient) int {
+	t.Helper()
+	info, err := rdb.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+			n := 0
+			for _, r := range rest {
+				if r < '0' || r > '9' {
+					break
+				}
+				n = 10*n + int(r-'0')
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+func TestNearCacheHitsSkipRedis(t *testing.T) {
+	rdb := redistest.Start(t)
+	a := newNearCache[string](t, rdb, 100)
+	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v := fetchNear(t, a, "k"); v != "v1" {
+		t.Fatalf("near hit = %q; want v1", v)
+	}
+	gets := getCalls(t, rdb)
+	for range 100 {
+		if v := fetchValue(t, a, "k"); v != "v1" {
+			t.Fatalf("Fetch = %q; want v1", v)
+		}
+	}
+	if n := getCalls(t, rdb) - gets; n != 0 {
+		t.Errorf("100 near hits ran %d GETs; want 0", n)
+	}
+	if s := a.Stats(); s.NearHits < 101 || s.Hits < s.NearHits || s.NearOff {
+		t.Errorf("Stats = %+v; want ≥ 101 near hits, counted in Hits", s)
+	}
+}
+
+// TestNearCacheSeesOtherWriters: a value near-cached in one process is
+// replaced after another process Sets it, a raw SET writes it, or a raw DEL
+// removes it; the delay from the write to the invalidation is logged.
+func TestNearCacheSeesOtherWriters(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := s.Client(t)
+	a := newNearCache[string](t, rdb, 100)
+	b := New[string](s.Client(t), prefix(t))
+	sibling := New[string](rdb, prefix(t)) // another Cache of A's process, on A's client (no NOLOOP)
+	raw := s.Client(t)
+	ctx := t.Context()
+	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+
+	// write stores want in a way; the next Fetch of a must return want.
+	invalidations := func() uint64 { return a.Stats().NearInvalidations }
+	check := func(how, want string, write func() error) {
+		t.Helper()
+		count := invalidations
+		if how == "FLUSHALL" { // one message for all keys, which go-redis cannot parse: a flush
+			count = func() uint64 { return a.Stats().NearFlushes }
+		}
+		before := count()
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		eventually(t, "the invalidation after "+how, func() bool { return count() > before })
+		t.Logf("%s: invalidation applied %v after the write returned (polled every ms; see bench for the real lag)", how, time.Since(start))
+		v, err := a.Fetch(ctx, "k", time.Minute, constant("computed"))
+		if err != nil || v != want {
+			t.Fatalf("after %s: Fetch = %q, %v; want %q", how, v, err, want)
+		}
+		if got := fetchNear(t, a, "k"); got != want {
+			t.Fatalf("after %s: near hit = %q; want %q", how, got, want)
+		}
+	}
+	check("another process's Set", "v2", func() error { return b.Set(ctx, "k", "v2", time.Minute) })
+	check("a Set by another Cache of this process", "v2b", func() error { return sibling.Set(ctx, "k", "v2b", time.Minute) })
+	check("a raw SET", "v3", func() error {
+		enc, err := b.encode("v3")
+		if err != nil {
+			return err
+		}
+		return raw.Set(ctx, b.valueKey("k"), enc, time.Minute).Err()
+	})
+	check("a raw DEL", "computed", func() error { return raw.Del(ctx, b.valueKey("k")).Err() })
+	check("FLUSHALL", "computed", func() error { return raw.FlushAll(ctx).Err() })
+}
+
+// TestNearCacheOwnWritesAtOnce: this Cache's Set, Refresh and Delete drop
+// the local copy before they return, without waiting for Redis's message
+// (held back here until each check is done).
+func TestNearCacheOwnWritesAtOnce(t *testing.T) {
+	a := newNearCache[string](t, redistest.Start(t), 100)
+	ctx := t.Context()
+	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var held sync.Mutex
+	a.near.t.beforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	for _, w := range []struct {
+		name, want string
+		write      func() error
+	}{
+		{"Set", "v2", func() error { return a.Set(ctx, "k", "v2", time.Minute) }},
+		{"Refresh", "v3", func() error { _, err := a.Refresh(ctx, "k", time.Minute, constant("v3")); return err }},
+		{"Delete", "v4", func() error { return a.Delete(ctx, "k") }},
+	} {
+		fetchNear(t, a, "k")
+		held.Lock()
+		if err := w.write(); err != nil {
+			t.Fatal(err)
+		}
+		v, err := a.Fetch(ctx, "k", time.Minute, constant("v4"))
+		held.Unlock()
+		if err != nil || v != w.want {
+			t.Fatalf("Fetch after %s = %q, %v; want %q", w.name, v, err, w.want)
+		}
+	}
+}
+
+// TestNearCacheDroppedTracking: when the tracking connection is killed, the
+// near tier is flushed and bypassed until tracking is back, so a write made
+// while it was down is seen at once, and never the value it replaced.
+func TestNearCacheDroppedTracking(t *testing.T) {
+	for _, kill := range []struct{ name, filter string }{
+		{"pubsub", "TYPE pubsub"},
+		{"tracking", "ID"}, // found in CLIENT LIST by its tracking flag
+	} {
+		t.Run(kill.name, func(t *testing.T) {
+			s := redistest.StartServer(t)
+			admin := s.Client(t)
+			a := newNearCache[string](t, s.Client(t), 100)
+			b := New[string](s.Client(t), prefix(t))
+			ctx := t.Context()
+			gate := make(chan struct{})
+			a.near.t.beforeSession = func() { <-gate }
+			if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			fetchNear(t, a, "k")
+			flushes := a.Stats().NearFlushes
+			args := []any{"CLIENT", "KILL"}
+			for _, f := range strings.Fields(kill.filter) {
+				args = append(args, f)
+			}
+			if kill.filter == "ID" {
+				args = append(args, trackingClientID(t, admin))
+			}
+			if err := admin.Do(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+			if err := b.Set(ctx, "k", "v2", time.Minute); err != nil { // while tracking is down
+				t.Fatal(err)
+			}
+			hits := a.Stats().NearHits
+			for range 20 {
+				if v := fetchValue(t, a, "k"); v != "v2" {
+					t.Fatalf("Fetch while tracking is down = %q; want v2", v)
+				}
+			}
+			if n := a.Stats().NearHits - hits; n != 0 {
+				t.Errorf("%d near hits while tracking was down; want 0", n)
+			}
+			close(gate)
+			if v := fetchNear(t, a, "k"); v != "v2" {
+				t.Fatalf("near hit after tracking is back = %q; want v2", v)
+			}
+		})
+	}
+}
+
+// trackingClientID finds the connection with tracking on (flag t).
+func trackingClientID(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	list, err := rdb.ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(list) {
+		var id, flags string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "flags="); ok {
+				flags = v
+			}
+		}
+		if strings.Contains(flags, "t") {
+			return id
+		}
+	}
+	t.Fatalf("no tracking connection in CLIENT LIST:\n%s", list)
+	return ""
+}
+
+// TestNearCacheExpires: a near copy is not served past the key's TTL, nor
+// into its stale window; active expiry is off, so no invalidation comes to
+// remove it (only the copy's own deadline does).
+func TestNearCacheExpires(t *testing.T) {
+	rdb := redistest.Start(t, "--enable-debug-command", "local")
+	if err := rdb.Do(t.Context(), "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
+		t.Skipf("DEBUG SET-ACTIVE-EXPIRE: %v", err)
+	}
+	for _, stale := range []time.Duration{0, time.Minute} {
+		t.Run("stale="+stale.String(), func(t *testing.T) {
+			var opts []Option
+			if stale > 0 {
+				opts = append(opts, WithStale(stale))
+			}
+			a := newNearCache[string](t, rdb, 100, opts...)
+			const ttl = 300 * time.Millisecond
+			if err := a.Set(t.Context(), "k", "v1", ttl); err != nil {
+				t.Fatal(err)
+			}
+			set := time.Now()
+			fetchNear(t, a, "k")
+			time.Sleep(time.Until(set.Add(ttl + 50*time.Millisecond)))
+			hits := a.Stats().NearHits
+			v, err := a.Fetch(t.Context(), "k", time.Minute, constant("v2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := a.Stats().NearHits - hits; n != 0 {
+				t.Fatalf("near hit past the TTL (got %q)", v)
+			}
+			want := "v2"
+			if stale > 0 {
+				want = "v1" // from Redis, stale, refreshed in the background
+				if a.Stats().Stale == 0 {
+					t.Errorf("the hit past the TTL was not a stale hit")
+				}
+			}
+			if v != want {
+				t.Errorf("Fetch past the TTL = %q; want %q", v, want)
+			}
+			settle(t, a)
+		})
+	}
+}
+
+func TestNearCacheBounded(t *testing.T) {
+	a := newNearCache[int](t, redistest.Start(t), 50)
+	ctx := t.Context()
+	if err := a.Set(ctx, "warm", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "warm") // tracking is up from here
+	for i := range 500 {
+		key := "k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		for range 2 {
+			if _, err := a.Fetch(ctx, key, time.Minute, func(context.Context) (int, error) { return i, nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a.near.store.CleanUp()
+	if n := a.near.store.EstimatedSize(); n > 50 || n == 0 {
+		t.Errorf("near tier holds %d entries after 500 keys; want 1..50", n)
+	}
+}
+
+// TestNearCacheTicketRace: a value read before an invalidation (or a loss
+// of tracking) of its key cannot enter the tier after it, however late the
+// read's reply.
+func TestNearCacheTicketRace(t *testing.T) {
+	a := New[string](nopClient(t), WithNearCache(10))
+	x := &a.near.x
+	x.setUp(true)
+	vk := a.valueKey("k")
+	cases := []struct {
+		name      string
+		meanwhile func()
+	}{
+		{"invalidation", func() { x.invalidate([]string{vk}) }},
+		{"other key", func() {}},
+		{"flush", x.flush},
+		{"down and up", func() { x.setUp(false); x.setUp(true) }},
+		{"own write", func() { a.nearForget(vk) }},
+	}
+	for _, tc := range cases {
+		tk := a.nearTicket(vk)
+		tc.meanwhile()
+		a.nearPut(vk, tk, "old", meta{}, time.Minute)
+		_, ok := a.near.store.GetIfPresent(vk)
+		if want := tc.name == "other key"; ok != want {
+			t.Errorf("%s between the ticket and the insert: stored = %v; want %v", tc.name, ok, want)
+		}
+		a.near.store.InvalidateAll()
+	}
+}
+
+// TestNearCacheDegrades: miniredis cannot track keys, so the near tier is
+// off: every Fetch reads Redis, which is said once.
+func TestNearCacheDegrades(t *testing.T) {
+	rdb := redistest.Embedded(t)
+	var buf syncBuffer
+	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := t.Context()
+	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NearOff", func() bool {
+		if v := fetchValue(t, a, "k"); v != "v1" {
+			t.Fatalf("Fetch = %q; want v1", v)
+		}
+		return a.Stats().NearOff
+	})
+	if err := rdb.Del(ctx, a.valueKey("k")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
+		t.Fatalf("Fetch after a raw DEL = %q, %v; want v2", v, err)
+	}
+	if s := a.Stats(); s.NearHits != 0 {
+		t.Errorf("NearHits = %d on miniredis; want 0", s.NearHits)
+	}
+	if n := strings.Count(buf.String(), "near cache off"); n != 1 {
+		t.Errorf("logged %d times; want once:\n%s", n, buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestNearCacheOptionPanics(t *testing.T) {
+	mustPanic(t, "WithNearCache(0)", func() { WithNearCache(0) })
+	mustPanic(t, "WithNearCache(-1)", func() { WithNearCache(-1) })
+}
+
+// TestNearCacheSilentServer: a server that stops answering (SIGSTOP: no
+// error, no closed connection) is noticed by the unanswered ping, and the
+// tier is flushed before it answers again.
+func TestNearCacheSilentServer(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	flushes := a.Stats().NearFlushes
+	s.Pause()
+	eventually(t, "the flush while the server is silent", func() bool {
+		a.near.t.use(nearNow()) // in use (a Fetch would block once the tier is off)
+		return a.Stats().NearFlushes > flushes
+	})
+	s.Resume()
+	if v := fetchNear(t, a, "k"); v != "v1" {
+		t.Fatalf("near hit after the server came back = %q; want v1", v)
+	}
+}
+
+// TestNearCacheTombstone: a remembered "not found" (WithNegativeTTL) is
+// served from the near tier too, reported to the observer as a near hit.
+func TestNearCacheTombstone(t *testing.T) {
+	var nearEvents atomic.Int64
+	observe := func(ctx context.Context, e Event) context.Context {
+		if e.Kind == EventHit && e.Near {
+			nearEvents.Add(1)
+		}
+		return nil
+	}
+	a := newNearCache[string](t, redistest.Start(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
+	absent := func(context.Context) (string, error) { return "", ErrNotFound }
+	eventually(t, "a near hit on the tombstone", func() bool {
+		before := a.Stats().NearHits
+		if _, err := a.Fetch(t.Context(), "gone", time.Minute, absent); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Fetch = %v; want ErrNotFound", err)
+		}
+		return a.Stats().NearHits > before
+	})
+	if s := a.Stats(); s.Computes != 1 || nearEvents.Load() != int64(s.NearHits) {
+		t.Errorf("Stats = %+v, near hit events %d; want 1 compute and an event per near hit", s, nearEvents.Load())
+	}
+}

@@ -1,0 +1,241 @@
+package dogpile
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// invalidateChannel is where Redis sends invalidation messages to a RESP2
+// connection that tracking redirects to.
+const invalidateChannel = "__redis__:invalidate"
+
+// Timings of the tracker; variables so that tests may shorten them.
+var (
+	// nearPing is how long the invalidation connection may stay silent
+	// before it is pinged; a ping unanswered for as long again counts as a
+	// dropped connection.
+	nearPing = time.Second
+	// nearIdle is how long a Cache goes without a Fetch before its tracker
+	// closes its connections (and empties the near tier).
+	nearIdle = time.Minute
+	// nearBackoff bounds the pause between attempts to restore tracking.
+	nearBackoff = time.Second
+)
+
+// A tracker keeps the near tier of one Cache coherent: it holds one
+// connection per Redis master that is both the tracking client and the
+// subscriber of its own invalidations (CLIENT TRACKING ON REDIRECT <its own
+// id> BCAST PREFIX <prefix>, then SUBSCRIBE __redis__:invalidate, in RESP2).
+//
+// One connection, not a tracking connection plus a subscriber: in broadcast
+// mode Redis reports every write of a key under the prefix whichever
+// connection read it, so one tracking connection per master covers the
+// reads of the whole pool; and a connection that both tracks and receives
+// cannot lose one without the other unseen. If it dies (killed, network, a
+// failover), the subscription's read fails at once and the tier is flushed.
+// A tracking connection that redirected elsewhere would die silently in
+// RESP2: the server tells nobody.
+//
+// NOLOOP is not used: it only hides the writes made by the tracking
+// connection itself, which makes none; this process's other connections
+// (its Caches' Set, Delete and stores) must invalidate like anyone else's.
+type tracker struct {
+	client redis.UniversalClient
+	prefix string
+	x      *nearIndex
+	off    func(reason string) // the near tier cannot work with this client
+
+	lastUse atomic.Int64 // nearNow() of a recent Fetch
+	running atomic.Bool
+	mu      sync.Mutex // guards running's changes, dead and ups
+	dead    bool       // off for good
+	ups     int        // sessions whose tracking is in place
+	masters atomic.Pointer[map[string]bool]
+	wg      sync.WaitGroup // run
+
+	// beforeSession, if set, is called before each session on a node but
+	// the first (tests hold tracking down with it); beforeApply, before an
+	// invalidation message is applied (tests hold invalidations back).
+	beforeSession, beforeApply func()
+}
+
+func newTracker(c redis.UniversalClient, prefix string, x *nearIndex, off func(string)) *tracker {
+	return &tracker{client: c, prefix: prefix, x: x, off: off}
+}
+
+// use records a Fetch at now and starts tracking if it is not running.
+func (t *tracker) use(now int64) {
+	if now-t.lastUse.Load() > int64(nearIdle/8) {
+		t.lastUse.Store(now)
+	}
+	if t.running.Load() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.running.Load() || t.dead {
+		return
+	}
+	t.lastUse.Store(now)
+	t.running.Store(true)
+	t.wg.Go(t.run)
+}
+
+// run tracks until the Cache goes idle or tracking proves impossible.
+func (t *tracker) run() {
+	for {
+		nodes, reason := t.nodes()
+		if reason != "" {
+			t.disable(reason)
+			return
+		}
+		if t.track(nodes) {
+			return
+		}
+	}
+}
+
+// nodes lists the options of the servers to track on, or why none can be.
+func (t *tracker) nodes() ([]*redis.Options, string) {
+	switch c := t.client.(type) {
+	case *redis.Client:
+		if c.Options().Addr == "FailoverClient" {
+			return nil, "a failover client (its connections follow the master; the tracker's would not)"
+		}
+		return []*redis.Options{c.Options()}, ""
+	case *redis.ClusterClient:
+		o := c.Options()
+		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			return nil, "a cluster client that reads from replicas (they lag behind the invalidations)"
+		}
+		return clusterMasters(c)
+	default:
+		return nil, "a client of a kind the near cache does not follow (a Ring, or another type)"
+	}
+}
+
+func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
+	var mu sync.Mutex
+	var nodes []*redis.Options
+	ctx, cancel := context.WithTimeout(context.Background(), nearPing)
+	defer cancel()
+	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		nodes = append(nodes, n.Options())
+		return nil
+	})
+	if err != nil {
+		return nil, "" // no topology yet: track nothing, and look again
+	}
+	return nodes, ""
+}
+
+// disable turns the near tier off for good, once.
+func (t *tracker) disable(reason string) {
+	t.mu.Lock()
+	t.dead = true
+	t.running.Store(false)
+	t.mu.Unlock()
+	t.off(reason)
+}
+
+// track runs one session per node until the Cache goes idle (true), the
+// set of masters changes, or a server refuses tracking (then t is dead).
+func (t *tracker) track(nodes []*redis.Options) (stop bool) {
+	set := make(map[string]bool, len(nodes))
+	for _, o := range nodes {
+		set[o.Addr] = true
+	}
+	t.masters.Store(&set)
+	ctx, cancel := context.WithCancel(context.Background())
+	var refused atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for _, o := range nodes {
+		wg.Go(func() { t.keep(ctx, o, len(nodes), &refused) })
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+		t.masters.Store(nil)
+	}()
+	tick := time.NewTicker(nearPing)
+	defer tick.Stop()
+	for range tick.C {
+		if err := refused.Load(); err != nil {
+			cancel()
+			wg.Wait()
+			t.disable("the server refuses CLIENT TRACKING: " + (*err).Error())
+			return true
+		}
+		if t.idle() {
+			return true
+		}
+		if len(nodes) == 0 || t.moved(set) {
+			return false
+		}
+	}
+	return true
+}
+
+// idle reports, and records, that the Cache went idle: tracking stops. A
+// Fetch that comes at that moment sees running false and starts it again.
+func (t *tracker) idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if nearNow()-t.lastUse.Load() < int64(nearIdle) {
+		return false
+	}
+	t.running.Store(false)
+	return true
+}
+
+// moved reports whether a Cluster's masters are no longer set.
+func (t *tracker) moved(set map[string]bool) bool {
+	c, ok := t.client.(*redis.ClusterClient)
+	if !ok {
+		return false
+	}
+	nodes, _ := clusterMasters(c)
+	if len(nodes) != len(set) {
+		return true
+	}
+	for _, o := range nodes {
+		if !set[o.Addr] {
+			return true
+		}
+	}
+	return false
+}
+
+// tracked reports whether reads of vk are covered by tracking: always on a
+// single server; on a Cluster, if vk's master is one of the tracked ones.
+func (t *tracker) tracked(vk string) bool {
+	c, ok := t.client.(*redis.ClusterClient)
+	if !ok {
+		return true
+	}
+	set := t.masters.Load()
+	if set == nil {
+		return false
+	}
+	n, err := c.MasterForKey(context.Background(), vk)
+	return err == nil && (*set)[n.Options().Addr]
+}
+
+// up counts a session's tracking in place (or lost); the tier is served
+// only while all of them are.
+func (t *tracker) up(on bool, of int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if on {
+		t.ups++
+	} else {
+		t.ups--
+	}
+	t.x.setUp(t.ups == of)
+}

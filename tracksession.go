@@ -1,0 +1,128 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// A session is one life of a tracking connection: connect (OnConnect turns
+// tracking on, redirected to the connection itself), subscribe to the
+// invalidations, apply them, and end at the first sign of trouble. keep
+// starts the next one.
+
+// keep runs sessions on one node until ctx ends, pausing between them.
+func (t *tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error]) {
+	cl := redis.NewClient(trackingOptions(o, t.prefix, refused))
+	defer cl.Close()
+	pause := 10 * time.Millisecond
+	for n := 0; ctx.Err() == nil && refused.Load() == nil; n++ {
+		if n > 0 && t.beforeSession != nil {
+			t.beforeSession()
+		}
+		wasUp := false
+		_ = t.session(ctx, cl, func() {
+			if !wasUp {
+				wasUp = true
+				t.up(true, of)
+			}
+		})
+		if wasUp {
+			t.up(false, of)
+			pause = 10 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, nearBackoff)
+	}
+}
+
+// session subscribes to the invalidations on cl's connection, whose
+// OnConnect has turned tracking on, and applies them until the connection
+// fails or stops answering. up is called once tracking is in place.
+func (t *tracker) session(ctx context.Context, cl *redis.Client, up func()) error {
+	ps := cl.Subscribe(ctx)
+	defer ps.Close()
+	if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
+		return err
+	}
+	pinged := false
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, nearPing)
+		var ne net.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ne) && ne.Timeout() && !pinged:
+			pinged = true
+			if err := ps.Ping(ctx); err != nil {
+				return err
+			}
+			continue
+		default:
+			// Also a FLUSHALL, whose message go-redis cannot parse: the
+			// session ends and the tier is flushed.
+			return err
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" && m.Channel == invalidateChannel {
+				up()
+			}
+		case *redis.Message:
+			if m.Channel != invalidateChannel {
+				continue
+			}
+			if t.beforeApply != nil {
+				t.beforeApply()
+			}
+			if m.PayloadSlice == nil {
+				t.x.flush()
+			} else {
+				t.x.invalidate(m.PayloadSlice)
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// trackingOptions are o for a client of one connection, in RESP2, whose
+// connections turn tracking on for prefix, redirected to themselves. A
+// server's refusal is recorded in refused (a network error is not one).
+func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[error]) *redis.Options {
+	opt := *o
+	opt.Protocol = 2
+	// Not the client's config, which it changes under its own lock after a
+	// handshake; RESP2 has no maintenance notifications anyway.
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
+	user := o.OnConnect
+	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if user != nil {
+			if err := user(ctx, cn); err != nil {
+				return err
+			}
+		}
+		id, err := cn.ClientID(ctx).Result()
+		if err == nil {
+			args := []any{"CLIENT", "TRACKING", "ON", "REDIRECT", id, "BCAST"}
+			if prefix != "" {
+				args = append(args, "PREFIX", prefix)
+			}
+			err = cn.Do(ctx, args...).Err()
+		}
+		var re redis.Error
+		if errors.As(err, &re) {
+			refused.CompareAndSwap(nil, &err)
+		}
+		return err
+	}
+	return &opt
+}
