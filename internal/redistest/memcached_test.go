@@ -26,14 +26,16 @@ func TestMemcachedStartsPrivateServer(t *testing.T) {
 func TestMemcachedKillPauseResume(t *testing.T) {
 	m := redistest.StartMemcached(t)
 	c := m.Client(t)
-	c.Timeout = 100 * time.Millisecond
+	c.Timeout = 5 * time.Second // a loaded machine may take long to answer
 	if err := c.Set(&memcache.Item{Key: "k", Value: []byte("v")}); err != nil {
 		t.Fatal(err)
 	}
 	m.Pause()
+	c.Timeout = 100 * time.Millisecond // only the paused server must time out
 	if _, err := c.Get("k"); err == nil {
 		t.Error("Get on a paused server succeeded")
 	}
+	c.Timeout = 5 * time.Second
 	m.Resume()
 	if it, err := c.Get("k"); err != nil || string(it.Value) != "v" {
 		t.Errorf("Get after Resume = %v, %v; want v", it, err)
