@@ -235,6 +235,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 		return c.computeLocal(ctx, j)
 	}
 	m := c.newMiss(j.key, j.ks, bad, force)
+	m.first = j.first
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)
