@@ -21,6 +21,7 @@ var batchSuite = suite{
 	{"NegativeTTL", testManyNegativeTTL},
 	{"ComputeError", testManyComputeError},
 	{"AcrossInstances", testManyAcrossInstances},
+	{"WithFetch", testManyWithFetch},
 	{"JoinsFetch", testManyJoinsFetch},
 	{"FetchJoinsMany", testManyFetchJoinsMany},
 	{"TakesOverDeadHolder", testManyTakesOverDeadHolder},

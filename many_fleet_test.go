@@ -1,0 +1,143 @@
+package dogpile
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMultiProcessFetchMany: 4 processes × 8 goroutines FetchMany
+// overlapping windows of 120 of 200 keys (spread over every slot on a
+// cluster): each key is computed exactly once in the fleet, and every
+// caller gets every value.
+func TestMultiProcessFetchMany(t *testing.T) {
+	for _, b := range []string{"redis", "cluster"} {
+		t.Run(b, func(t *testing.T) {
+			addrs, rdb := fleetBackend(t, b)
+			const prefix = "mpm:"
+			kids := make([]*child, 4)
+			for i := range kids {
+				kids[i] = startChild(t, "batch", addrs, prefix, workersEnv+"=8")
+			}
+			for _, k := range kids {
+				k.expect(t, "ready")
+			}
+			for _, k := range kids {
+				_, _ = io.WriteString(k.stdin, "go\n")
+			}
+			for i, k := range kids {
+				if r := k.result(t); r.Values != 8*120 || len(r.Errors) > 0 {
+					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
+				}
+			}
+			got := computesPerKey(t, rdb, prefix)
+			for k, n := range got {
+				if n != "1" {
+					t.Errorf("key %s computed %s times; want 1", k, n)
+				}
+			}
+			if len(got) != 200 {
+				t.Errorf("%d keys computed; want 200", len(got))
+			}
+		})
+	}
+}
+
+// TestMultiProcessFetchManyHolderKilled: the process computing all 200
+// keys in one FetchMany is SIGKILLed; the other processes take every key
+// over (after one lease) and each key is computed twice in all: by the
+// dead process and by one taker.
+func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
+	for _, b := range []string{"redis", "cluster"} {
+		t.Run(b, func(t *testing.T) {
+			addrs, rdb := fleetBackend(t, b)
+			const prefix = "mhk:"
+			lease := leaseEnv + "=500ms"
+			holder := startChild(t, "batchholder", addrs, prefix, lease)
+			holder.expect(t, "computing")
+			kids := make([]*child, 3)
+			for i := range kids {
+				kids[i] = startChild(t, "batch", addrs, prefix, lease, workersEnv+"=8")
+				kids[i].expect(t, "ready")
+			}
+			for _, k := range kids {
+				_, _ = io.WriteString(k.stdin, "go\n")
+			}
+			for _, k := range kids {
+				k.expect(t, "waiting")
+			}
+			if err := holder.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			var takeovers uint64
+			for i, k := range kids {
+				r := k.result(t)
+				if r.Values != 8*120 || len(r.Errors) > 0 {
+					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
+				}
+				takeovers += r.Stats.Takeovers
+			}
+			got := computesPerKey(t, rdb, prefix)
+			for i := range 200 {
+				if n := got[strconv.Itoa(i)]; n != "2" {
+					t.Errorf("key %d computed %s times; want 2 (the killed holder and one taker)", i, n)
+				}
+			}
+			if takeovers != 200 {
+				t.Errorf("Takeovers = %d; want 200", takeovers)
+			}
+		})
+	}
+}
+
+// testManyWithFetch: 4 Caches (a process each) × 8 goroutines, half
+// calling FetchMany on windows of 60 of 100 keys, half Fetch on each key
+// of a window in turn, all at once: each key is computed once in all.
+func testManyWithFetch(t *testing.T, b backend) {
+	rdb := b.client(t)
+	counter := t.Name() + ":computes"
+	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, counter, k, 1) }
+	keys := keyRange("k", 100)
+	var wg sync.WaitGroup
+	for p := range 4 {
+		c := New[string](b.client(t), prefix(t))
+		for g := range 8 {
+			from := (p*8 + g) * 100 / 32
+			mine := append(slices.Clone(keys[from:]), keys[:from]...)[:60]
+			e := &echo{counter: count}
+			wg.Go(func() {
+				if g%2 == 0 {
+					got, err := c.FetchMany(t.Context(), mine, time.Minute, e.compute)
+					if err != nil {
+						t.Error(err)
+					}
+					wantAll(t, got, mine)
+					return
+				}
+				for _, k := range mine {
+					v, err := c.Fetch(t.Context(), k, time.Minute, one(k, e.compute))
+					if err != nil || v != "v:"+k {
+						t.Errorf("Fetch(%s) = %q, %v", k, v, err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	counts, err := rdb.HGetAll(t.Context(), counter).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, n := range counts {
+		if n != "1" {
+			t.Errorf("key %s computed %s times; want 1", k, n)
+		}
+	}
+	if len(counts) != len(keys) {
+		t.Errorf("%d keys computed; want %d", len(counts), len(keys))
+	}
+}
