@@ -127,9 +127,9 @@ func (c *Cache[T]) done() { <-c.attempts }
 
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
-	Hits          uint64 // Fetch and Get calls that found a value in Redis at once
-	Misses        uint64 // Fetch and Get calls that did not
-	Computes      uint64 // compute calls made by this process
+	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value in Redis at once
+	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
+	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
 	Waits         uint64 // flights that waited for another process's compute
 	PushWakeups   uint64 // waits ended by a pub/sub message
 	PollWakeups   uint64 // waits ended by the holder's lease running out (no message)
