@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // FetchMany returns the values cached under keys, computing the missing
@@ -60,15 +62,13 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	out := make(map[string]T, len(pending))
-	var errs []error
-	for len(pending) > 0 {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		ws := c.startMany(ctx, pending, ttl, compute)
-		if pending, errs, err = c.collect(ctx, ws, out, errs); err != nil {
-			return out, err
-		}
+	misses, errs, err := c.hits(ctx, pending, ttl, compute, out)
+	for err == nil && len(misses) > 0 {
+		ws := c.joinMisses(ctx, misses, ttl, compute)
+		misses, errs, err = c.collect(ctx, ws, out, errs)
+	}
+	if err != nil {
+		return out, err
 	}
 	return out, errors.Join(errs...)
 }
@@ -93,82 +93,84 @@ func uniqueKeys(keys []string) ([]string, error) {
 	return out, nil
 }
 
-// A want is one key of a FetchMany and the flight that answers it.
-type want[T any] struct {
-	key   string
-	cl    *call
-	ended bool    // r holds the answer already: this FetchMany led the flight and ended it
-	r     outcome // if ended
-	v     T       // if decoded
-	// decoded: v is r.b decoded (a hit read by this FetchMany), so that a
-	// hit is decoded once.
-	decoded bool
+// A missing is a key that FetchMany did not find.
+type missing struct {
+	key, vk string
+	bad     string // SHA1 of stored bytes that did not decode, or ""
+	down    bool   // Redis is unreachable and WithComputeWhenDown is set
 }
 
-// end ends the flight that w leads with r.
-func (w *want[T]) end(c *Cache[T], r outcome) {
-	c.flights.end(w.key, w.cl, r)
-	w.ended, w.r = true, r
-}
-
-// hit ends the flight that w leads with a value read at once: v decoded
-// from r.b, with meta m.
-func (w *want[T]) hit(c *Cache[T], v T, m meta, r read) {
-	w.end(c, outcome{b: r.b, hit: true, stale: c.opts.stale > 0 && r.pttl >= 0 && r.pttl <= c.opts.stale})
-	w.v, w.decoded = v, !m.notFound
-}
-
-// startMany joins or starts the flight of each key (see Fetch): the keys
-// whose flight this FetchMany leads are read at once, and the missing ones
-// start their miss in the background.
-func (c *Cache[T]) startMany(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T]) []want[T] {
-	ws := make([]want[T], len(keys))
-	var lead []*want[T]
+// hits reads every key in one round trip (per node) and puts the values
+// found into out, starting background refreshes where due. It returns the
+// keys to compute or wait for, and the errors of keys that failed. Hits do
+// not join the in-process flights (so concurrent batches of the same hot
+// keys never queue behind one another's reads); only misses do.
+func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T], out map[string]T) ([]missing, []error, error) {
+	vks := make([]string, len(keys))
 	for i, k := range keys {
-		cl, l := c.flights.join(k)
-		ws[i] = want[T]{key: k, cl: cl}
-		if l {
-			lead = append(lead, &ws[i])
-		} else {
-			c.stats.shared.Add(1)
+		vks[i] = c.valueKey(k)
+	}
+	rs := c.readMany(ctx, vks)
+	var misses []missing
+	var errs []error
+	for i, k := range keys {
+		r, bad, down := rs[i], "", false
+		switch {
+		case r.err == nil:
+			v, m, derr := c.decodeEntry(r.b)
+			if derr != nil {
+				c.decodeError(ctx, k, derr)
+				bad = sha1hex(r.b)
+				break
+			}
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: c.opts.stale > 0 && r.pttl >= 0 && r.pttl <= c.opts.stale})
+			if !m.notFound {
+				out[k] = v
+			}
+			if limit, ok := c.due(r.pttl, m); ok {
+				c.refreshLater(ctx, &job[T]{flight: k, key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
+			}
+			continue
+		case r.err == redis.Nil:
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case c.opts.computeIfDown && unreachable(r.err):
+			down = true
+		default:
+			errs = append(errs, redisErr(ctx, "get", k, r.err))
+			continue
 		}
+		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down})
 	}
-	if len(lead) > 0 {
-		c.leadMany(ctx, lead, ttl, compute)
-	}
-	return ws
+	return misses, errs, nil
 }
 
-// collect waits for the answer of each want and puts it in out, or its
-// error in errs. It returns the keys to look for again: those whose flight
+// A want is a missing key of a FetchMany and the flight that answers it.
+type want struct {
+	missing
+	cl *call
+}
+
+// collect waits for the flight of each want and puts its value in out, or
+// its error in errs. It returns the keys to look for again: those whose flight
 // was abandoned by a Fetch that led it (see errRetry). When ctx ends first,
 // it leaves the flights it still waits for and returns ctx.Err().
-func (c *Cache[T]) collect(ctx context.Context, ws []want[T], out map[string]T, errs []error) (again []string, _ []error, _ error) {
-	for i := range ws {
-		w := &ws[i]
-		if !w.ended {
-			select {
-			case <-w.cl.done:
-				w.r = w.cl.outcome
-			case <-ctx.Done():
-				for _, w := range ws[i:] {
-					if !w.ended {
-						c.flights.leave(w.key, w.cl)
-					}
-				}
-				return nil, errs, ctx.Err()
+func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, errs []error) (again []missing, _ []error, _ error) {
+	for i, w := range ws {
+		select {
+		case <-w.cl.done:
+		case <-ctx.Done():
+			for _, w := range ws[i:] {
+				c.flights.leave(w.key, w.cl)
 			}
+			return nil, errs, ctx.Err()
 		}
-		if w.r.err == errRetry {
-			again = append(again, w.key)
+		if w.cl.err == errRetry {
+			again = append(again, w.missing)
 			continue
 		}
-		c.count(ctx, w.key, w.r)
-		if w.decoded {
-			out[w.key] = w.v
-			continue
-		}
-		if err := c.answer(w.key, w.r, out); err != nil {
+		c.count(ctx, w.key, w.cl.outcome)
+		if err := c.answer(w.key, w.cl.outcome, out); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// FetchMany's round trips: the batch read of the hits and the batch lock
+// FetchMany's round trips: the batch read of every key and the batch lock
 // attempt of the misses. From the lock attempt on, each key goes its own
 // way: won keys to one compute (see computeMany), the others into Fetch's
 // miss path, started from the reply the batch got (see miss.first).
@@ -97,50 +97,28 @@ type batch[T any] struct {
 	compute manyFunc[T]
 }
 
-// leadMany reads the keys of the flights this FetchMany leads, answers the
-// hits (starting background refreshes where due) and starts the misses.
-func (c *Cache[T]) leadMany(ctx context.Context, lead []*want[T], ttl time.Duration, compute manyFunc[T]) {
-	vks := make([]string, len(lead))
-	for i, w := range lead {
-		vks[i] = c.valueKey(w.key)
-	}
-	rs := c.readMany(ctx, vks)
+// joinMisses joins or starts the flight of each missing key (see Fetch):
+// a key whose flight another caller in this process leads is awaited, and
+// the others start one batch.
+func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Duration, compute manyFunc[T]) []want {
+	ws := make([]want, len(misses))
 	b := &batch[T]{compute: compute}
-	for i, w := range lead {
-		r, bad := rs[i], ""
-		switch {
-		case r.err == nil:
-			v, m, derr := c.decodeEntry(r.b)
-			if derr == nil {
-				w.hit(c, v, m, r)
-				if limit, ok := c.due(r.pttl, m); ok {
-					j := &job[T]{flight: w.key, key: w.key, ks: keysFor(vks[i]), ttl: ttl, compute: one(w.key, compute)}
-					c.refreshLater(ctx, j, limit)
-				}
-				continue
-			}
-			c.decodeError(ctx, w.key, derr)
-			bad = sha1hex(r.b)
-		case r.err == redis.Nil:
-		case ctx.Err() != nil:
-			w.end(c, outcome{err: errRetry})
-			continue
-		case c.opts.computeIfDown && unreachable(r.err):
-			b.down = true
-		default:
-			w.end(c, outcome{err: redisErr(ctx, "get", w.key, r.err)})
+	for i, m := range misses {
+		cl, lead := c.flights.join(m.key)
+		ws[i] = want{m, cl}
+		if !lead {
+			c.stats.shared.Add(1)
 			continue
 		}
-		b.jobs = append(b.jobs, &job[T]{flight: w.key, key: w.key, ks: keysFor(vks[i]), ttl: ttl, cl: w.cl})
-		b.bad = append(b.bad, bad)
+		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
+		b.down = b.down || m.down
+		b.jobs = append(b.jobs, &job[T]{flight: m.key, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl})
+		b.bad = append(b.bad, m.bad)
 	}
-	if len(b.jobs) == 0 {
-		return
+	if len(b.jobs) > 0 {
+		go c.runBatch(context.WithoutCancel(ctx), b)
 	}
-	for _, j := range b.jobs {
-		c.flights.detach(j.cl, nil) // FetchMany waits for it (see collect)
-	}
-	go c.runBatch(context.WithoutCancel(ctx), b)
+	return ws
 }
 
 // runBatch is the miss path of a batch, on a context detached from the

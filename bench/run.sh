@@ -30,6 +30,8 @@ groups='
 ^BenchmarkMissToCompute$                2000x
 ^BenchmarkStoreLag$                     3x
 ^BenchmarkFetchCommands$                5x
+^BenchmarkFetchMany$/^hits-             1000x
+^BenchmarkFetchMany$/^misses-           10x
 '
 
 go test -c -o "$bin" .
