@@ -19,30 +19,12 @@ func TestMultiProcessFetchMany(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			addrs, rdb := fleetBackend(t, b)
 			const prefix = "mpm:"
-			kids := make([]*child, 4)
-			for i := range kids {
-				kids[i] = startChild(t, "batch", addrs, prefix, workersEnv+"=8")
-			}
-			for _, k := range kids {
-				k.expect(t, "ready")
-			}
-			for _, k := range kids {
-				_, _ = io.WriteString(k.stdin, "go\n")
-			}
-			for i, k := range kids {
-				if r := k.result(t); r.Values != 8*120 || len(r.Errors) > 0 {
+			for i, r := range runChildren(t, 4, "batch", addrs, prefix, workersEnv+"=8") {
+				if r.Values != 8*120 || len(r.Errors) > 0 {
 					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
 				}
 			}
-			got := computesPerKey(t, rdb, prefix)
-			for k, n := range got {
-				if n != "1" {
-					t.Errorf("key %s computed %s times; want 1", k, n)
-				}
-			}
-			if len(got) != 200 {
-				t.Errorf("%d keys computed; want 200", len(got))
-			}
+			computedOnce(t, computesPerKey(t, rdb, prefix), 200)
 		})
 	}
 }
@@ -99,8 +81,7 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 // of a window in turn, all at once: each key is computed once in all.
 func testManyWithFetch(t *testing.T, b backend) {
 	rdb := b.client(t)
-	counter := t.Name() + ":computes"
-	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, counter, k, 1) }
+	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, t.Name()+":computes", k, 1) }
 	keys := keyRange("k", 100)
 	var wg sync.WaitGroup
 	for p := range 4 {
@@ -128,16 +109,19 @@ func testManyWithFetch(t *testing.T, b backend) {
 		}
 	}
 	wg.Wait()
-	counts, err := rdb.HGetAll(t.Context(), counter).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, n := range counts {
-		if n != "1" {
-			t.Errorf("key %s computed %s times; want 1", k, n)
+	computedOnce(t, computesPerKey(t, rdb, t.Name()+":"), len(keys))
+}
+
+// computedOnce checks that counts (computes per key, from Redis) has n
+// keys, each computed once.
+func computedOnce(t *testing.T, counts map[string]string, n int) {
+	t.Helper()
+	for k, c := range counts {
+		if c != "1" {
+			t.Errorf("key %s computed %s times; want 1", k, c)
 		}
 	}
-	if len(counts) != len(keys) {
-		t.Errorf("%d keys computed; want %d", len(counts), len(keys))
+	if len(counts) != n {
+		t.Errorf("%d keys computed; want %d", len(counts), n)
 	}
 }

@@ -54,9 +54,12 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, vks []string, rs []read) e
 	}
 	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for gi, g := range groups {
-			ks := make([]string, len(g))
-			for n, i := range g {
-				ks[n] = vks[i]
+			ks := vks // a single server: one group, every key in order
+			if len(g) != len(vks) {
+				ks = make([]string, len(g))
+				for n, i := range g {
+					ks[n] = vks[i]
+				}
 			}
 			gets[gi] = p.MGet(ctx, ks...)
 		}

@@ -86,13 +86,13 @@ func (c *child) result(t *testing.T) childResult {
 	return res
 }
 
-// runChildren starts n children in mode, lets them go together, and
-// returns their results.
-func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string) []childResult {
+// runChildren starts n children in mode (with env), lets them go together,
+// and returns their results.
+func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string, env ...string) []childResult {
 	t.Helper()
 	kids := make([]*child, n)
 	for i := range kids {
-		kids[i] = startChild(t, mode, addrs, prefix)
+		kids[i] = startChild(t, mode, addrs, prefix, env...)
 	}
 	for _, k := range kids {
 		k.expect(t, "ready")

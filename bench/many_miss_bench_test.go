@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -48,29 +47,7 @@ type manyMissResult struct {
 }
 
 func runManyMiss(b *testing.B, addr, lib string) {
-	type child struct {
-		enc *json.Encoder
-		dec *json.Decoder
-	}
-	children := make([]child, manyMissProcs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestManyMissChild$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "BENCH_MANYMISS_REDIS="+addr)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		children[i] = child{json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
-	}
+	children := startJSONChildren(b, manyMissProcs, "TestManyMissChild", "BENCH_MANYMISS_REDIS="+addr)
 	var walls []time.Duration
 	var keys, calls int64
 	b.ResetTimer()
