@@ -17,8 +17,10 @@ import (
 // every process that shares the Redis server or cluster).
 //
 // The hits are read in one round trip (on a cluster, one per node, sent in
-// parallel). The missing keys take the compute lock in one more round trip
-// (a script per cluster slot). compute is then called once, with exactly
+// parallel: an MGET per hash slot); unlike Fetch's, they are not shared
+// with concurrent calls in the process, which would make batches queue
+// behind one another's reads. The missing keys take the compute lock in one
+// more round trip (a script per cluster slot). compute is then called once, with exactly
 // the keys this process won: never a key that another process is computing,
 // nor one that a Fetch or FetchMany of this process is computing (those
 // are awaited, as Fetch awaits them: woken by Redis when the value is
