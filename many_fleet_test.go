@@ -38,7 +38,11 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			addrs, rdb := fleetBackend(t, b)
 			const prefix = "mhk:"
-			lease := leaseEnv + "=500ms"
+			// Each taker computes its keys alone, each with its own renewal:
+			// with 3 processes taking over 200 keys at once under -race on a
+			// loaded machine, a 500 ms lease was lost now and then (a key
+			// then computed by a second taker).
+			lease := leaseEnv + "=2s"
 			holder := startChild(t, "batchholder", addrs, prefix, lease)
 			holder.expect(t, "computing")
 			kids := make([]*child, 3)
