@@ -90,7 +90,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case err == nil:
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
-			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
+			r := outcome{b: b, hit: true, stale: c.stale(pttl)}
 			c.flights.end(key, cl, r)
 			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {

@@ -125,7 +125,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 				bad = sha1hex(r.b)
 				break
 			}
-			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: c.opts.stale > 0 && r.pttl >= 0 && r.pttl <= c.opts.stale})
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: c.stale(r.pttl)})
 			if !m.notFound {
 				out[k] = v
 			}
