@@ -131,9 +131,9 @@ func (c *Cache[T]) done() { <-c.attempts }
 
 // Stats are counters of a Cache since New. All counts are per process.
 type Stats struct {
-	Hits          uint64 // Fetch and Get calls that found a value at once, in Redis or in the near tier
-	Misses        uint64 // Fetch and Get calls that did not
-	Computes      uint64 // compute calls made by this process
+	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
+	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
+	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
 	Waits         uint64 // flights that waited for another process's compute
 	PushWakeups   uint64 // waits ended by a pub/sub message
 	PollWakeups   uint64 // waits ended by the holder's lease running out (no message)
@@ -195,6 +195,9 @@ func keysFor(value string) keys {
 }
 
 // valueKey is the Redis key of the value cached under key (see checkKey).
+// A key without braces, the common case, is joined in one allocation (it
+// is on every hit's path: a FetchMany of 100 hits spent 8% of its time
+// here with two).
 func (c *Cache[T]) valueKey(key string) string {
 	return redisutil.Key(c.opts.prefix, key)
 }

@@ -73,7 +73,7 @@ func childMain(mode string) int {
 
 	// Every mode but holder starts on "go" from the parent, so that the
 	// children's Fetch calls overlap.
-	if mode != "holder" {
+	if mode != "holder" && mode != "batchholder" {
 		say("ready")
 		if !bufio.NewScanner(os.Stdin).Scan() {
 			return 2
@@ -139,6 +139,8 @@ func childMain(mode string) int {
 		for i := range seen {
 			res.Keys = append(res.Keys, i)
 		}
+	case "batch", "batchholder":
+		batchChild(ctx, c, rdb, prefix, mode, workers, record, say)
 	default:
 		return 2
 	}
@@ -147,4 +149,56 @@ func childMain(mode string) int {
 	b, _ := json.Marshal(res)
 	say("result " + string(b))
 	return 0
+}
+
+// batchChild runs workers goroutines that each FetchMany a window of 120
+// of 200 keys, starting at a different place (all windows overlap); the
+// compute counts each key in Redis. In mode batchholder, one FetchMany of
+// all 200 keys computes forever (until SIGKILL).
+func batchChild(ctx context.Context, c *Cache[string], rdb redis.UniversalClient, prefix, mode string, workers int,
+	record func(key, v string, err error), say func(string)) {
+	compute := func(ctx context.Context, keys []string) (map[string]string, error) {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.HIncrBy(ctx, prefix+"computes", k, 1)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if mode == "batchholder" {
+			say("computing")
+			select {} // until SIGKILL
+		}
+		time.Sleep(20 * time.Millisecond) // a slow load
+		m := make(map[string]string, len(keys))
+		for _, k := range keys {
+			m[k] = "v:" + k
+		}
+		return m, nil
+	}
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	if mode == "batchholder" {
+		_, _ = c.FetchMany(ctx, keys, time.Minute, compute)
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		from := rand.N(len(keys))
+		mine := append(append([]string{}, keys[from:]...), keys[:from]...)[:120]
+		wg.Go(func() {
+			got, err := c.FetchMany(ctx, mine, time.Minute, compute)
+			if err != nil {
+				record("", "", err)
+			}
+			for _, k := range mine {
+				record(k, got[k], nil)
+			}
+		})
+	}
+	wg.Wait()
 }

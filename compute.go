@@ -25,6 +25,7 @@ type job[T any] struct {
 	compute func(context.Context) (T, error)
 	cl      *call // the flight the result goes to
 	refresh bool  // a background refresh (see refreshLater)
+	first   []any // FetchMany's lock reply for key (never "locked"), to start the miss from
 }
 
 // errComputeTooLong is the cause that ends compute's context after the
@@ -47,34 +48,21 @@ const cleanupTimeout = 3 * time.Second
 // lease was lost and compute failed: the caller should start over.
 func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (b []byte, err error, again bool) {
 	c.flights.setBusy(j.cl)
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if c.opts.maxCompute > 0 {
-		var tcancel context.CancelFunc
-		cctx, tcancel = context.WithTimeoutCause(cctx, c.opts.maxCompute, errComputeTooLong)
-		defer tcancel()
-	}
-	ro := &resultOpts{}
-	cctx = context.WithValue(cctx, resultKey{}, ro)
-	r := c.renew(ctx, j.ks, token, sent, cancel)
+	cctx, cancel, ro, stop := c.computeContext(ctx)
+	defer stop()
+	r := c.renew(ctx, sent, cancel, c.extendOne(j.ks, token))
 	start := time.Now()
-	v, cerr := c.runCompute(cctx, j)
+	var v T
+	cerr := c.runCompute(cctx, Event{Key: j.key, Refresh: j.refresh}, func(ctx context.Context) (err error) {
+		v, err = j.compute(ctx)
+		return err
+	})
 	// What an early refresh must start ahead of expiry: the lock's round
 	// trip, the compute, and the store's round trip (about the lock's).
 	took := time.Since(start) + 2*start.Sub(sent)
 	lost := r.end()
 
-	ttl, m := c.storeTTL(j.ttl, ro), meta{}
-	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
-		cerr, ttl, m = nil, c.opts.negativeTTL, meta{notFound: true, took: took}
-	} else if c.opts.beta > 0 {
-		m = meta{took: took, early: c.earlyGap(took, j.ttl)}
-	}
-	if cerr == nil {
-		if b, cerr = c.encodeEntry(v, m); cerr != nil {
-			cerr = fmt.Errorf("dogpile: encode %q: %w", j.key, cerr)
-		}
-	}
+	b, ttl, cerr := c.entry(j, v, cerr, took, ro)
 	if cerr != nil {
 		if lost && errors.Is(context.Cause(cctx), errLeaseLost) {
 			c.release(ctx, j.ks, token)
@@ -84,6 +72,42 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		return nil, cerr, false
 	}
 	return b, c.store(ctx, j, token, b, ttl), false
+}
+
+// computeContext returns the context compute runs with: cancelled with a
+// cause when the lease is lost (cancel) and after WithMaxCompute, and
+// carrying what compute may say about its result (SetTTL). stop releases it.
+func (c *Cache[T]) computeContext(ctx context.Context) (cctx context.Context, cancel context.CancelCauseFunc, ro *resultOpts, stop func()) {
+	cctx, cancel = context.WithCancelCause(ctx)
+	stop = func() { cancel(nil) }
+	if c.opts.maxCompute > 0 {
+		var tcancel context.CancelFunc
+		cctx, tcancel = context.WithTimeoutCause(cctx, c.opts.maxCompute, errComputeTooLong)
+		stop = func() { tcancel(); cancel(nil) }
+	}
+	ro = &resultOpts{}
+	return context.WithValue(cctx, resultKey{}, ro), cancel, ro, stop
+}
+
+// entry turns compute's answer for j (v, or cerr) into the entry to store
+// and its TTL: a value with the metadata the freshness options need, or a
+// tombstone for ErrNotFound with WithNegativeTTL. took is how long the
+// value took to get, round trips included. It returns an error if there is
+// nothing to store: compute failed, or the value does not encode.
+func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
+	ttl, m := c.storeTTL(j.ttl, ro), meta{}
+	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
+		cerr, ttl, m = nil, c.opts.negativeTTL, meta{notFound: true, took: took}
+	} else if c.opts.beta > 0 {
+		m = meta{took: took, early: c.earlyGap(took, j.ttl)}
+	}
+	if cerr != nil {
+		return nil, 0, cerr
+	}
+	if b, err = c.encodeEntry(v, m); err != nil {
+		return nil, 0, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
+	}
+	return b, ttl, nil
 }
 
 // storeTTL is how long a computed value stays in Redis: the TTL compute set
@@ -118,8 +142,19 @@ func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
 func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
-	err := c.run(dctx, storeScript, []string{j.ks.value, j.ks.lock, j.ks.channel},
-		token, b, redisutil.Millis(ttl), c.publish, maxWakeValue).Err()
+	sc := c.storeCall(j.ks, token, b, ttl)
+	return c.stored(ctx, j, token, c.run(dctx, sc.s, sc.keys, sc.args...).Err())
+}
+
+// storeCall is the script call of store.
+func (c *Cache[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
+	return scriptCall{storeScript, []string{ks.value, ks.lock, ks.channel},
+		[]any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
+}
+
+// stored handles the outcome err of j's store: a failed store releases the
+// lock, so that no process waits a lease for nothing.
+func (c *Cache[T]) stored(ctx context.Context, j *job[T], token string, err error) error {
 	if err == nil || c.opts.computeIfDown && unreachable(err) {
 		return nil
 	}
@@ -138,6 +173,12 @@ const notFoundMark = "\x00not found: "
 func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
+	sc := c.failCall(j.ks, token, cerr)
+	_ = c.run(dctx, sc.s, sc.keys, sc.args...).Err()
+}
+
+// failCall is the script call of fail.
+func (c *Cache[T]) failCall(ks keys, token string, cerr error) scriptCall {
 	text, drop := errText(cerr), ""
 	if errors.Is(cerr, ErrNotFound) {
 		text, drop = notFoundMark+text, "drop"
@@ -146,15 +187,19 @@ func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error
 	if c.opts.stale > 0 || c.opts.beta > 0 {
 		throttle = c.opts.refreshRetry
 	}
-	_ = c.run(dctx, failScript, []string{j.ks.lock, j.ks.errs, j.ks.channel, j.ks.throttle, j.ks.value},
-		token, text, redisutil.Millis(c.opts.lease+time.Second), c.publish, redisutil.Millis(throttle), drop).Err()
+	return scriptCall{failScript, []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
+		[]any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
 }
 
 // computeLocal runs j's compute without the cache, when Redis is
 // unreachable and WithComputeWhenDown is set.
 func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) {
 	c.flights.setBusy(j.cl)
-	v, err := c.runCompute(ctx, j)
+	var v T
+	err := c.runCompute(ctx, Event{Key: j.key}, func(ctx context.Context) (err error) {
+		v, err = j.compute(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -165,21 +210,23 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) 
 	return b, nil
 }
 
-// runCompute calls j's compute, turning a panic into an error (its stack
+// runCompute calls f, a compute, turning a panic into an error (its stack
 // goes to the log, not to the callers), between a ComputeStart and a
-// ComputeEnd event.
-func (c *Cache[T]) runCompute(ctx context.Context, j *job[T]) (v T, err error) {
-	ctx = c.emit(ctx, Event{Kind: EventComputeStart, Key: j.key, Refresh: j.refresh})
+// ComputeEnd event made from e.
+func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Context) error) (err error) {
+	e.Kind = EventComputeStart
+	ctx = c.emit(ctx, e)
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			p := &panicError{value: r, stack: debug.Stack()}
-			c.log(ctx, slog.LevelError, "dogpile: compute panicked", j.key, slog.Any("panic", r), slog.String("stack", string(p.stack)))
+			c.log(ctx, slog.LevelError, "dogpile: compute panicked", e.Key, slog.Any("panic", r), slog.String("stack", string(p.stack)))
 			err = p
 		}
-		c.emit(ctx, Event{Kind: EventComputeEnd, Key: j.key, Refresh: j.refresh, Took: time.Since(start), Err: err})
+		e.Kind, e.Took, e.Err = EventComputeEnd, time.Since(start), err
+		c.emit(ctx, e)
 	}()
-	return j.compute(ctx)
+	return f(ctx)
 }
 
 // A panicError is a compute's panic. Its text carries the panic value only:
@@ -196,7 +243,13 @@ func (e *panicError) Error() string { return fmt.Sprintf("dogpile: compute panic
 func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_ = c.run(ctx, releaseScript, []string{ks.lock, ks.channel}, token, c.publish).Err()
+	sc := releaseCall(ks, token, c.publish)
+	_ = c.run(ctx, sc.s, sc.keys, sc.args...).Err()
+}
+
+// releaseCall is the script call of release.
+func releaseCall(ks keys, token, publish string) scriptCall {
+	return scriptCall{releaseScript, []string{ks.lock, ks.channel}, []any{token, publish}}
 }
 
 // errText is the text of a failed compute that waiting processes receive,

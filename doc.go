@@ -33,6 +33,17 @@
 //     connection pool), so the store that wakes a key's waiters never queues
 //     behind lock attempts for keys that missed later.
 //
+// # Many keys at once
+//
+// [Cache.FetchMany] is a batch Fetch with the same guarantee per key: the
+// hits of all its keys are read in one round trip (one per node on a
+// cluster, an MGET per hash slot), the missing keys take their compute locks
+// with one script per slot, and compute is called once with exactly the
+// keys this process won. Keys that another process, or a Fetch of this
+// process, is computing are awaited as Fetch awaits them. Each value is
+// stored under its own lock (fenced), and a key compute leaves out of its
+// map does not exist.
+//
 // # Nobody waits after the first fill
 //
 // With [WithStale], a value stays in Redis past its TTL and is served at once

@@ -139,3 +139,39 @@ func Example_testingWithMiniredis() {
 	// Pils #1
 	// Pils #2
 }
+
+func ExampleCache_FetchMany() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	beers := dogpile.New[Beer](rdb)
+	_ = beers.Set(ctx, "1", Beer{Name: "Pils", ABV: 4.8}, time.Hour)
+	db := map[string]Beer{"2": {Name: "Stout", ABV: 5.5}, "3": {Name: "Bock", ABV: 6.8}}
+
+	// One read for the hits, one compute for the rest: compute gets only the
+	// keys that no process has cached or is computing (duplicates once).
+	got, err := beers.FetchMany(ctx, []string{"1", "2", "3", "4", "2"}, time.Hour,
+		func(ctx context.Context, missing []string) (map[string]Beer, error) {
+			fmt.Println("loading", missing)
+			found := map[string]Beer{}
+			for _, id := range missing {
+				if b, ok := db[id]; ok {
+					found[id] = b
+				}
+			}
+			return found, nil // "4" is left out: it does not exist
+		})
+	for _, id := range []string{"1", "2", "3", "4"} {
+		b, ok := got[id]
+		fmt.Println(id, b.Name, ok)
+	}
+	fmt.Println(err)
+	// Output:
+	// loading [2 3 4]
+	// 1 Pils true
+	// 2 Stout true
+	// 3 Bock true
+	// 4  false
+	// <nil>
+}

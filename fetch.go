@@ -97,7 +97,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case err == nil:
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
-			r := outcome{b: b, hit: true, stale: c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale}
+			r := outcome{b: b, hit: true, stale: c.stale(pttl)}
 			c.flights.end(key, cl, r)
 			c.nearPut(vk, tk, v, m, pttl)
 			c.count(ctx, key, r)
@@ -243,6 +243,7 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 		return c.computeLocal(ctx, j)
 	}
 	m := c.newMiss(j.key, j.ks, bad, force)
+	m.first = j.first
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)

@@ -441,7 +441,7 @@ func loadScripts(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()
 	ctx := t.Context()
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, s := range []*redis.Script{fetchScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
+		for _, s := range []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}

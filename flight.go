@@ -19,6 +19,7 @@ type call struct {
 	done   chan struct{}      // made once a caller must wait; closed by end
 	refs   int                // callers waiting for done
 	busy   bool               // computing: runs on even if every caller leaves
+	ended  bool               // end was called; later calls do nothing
 	cancel context.CancelFunc // ends the wait of a flight nobody waits for
 }
 
@@ -58,13 +59,18 @@ func (g *group) join(key string) (cl *call, lead bool) {
 }
 
 // detach prepares cl to run without its leader: the leader waits on done
-// like the followers, and cancel ends the flight's wait once nobody waits.
+// like the followers, and cancel (if not nil) ends the flight's wait once
+// nobody waits, at once if every caller left already (a FetchMany's callers
+// may leave during its lock attempt, before the wait of a key begins).
 func (g *group) detach(cl *call, cancel context.CancelFunc) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cl.cancel = cancel
 	if cl.done == nil {
 		cl.done = make(chan struct{})
+	}
+	if cancel != nil && cl.refs == 0 && !cl.busy {
+		cancel()
 	}
 }
 
@@ -104,10 +110,16 @@ func (g *group) start(key string) (*call, bool) {
 	return cl, true
 }
 
-// end ends the flight cl with r and wakes its waiting callers.
+// end ends the flight cl with r and wakes its waiting callers. Only the
+// first end counts: after a recovered panic, FetchMany ends every flight
+// of its batch, some of which may be ended later by their own goroutine.
 func (g *group) end(key string, cl *call, r outcome) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if cl.ended {
+		return
+	}
+	cl.ended = true
 	if g.m[key] == cl {
 		delete(g.m, key)
 	}

@@ -47,6 +47,7 @@ type miss[T any] struct {
 
 	key   string
 	token string    // ours: the lock holds it once we win
+	first []any     // a reply to start from, not yet handled (FetchMany's fetchManyScript)
 	sent  time.Time // when the request that won the lock was sent
 	seen  string    // the holder we wait for, or ""
 	bad   string    // SHA1 of stored bytes that did not decode, or ""
@@ -169,8 +170,13 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 	}
 }
 
-// try runs fetchScript once, in its turn among the Cache's lock attempts.
+// try runs fetchScript once, in its turn among the Cache's lock attempts;
+// or, the first time, returns the reply the miss was started from.
 func (m *miss[T]) try(wctx context.Context) ([]any, error) {
+	if res := m.first; res != nil {
+		m.first = nil
+		return res, nil
+	}
 	if err := m.c.admit(wctx); err != nil {
 		return nil, err
 	}

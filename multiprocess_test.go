@@ -133,11 +133,11 @@ func letGo(t *testing.T, kids []*child) {
 	}
 }
 
-// runChildren starts n children in mode, lets them go together, and
-// returns their results.
-func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string) []childResult {
+// runChildren starts n children in mode (with env), lets them go together,
+// and returns their results.
+func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string, env ...string) []childResult {
 	t.Helper()
-	kids := goChildren(t, n, mode, addrs, prefix)
+	kids := goChildren(t, n, mode, addrs, prefix, env...)
 	res := make([]childResult, n)
 	for i, k := range kids {
 		res[i] = k.result(t)

@@ -17,6 +17,9 @@ type Event struct {
 	// Key is the key. Keys come from data and are unbounded: put them in
 	// traces and logs, never in a metric's attributes.
 	Key string
+	// Keys are the keys of a FetchMany compute (ComputeStart, ComputeEnd):
+	// one compute call for them all, so one event; Key is then the first.
+	Keys []string
 	// Stale reports a hit on a value past its TTL (see [WithStale]).
 	Stale bool
 	// Near reports a hit answered from process memory (see

@@ -12,6 +12,12 @@ import (
 // when a hit finds it stale or due for an early refresh, or on demand
 // (Refresh).
 
+// stale reports whether a value read with pttl is past its TTL, in its
+// stale window (see WithStale).
+func (c *Cache[T]) stale(pttl time.Duration) bool {
+	return c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale
+}
+
 // due reports whether a value read with pttl and meta m should be refreshed
 // now, and the highest PTTL at which it still should (refreshScript checks it
 // again in Redis, so a value that another process refreshed meanwhile is

@@ -15,10 +15,24 @@ type renewal struct {
 	lost       atomic.Bool
 }
 
-// renew starts renewing the lease acquired by a request sent at sent. If an
-// extension is refused, or none is confirmed before the lease may have run
-// out in Redis, the lease is lost and cancel is called with errLeaseLost.
-func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.Time, cancel context.CancelCauseFunc) *renewal {
+// An extender extends the leases of the held locks once and reports
+// whether any is still held.
+type extender func(ctx context.Context) (held bool, err error)
+
+// extendOne extends the lease of one key's lock held with token.
+func (c *Cache[T]) extendOne(ks keys, token string) extender {
+	return func(ctx context.Context) (bool, error) {
+		n, err := c.run(ctx, extendScript, []string{ks.lock}, token, redisutil.Millis(c.opts.lease)).Int64()
+		return n > 0, err
+	}
+}
+
+// renew starts renewing, with extend, the leases acquired by a request sent
+// at sent (one renewer for all the keys of a FetchMany compute). If no lock
+// is held any more, or no extension is confirmed before the leases may have
+// run out in Redis, the lease is lost and cancel is called with
+// errLeaseLost.
+func (c *Cache[T]) renew(ctx context.Context, sent time.Time, cancel context.CancelCauseFunc, extend extender) *renewal {
 	r := &renewal{stop: make(chan struct{}), done: make(chan struct{})}
 	lease := c.opts.lease
 	// From the holder's point of view the lease is safe only until
@@ -46,11 +60,11 @@ func (c *Cache[T]) renew(ctx context.Context, ks keys, token string, sent time.T
 				continue // let the lease run out: another process takes over
 			}
 			rctx, rcancel := context.WithTimeout(ctx, interval)
-			n, err := c.run(rctx, extendScript, []string{ks.lock}, token, redisutil.Millis(lease)).Int64()
+			held, err := extend(rctx)
 			rcancel()
 			switch {
 			case err != nil: // try again at the next tick, within the deadline
-			case n == 0:
+			case !held:
 				r.lost.Store(true)
 				cancel(errLeaseLost)
 				return

@@ -12,29 +12,50 @@ import (
 // the holder's random token; every write a holder makes checks that token
 // first (a fenced write).
 
-// fetchScript is the miss path's one round trip: GET-or-lock. It returns
-// {0, value} if the value is present (and is not the undecodable value whose
-// SHA1 is ARGV[4]); {1} if the caller now holds the compute lock (also for a
-// retried request that already took it); {2, holder, pttl} if another
-// holder computes; {3, text} if the compute of holder ARGV[3], which the
-// caller waited for, failed with that error text. With ARGV[5] = "force"
-// (Refresh) a present value is passed over unless the holder the caller
-// waited for (ARGV[3]) is gone: then the value is that holder's result.
+// lookLua is the miss path's step for one key, GET-or-lock, shared by
+// fetchScript and fetchManyScript. It returns {0, value} if the value is
+// present (and is not the undecodable value whose SHA1 is bad); {1} if the
+// caller now holds the compute lock (also for a retried request that
+// already took it); {2, holder, pttl} if another holder computes; {3, text}
+// if the compute of holder seen, which the caller waited for, failed with
+// that error text. With force = "force" (Refresh) a present value is passed
+// over unless the holder the caller waited for (seen) is gone: then the
+// value is that holder's result.
+const lookLua = `
+local function look(vk, lk, ek, token, lease, seen, bad, force)
+  local v = redis.call('GET', vk)
+  local h = redis.call('GET', lk)
+  local take = force == '' or (seen ~= '' and h ~= seen)
+  if v and take and (bad == '' or redis.sha1hex(v) ~= bad) then return {0, v} end
+  if h == token then return {1} end
+  if h then return {2, h, redis.call('PTTL', lk)} end
+  if seen ~= '' then
+    local e = redis.call('HGET', ek, seen)
+    if e then return {3, e} end
+  end
+  redis.call('SET', lk, token, 'PX', lease)
+  return {1}
+end
+`
+
+// fetchScript is the miss path's one round trip for one key: look.
 // KEYS: value, lock, errs. ARGV: token, lease ms, awaited holder or "",
 // SHA1 of a value to treat as absent or "", "force" or "".
-var fetchScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-local h = redis.call('GET', KEYS[2])
-local take = ARGV[5] == '' or (ARGV[3] ~= '' and h ~= ARGV[3])
-if v and take and (ARGV[4] == '' or redis.sha1hex(v) ~= ARGV[4]) then return {0, v} end
-if h == ARGV[1] then return {1} end
-if h then return {2, h, redis.call('PTTL', KEYS[2])} end
-if ARGV[3] ~= '' then
-  local e = redis.call('HGET', KEYS[3], ARGV[3])
-  if e then return {3, e} end
+var fetchScript = redis.NewScript(lookLua + `
+return look(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+`)
+
+// fetchManyScript is FetchMany's first lock attempt for the missing keys
+// of one cluster slot: look for each, with one token for all. It returns
+// look's reply per key, in order. KEYS: value, lock, errs of each key.
+// ARGV: token, lease ms, then per key the SHA1 of a value to treat as
+// absent or "".
+var fetchManyScript = redis.NewScript(lookLua + `
+local out = {}
+for i = 1, #KEYS / 3 do
+  out[i] = look(KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i], ARGV[1], ARGV[2], '', ARGV[2+i], '')
 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return {1}
+return out
 `)
 
 // refreshScript takes the compute lock for a background refresh of a value
@@ -101,12 +122,19 @@ redis.call(ARGV[2], KEYS[2], 'r')
 return 1
 `)
 
-// extendScript renews the lease if the lock holds our token; it never
-// re-creates a lock that expired. KEYS: lock. ARGV: token, lease ms.
+// extendScript renews the lease of each lock in KEYS that holds our token
+// and returns how many did; it never re-creates a lock that expired. One
+// key for Fetch, the held keys of one slot for FetchMany. KEYS: locks.
+// ARGV: token, lease ms.
 var extendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    n = n + 1
+  end
+end
+return n
 `)
 
 // setScript stores a value given by the caller, takes the lock away from

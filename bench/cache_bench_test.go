@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -344,30 +343,7 @@ type stampedeResult struct {
 }
 
 func runStampede(b *testing.B, addr string, lib cacheLib) {
-	type child struct {
-		cmd *exec.Cmd
-		enc *json.Encoder
-		dec *json.Decoder
-	}
-	children := make([]child, stampedeProcs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStampedeChild$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "BENCH_STAMPEDE_LIB="+lib.name, "BENCH_STAMPEDE_REDIS="+addr)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		children[i] = child{cmd, json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
-	}
+	children := startJSONChildren(b, stampedeProcs, "TestStampedeChild", "BENCH_STAMPEDE_LIB="+lib.name, "BENCH_STAMPEDE_REDIS="+addr)
 	// A warm-up round on a throwaway key: connections, scripts, and the
 	// children's readiness.
 	rounds := []string{"warm"}

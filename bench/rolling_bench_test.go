@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -91,29 +90,7 @@ type rollingResult struct {
 }
 
 func runRolling(b *testing.B, addr string, lib rollingLib) {
-	type child struct {
-		enc *json.Encoder
-		dec *json.Decoder
-	}
-	children := make([]child, rollingProcs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRollingChild$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "BENCH_ROLLING_LIB="+lib.name, "BENCH_ROLLING_REDIS="+addr)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		children[i] = child{json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
-	}
+	children := startJSONChildren(b, rollingProcs, "TestRollingChild", "BENCH_ROLLING_LIB="+lib.name, "BENCH_ROLLING_REDIS="+addr)
 	var total rollingResult
 	var computes, expiries int64
 	b.ResetTimer()

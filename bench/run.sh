@@ -32,6 +32,8 @@ groups='
 ^BenchmarkFetchCommands$                5x
 ^BenchmarkNearHit$                      20000x
 ^BenchmarkNearInvalidation$             2000x
+^BenchmarkFetchMany$/^hits-             1000x
+^BenchmarkFetchMany$/^misses-           10x
 '
 
 go test -c -o "$bin" .

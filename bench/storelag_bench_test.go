@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -54,29 +53,7 @@ func BenchmarkStoreLag(b *testing.B) {
 }
 
 func runStoreLag(b *testing.B, addr string, n int) {
-	type child struct {
-		enc *json.Encoder
-		dec *json.Decoder
-	}
-	children := make([]child, storeLagProcs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStoreLagChild$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "BENCH_STORELAG_REDIS="+addr)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		children[i] = child{json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
-	}
+	children := startJSONChildren(b, storeLagProcs, "TestStoreLagChild", "BENCH_STORELAG_REDIS="+addr)
 	var lags, walls []time.Duration
 	var computes uint64
 	b.ResetTimer()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,12 +54,12 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	for _, k := range []string{"a", "b", "c", "dogpile:mutex:{a}", "x{}y", "{", "}{a}", "foo{bar}{baz}", "ünï", "123456789"} {
-		if want := rdb.ClusterKeySlot(t.Context(), k).Val(); int64(keySlot(k)) != want {
-			t.Errorf("keySlot(%q) = %d; want %d", k, keySlot(k), want)
+		if want := rdb.ClusterKeySlot(t.Context(), k).Val(); int64(redisutil.Slot(k)) != want {
+			t.Errorf("Slot(%q) = %d; want %d", k, redisutil.Slot(k), want)
 		}
 	}
 	twin := "a"
-	for i := 0; keySlot(twin) != keySlot("a") || twin == "a"; i++ {
+	for i := 0; redisutil.Slot(twin) != redisutil.Slot("a") || twin == "a"; i++ {
 		twin = fmt.Sprint("n", i)
 	}
 	mm := NewMultiMutex(rdb, []string{"c", "b", "a", twin})

@@ -66,7 +66,7 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 	_, ring := client.(*redis.Ring)
 	slot := func(m *Mutex) int {
 		if cluster {
-			return keySlot(m.lock)
+			return redisutil.Slot(m.lock)
 		}
 		return 0
 	}
@@ -239,26 +239,4 @@ func (mm *MultiMutex) pttl(ctx context.Context, token string) (time.Duration, er
 		}
 	}
 	return least, nil
-}
-
-// keySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
-// hash tag, or of the whole key when it has none, modulo 16384.
-func keySlot(key string) int {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }

@@ -69,3 +69,25 @@ func Wait(pttl int64, unknown time.Duration) time.Duration {
 	}
 	return time.Duration(pttl) * time.Millisecond
 }
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag, or of the whole key when it has none, modulo 16384.
+func Slot(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -1,0 +1,45 @@
+package benchmarks
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// A jsonChild is this test binary re-executed to run one test function as
+// one process of a multi-process benchmark, driven by JSON values over its
+// stdin and stdout.
+type jsonChild struct {
+	cmd *exec.Cmd
+	enc *json.Encoder
+	dec *json.Decoder
+}
+
+// startJSONChildren starts n children that run the test named test with
+// env added to theirs. b.Cleanup closes their stdin (they return when it
+// ends) and waits for them.
+func startJSONChildren(b *testing.B, n int, test string, env ...string) []jsonChild {
+	b.Helper()
+	children := make([]jsonChild, n)
+	for i := range children {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.bench=^$", "-test.count=1")
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { in.Close(); cmd.Wait() })
+		children[i] = jsonChild{cmd, json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
+	}
+	return children
+}

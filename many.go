@@ -1,0 +1,201 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FetchMany returns the values cached under keys, computing the missing
+// ones with one call of compute per FetchMany: a batch Fetch, with the same
+// fleet-wide guarantee per key (each missing key is computed once across
+// every process that shares the Redis server or cluster).
+//
+// The hits are read in one round trip (on a cluster, one per node, sent in
+// parallel: an MGET per hash slot); unlike Fetch's, they are not shared
+// with concurrent calls in the process, which would make batches queue
+// behind one another's reads. The missing keys take the compute lock in one
+// more round trip (a script per cluster slot). compute is then called once, with exactly
+// the keys this process won: never a key that another process is computing,
+// nor one that a Fetch or FetchMany of this process is computing (those
+// are awaited, as Fetch awaits them: woken by Redis when the value is
+// stored, each wait bounded by the holder's lease, so a holder that died is
+// taken over). A key taken over that way is computed by a later call of
+// compute, with that key alone. One lease renewal runs for the whole
+// batch while compute runs.
+//
+// compute returns the values it found, by key, on a context detached from
+// the caller's (as for Fetch). Its values are stored for ttl, each in a
+// write fenced by its own lock, and the processes waiting for them are
+// woken. A key that compute leaves out of its map does not exist: it is
+// absent from FetchMany's result, with no error, and with [WithNegativeTTL]
+// remembered as a tombstone (so is a key whose tombstone is cached). [SetTTL]
+// in compute applies to every value of that call. Keys of the map that were
+// not asked for are ignored.
+//
+// If compute returns an error (or panics), the keys it was computing fail:
+// nothing is stored for them, and processes waiting for them get
+// [ErrComputeFailed]. FetchMany returns every value it has, and an error
+// that joins (errors.Join) one error per key that failed, each naming its
+// key; a key that failed is absent from the map. [WithStale] and
+// [WithEarlyRefresh] apply to each key as in Fetch, a background refresh
+// calling compute with that key alone.
+//
+// Duplicate keys are fetched once. An empty keys returns an empty map and
+// does no I/O. An empty key or a ttl below a millisecond returns a nil map
+// and an error matching [ErrInvalid]. If ctx is done first, FetchMany
+// returns what it has with ctx.Err(). FetchMany panics if compute is nil, a
+// programmer error.
+func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Duration,
+	compute func(ctx context.Context, missing []string) (map[string]T, error)) (map[string]T, error) {
+	if compute == nil {
+		panic("dogpile: nil compute function (a programmer error)")
+	}
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("%w: ttl %v is below 1ms", ErrInvalid, ttl)
+	}
+	pending, err := uniqueKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]T, len(pending))
+	misses, errs, err := c.hits(ctx, pending, ttl, compute, out)
+	for err == nil && len(misses) > 0 {
+		ws := c.joinMisses(ctx, misses, ttl, compute)
+		misses, errs, err = c.collect(ctx, ws, out, errs)
+	}
+	if err != nil {
+		return out, err
+	}
+	return out, errors.Join(errs...)
+}
+
+// A manyFunc is FetchMany's compute.
+type manyFunc[T any] func(ctx context.Context, missing []string) (map[string]T, error)
+
+// uniqueKeys returns keys without duplicates, in order, or an error naming
+// an empty key.
+func uniqueKeys(keys []string) ([]string, error) {
+	seen := make(map[string]struct{}, len(keys))
+	out := make([]string, 0, len(keys))
+	for i, k := range keys {
+		if k == "" {
+			return nil, fmt.Errorf("%w: key %d of %d is empty", ErrInvalid, i, len(keys))
+		}
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// A missing is a key that FetchMany did not find.
+type missing struct {
+	key, vk string
+	bad     string // SHA1 of stored bytes that did not decode, or ""
+	down    bool   // Redis is unreachable and WithComputeWhenDown is set
+}
+
+// hits reads every key in one round trip (per node) and puts the values
+// found into out, starting background refreshes where due. It returns the
+// keys to compute or wait for, and the errors of keys that failed. Hits do
+// not join the in-process flights (so concurrent batches of the same hot
+// keys never queue behind one another's reads); only misses do.
+func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T], out map[string]T) ([]missing, []error, error) {
+	vks := make([]string, len(keys))
+	for i, k := range keys {
+		vks[i] = c.valueKey(k)
+	}
+	rs := c.readMany(ctx, vks)
+	var misses []missing
+	var errs []error
+	for i, k := range keys {
+		r, bad, down := rs[i], "", false
+		switch {
+		case r.err == nil:
+			v, m, derr := c.decodeEntry(r.b)
+			if derr != nil {
+				c.decodeError(ctx, k, derr)
+				bad = sha1hex(r.b)
+				break
+			}
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: c.stale(r.pttl)})
+			if !m.notFound {
+				out[k] = v
+			}
+			if limit, ok := c.due(r.pttl, m); ok {
+				c.refreshLater(ctx, &job[T]{flight: k, key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
+			}
+			continue
+		case r.err == redis.Nil:
+		case ctx.Err() != nil:
+			return nil, nil, ctx.Err()
+		case c.opts.computeIfDown && unreachable(r.err):
+			down = true
+		default:
+			errs = append(errs, redisErr(ctx, "get", k, r.err))
+			continue
+		}
+		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down})
+	}
+	return misses, errs, nil
+}
+
+// A want is a missing key of a FetchMany and the flight that answers it.
+type want struct {
+	missing
+	cl *call
+}
+
+// collect waits for the flight of each want and puts its value in out, or
+// its error in errs. It returns the keys to look for again: those whose flight
+// was abandoned by a Fetch that led it (see errRetry). When ctx ends first,
+// it leaves the flights it still waits for and returns ctx.Err().
+func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, errs []error) (again []missing, _ []error, _ error) {
+	for i, w := range ws {
+		select {
+		case <-w.cl.done:
+		case <-ctx.Done():
+			for _, w := range ws[i:] {
+				c.flights.leave(w.key, w.cl)
+			}
+			return nil, errs, ctx.Err()
+		}
+		if w.cl.err == errRetry {
+			again = append(again, w.missing)
+			continue
+		}
+		c.count(ctx, w.key, w.cl.outcome)
+		if err := c.answer(w.key, w.cl.outcome, out); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return again, errs, nil
+}
+
+// answer puts the value of key in r, if any, into out. It returns r's
+// error, naming key, unless it only says that key does not exist.
+func (c *Cache[T]) answer(key string, r outcome, out map[string]T) error {
+	if r.b != nil {
+		v, m, err := c.decodeEntry(r.b)
+		switch {
+		case err != nil: // cannot happen: the flight decoded b already
+			return fmt.Errorf("dogpile: decode %q: %w", key, err)
+		case !m.notFound:
+			out[key] = v
+		}
+	}
+	if r.err == nil || errors.Is(r.err, ErrNotFound) {
+		return nil
+	}
+	if strings.Contains(r.err.Error(), strconv.Quote(key)) {
+		return r.err // the flight's errors mostly name their key already
+	}
+	return fmt.Errorf("dogpile: %q: %w", key, r.err)
+}

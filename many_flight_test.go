@@ -1,0 +1,164 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FetchMany with the other flights of the fleet: a Fetch of this process, a
+// dead holder, a stale value's background refresh.
+
+// testManyJoinsFetch: a key that a Fetch of this process computes is not
+// passed to FetchMany's compute: FetchMany joins that flight.
+func testManyJoinsFetch(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	started, release := make(chan struct{}), make(chan struct{})
+	fres := make(chan error, 1)
+	go func() {
+		v, err := c.Fetch(ctx, "a", time.Minute, func(context.Context) (string, error) {
+			close(started)
+			<-release
+			return "v:a", nil
+		})
+		if err == nil && v != "v:a" {
+			err = fmt.Errorf("Fetch = %q", v)
+		}
+		fres <- err
+	}()
+	<-started
+	e := &echo{}
+	mres := make(chan map[string]string, 1)
+	go func() {
+		got, err := c.FetchMany(ctx, []string{"a", "b"}, time.Minute, e.compute)
+		if err != nil {
+			t.Error(err)
+		}
+		mres <- got
+	}()
+	// FetchMany computes b and waits for a's flight.
+	for len(e.keys()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wantAll(t, <-mres, []string{"a", "b"})
+	if err := <-fres; err != nil {
+		t.Error(err)
+	}
+	if calls := e.keys(); len(calls) != 1 || !slices.Equal(calls[0], []string{"b"}) {
+		t.Errorf("compute calls %v; want one, with b alone", calls)
+	}
+}
+
+// testManyFetchJoinsMany: Fetch calls, here and in another instance, of a
+// key that FetchMany computes share its compute.
+func testManyFetchJoinsMany(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	other := New[string](b.client(t), prefix(t))
+	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
+	mres := make(chan map[string]string, 1)
+	go func() {
+		got, err := c.FetchMany(ctx, []string{"a", "b"}, time.Minute, e.compute)
+		if err != nil {
+			t.Error(err)
+		}
+		mres <- got
+	}()
+	<-e.started
+	hook, waiting := waitSignal()
+	other.onWait = hook
+	var wg sync.WaitGroup
+	for _, f := range []*Cache[string]{c, other} {
+		wg.Go(func() {
+			if v, err := f.Fetch(ctx, "a", time.Minute, nil2[string]); err != nil || v != "v:a" {
+				t.Errorf("Fetch = %q, %v; want v:a", v, err)
+			}
+		})
+	}
+	<-waiting
+	for c.Stats().Shared == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(e.gate)
+	wg.Wait()
+	wantAll(t, <-mres, []string{"a", "b"})
+	if calls := e.keys(); len(calls) != 1 {
+		t.Errorf("compute calls %v; want one", calls)
+	}
+}
+
+// testManyTakesOverDeadHolder: a key locked by a holder that never
+// stores is taken over once its lock expires, and computed alone.
+func testManyTakesOverDeadHolder(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t), WithLease(200*time.Millisecond))
+	// The dead holder's lock outlives the time a loaded machine may take to
+	// reach the lock script, so that FetchMany finds it held.
+	if err := c.client.Set(ctx, c.keys("dead").lock, "someone", time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if b.advance != nil { // miniredis expires keys only when told to
+		hook, waiting := waitSignal()
+		c.onWait = hook
+		go func() { <-waiting; b.advance(2 * time.Second) }()
+	}
+	e := &echo{}
+	got, err := c.FetchMany(ctx, []string{"a", "dead"}, time.Minute, e.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, []string{"a", "dead"})
+	calls := e.keys()
+	slices.SortFunc(calls, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
+	if len(calls) != 2 || !slices.Equal(calls[0], []string{"a"}) || !slices.Equal(calls[1], []string{"dead"}) {
+		t.Errorf("compute calls %v; want [a] then [dead] alone", calls)
+	}
+	if s := c.Stats(); s.Takeovers != 1 {
+		t.Errorf("Takeovers = %d; want 1", s.Takeovers)
+	}
+}
+
+// testManyStale: with WithStale, stale keys are returned at once and each
+// is refreshed in the background with compute for that key alone.
+func testManyStale(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t), WithStale(time.Minute))
+	for _, k := range []string{"s1", "s2"} {
+		if err := c.Set(ctx, k, "old", 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Set(ctx, "fresh", "v:fresh", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pass(b, 200*time.Millisecond)
+	e := &echo{}
+	got, err := c.FetchMany(ctx, []string{"s1", "s2", "fresh"}, time.Minute, e.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"s1": "old", "s2": "old", "fresh": "v:fresh"}; !maps.Equal(got, want) {
+		t.Errorf("FetchMany = %v; want %v (stale values at once)", got, want)
+	}
+	settle(t, c)
+	calls := e.keys()
+	slices.SortFunc(calls, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
+	if len(calls) != 2 || !slices.Equal(calls[0], []string{"s1"}) || !slices.Equal(calls[1], []string{"s2"}) {
+		t.Errorf("refresh computes %v; want [s1] and [s2], each alone", calls)
+	}
+	if s := c.Stats(); s.Stale != 2 || s.Refreshes != 2 {
+		t.Errorf("Stats = %+v; want Stale 2, Refreshes 2", s)
+	}
+	for _, k := range []string{"s1", "s2"} {
+		if v, err := c.Get(ctx, k); err != nil || v != "v:"+k {
+			t.Errorf("Get(%s) after the refresh = %q, %v", k, v, err)
+		}
+	}
+}

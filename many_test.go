@@ -1,0 +1,275 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The FetchMany tests run on every deployment, like Fetch's.
+var batchSuite = suite{
+	{"HitsAndMisses", testManyHitsAndMisses},
+	{"Duplicates", testManyDuplicates},
+	{"PartialMap", testManyPartialMap},
+	{"NegativeTTL", testManyNegativeTTL},
+	{"ComputeError", testManyComputeError},
+	{"AcrossInstances", testManyAcrossInstances},
+	{"WithFetch", testManyWithFetch},
+	{"JoinsFetch", testManyJoinsFetch},
+	{"FetchJoinsMany", testManyFetchJoinsMany},
+	{"TakesOverDeadHolder", testManyTakesOverDeadHolder},
+	{"Stale", testManyStale},
+}
+
+func TestFetchMany(t *testing.T) { batchSuite.run(t) }
+
+// keyRange returns the keys prefix0 … prefix(n-1): spread over all slots.
+func keyRange(p string, n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = p + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// echo computes "v:"+key for each key, records each call's keys, and
+// counts each key in the Redis hash counter (summed over processes).
+type echo struct {
+	mu      sync.Mutex
+	calls   [][]string
+	counter func(ctx context.Context, key string)
+	gate    chan struct{} // if set, compute waits for it to close
+	started chan struct{} // if set, closed when compute first starts
+	once    sync.Once
+}
+
+func (e *echo) compute(ctx context.Context, keys []string) (map[string]string, error) {
+	e.mu.Lock()
+	e.calls = append(e.calls, slices.Clone(keys))
+	e.mu.Unlock()
+	if e.started != nil {
+		e.once.Do(func() { close(e.started) })
+	}
+	if e.gate != nil {
+		<-e.gate
+	}
+	m := make(map[string]string, len(keys))
+	for _, k := range keys {
+		if e.counter != nil {
+			e.counter(ctx, k)
+		}
+		m[k] = "v:" + k
+	}
+	return m, nil
+}
+
+func (e *echo) keys() [][]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.calls)
+}
+
+func wantAll(t *testing.T, got map[string]string, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		if got[k] != "v:"+k {
+			t.Errorf("FetchMany()[%q] = %q; want %q", k, got[k], "v:"+k)
+			return
+		}
+	}
+	if len(got) != len(keys) {
+		t.Errorf("FetchMany returned %d values; want %d", len(got), len(keys))
+	}
+}
+
+func testManyHitsAndMisses(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t))
+	keys := keyRange("k", 50)
+	for _, k := range keys[:20] {
+		if err := c.Set(ctx, k, "v:"+k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &echo{}
+	got, err := c.FetchMany(ctx, keys, time.Minute, e.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, keys)
+	calls := e.keys()
+	if len(calls) != 1 {
+		t.Fatalf("compute called %d times; want once", len(calls))
+	}
+	if m := slices.Sorted(slices.Values(calls[0])); !slices.Equal(m, slices.Sorted(slices.Values(keys[20:]))) {
+		t.Errorf("compute got %v; want exactly the 30 missing keys", m)
+	}
+	// Stored: a second call is all hits.
+	got, err = c.FetchMany(ctx, keys, time.Minute, nilMany[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, keys)
+	if s := c.Stats(); s.Hits != 70 || s.Misses != 30 || s.Computes != 1 {
+		t.Errorf("Stats = %+v; want Hits 70, Misses 30, Computes 1", s)
+	}
+}
+
+func nilMany[T any](context.Context, []string) (map[string]T, error) {
+	return nil, errors.New("unexpected compute")
+}
+
+func testManyDuplicates(t *testing.T, b backend) {
+	c := New[string](b.client(t), prefix(t))
+	e := &echo{}
+	got, err := c.FetchMany(t.Context(), []string{"a", "b", "a", "a", "b"}, time.Minute, e.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, []string{"a", "b"})
+	if calls := e.keys(); len(calls) != 1 || len(calls[0]) != 2 {
+		t.Errorf("compute calls %v; want one with a and b once each", calls)
+	}
+}
+
+// testManyPartialMap: a key compute leaves out is absent, with no error,
+// and not stored (no negative TTL).
+func testManyPartialMap(t *testing.T, b backend) {
+	c := New[string](b.client(t), prefix(t))
+	got, err := c.FetchMany(t.Context(), []string{"a", "gone", "b"}, time.Minute, func(_ context.Context, keys []string) (map[string]string, error) {
+		return map[string]string{"a": "v:a", "b": "v:b", "extra": "x"}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, []string{"a", "b"})
+	assertNothingStored(t, c, "gone")
+	assertNothingStored(t, c, "extra")
+}
+
+func testManyNegativeTTL(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute))
+	e := &echo{}
+	only := func(ctx context.Context, keys []string) (map[string]string, error) {
+		m, err := e.compute(ctx, keys)
+		delete(m, "gone")
+		return m, err
+	}
+	for range 2 {
+		got, err := c.FetchMany(ctx, []string{"a", "gone"}, time.Minute, only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAll(t, got, []string{"a"})
+	}
+	if calls := e.keys(); len(calls) != 1 {
+		t.Errorf("compute calls %v; want one: the tombstone answers the second", calls)
+	}
+	if _, err := c.Get(ctx, "gone"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(gone) = %v; want ErrNotFound (a tombstone)", err)
+	}
+}
+
+// testManyComputeError: compute's error fails its keys only; hits are
+// returned, each failed key is named, and a process waiting for one of
+// them gets ErrComputeFailed.
+func testManyComputeError(t *testing.T, b backend) {
+	ctx := t.Context()
+	c := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	other := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	if err := c.Set(ctx, "hit", "v:hit", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	errDB := errors.New("db down")
+	started, release := make(chan struct{}), make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		got, err := c.FetchMany(ctx, []string{"hit", "x", "y"}, time.Minute, func(context.Context, []string) (map[string]string, error) {
+			close(started)
+			<-release
+			return nil, errDB
+		})
+		if got["hit"] != "v:hit" || len(got) != 1 {
+			t.Errorf("FetchMany = %v; want the hit only", got)
+		}
+		res <- err
+	}()
+	<-started
+	hook, waiting := waitSignal()
+	other.onWait = hook
+	wres := make(chan error, 1)
+	go func() { _, err := other.Fetch(ctx, "x", time.Minute, nil2[string]); wres <- err }()
+	<-waiting
+	close(release)
+	err := <-res
+	if !errors.Is(err, errDB) || !strings.Contains(err.Error(), `"x"`) || !strings.Contains(err.Error(), `"y"`) {
+		t.Errorf("FetchMany error = %v; want errDB for x and for y, naming them", err)
+	}
+	if err := <-wres; !errors.Is(err, ErrComputeFailed) {
+		t.Errorf("waiter Fetch = %v; want ErrComputeFailed", err)
+	}
+	assertNothingStored(t, c, "x")
+	assertNothingStored(t, c, "y")
+}
+
+// testManyAcrossInstances: 4 Caches (each its own client, a process each)
+// × 8 goroutines FetchMany overlapping sets of 200 keys: each key computed
+// once in all.
+func testManyAcrossInstances(t *testing.T, b backend) {
+	rdb := b.client(t)
+	counter := t.Name() + ":computes" // see computesPerKey
+	var wg sync.WaitGroup
+	keys := keyRange("k", 200)
+	for p := range 4 {
+		c := New[string](b.client(t), prefix(t))
+		for g := range 8 {
+			// Each goroutine asks for a window of 120 keys starting at a
+			// different place, wrapping around: every pair overlaps.
+			from := (p*8 + g) * 200 / 32
+			mine := append(slices.Clone(keys[from:]), keys[:from]...)[:120]
+			e := &echo{counter: func(ctx context.Context, k string) { rdb.HIncrBy(ctx, counter, k, 1) }}
+			wg.Go(func() {
+				got, err := c.FetchMany(t.Context(), mine, time.Minute, e.compute)
+				if err != nil {
+					t.Error(err)
+				}
+				wantAll(t, got, mine)
+			})
+		}
+	}
+	wg.Wait()
+	computedOnce(t, computesPerKey(t, rdb, t.Name()+":"), len(keys))
+}
+
+func TestFetchManyBadInput(t *testing.T) {
+	c := New[string](nopClient(t)) // any I/O would fail
+	ctx := t.Context()
+	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
+	if err != nil || got == nil || len(got) != 0 {
+		t.Errorf("FetchMany(no keys) = %v, %v; want an empty map, nil", got, err)
+	}
+	for _, tc := range []struct {
+		keys []string
+		ttl  time.Duration
+		want string
+	}{
+		{[]string{"a", ""}, time.Minute, "key 1 of 2 is empty"},
+		{[]string{"a"}, time.Microsecond, "ttl 1µs is below 1ms"},
+		{[]string{"a"}, 0, "below 1ms"},
+	} {
+		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
+			t.Errorf("FetchMany(%q, %v) = %v, %v; want nil, ErrInvalid saying %q", tc.keys, tc.ttl, got, err, tc.want)
+		}
+	}
+	mustPanic(t, "FetchMany(nil compute)", func() { _, _ = c.FetchMany(ctx, []string{"a"}, time.Minute, nil) })
+	if s := c.Stats(); s != (Stats{}) {
+		t.Errorf("Stats = %+v; want nothing counted", s)
+	}
+}

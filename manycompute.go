@@ -1,0 +1,163 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+)
+
+// FetchMany's compute: one call for every key a batch won, one lease
+// renewal for them all, and fenced stores (or failures) sent per key in
+// one pipeline.
+
+// computeMany runs compute once for the keys of js, whose locks this
+// process holds with token (taken by a request sent at sent), stores each
+// value, fenced by its own lock, wakes the waiters and ends each key's
+// flight. A key compute leaves out of its map is not found; compute's
+// error fails every key of js.
+func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, sent time.Time, compute manyFunc[T]) {
+	keys := make([]string, len(js))
+	for i, j := range js {
+		c.flights.setBusy(j.cl)
+		keys[i] = j.key
+	}
+	cctx, cancel, ro, stop := c.computeContext(ctx)
+	defer stop()
+	r := c.renew(ctx, sent, cancel, c.extendMany(js, token))
+	start := time.Now()
+	var vals map[string]T
+	cerr := c.runCompute(cctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
+		vals, err = compute(ctx, slices.Clone(keys)) // compute may keep or change its slice
+		return err
+	})
+	took := time.Since(start) + 2*start.Sub(sent) // as in computeHeld
+	if r.end() && cerr != nil && errors.Is(context.Cause(cctx), errLeaseLost) {
+		// Every lock was lost while compute ran (the keys were Set or
+		// Deleted, or Redis was unreachable for a lease) and compute gave
+		// up: each key looks again, as a newcomer, on its own.
+		c.restartMany(ctx, js, token, compute)
+		return
+	}
+	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
+	for i, j := range js {
+		v, ok := vals[j.key]
+		kerr := cerr
+		if kerr == nil && !ok {
+			kerr = notFound(j.key)
+		}
+		b, ttl, err := c.entry(j, v, kerr, took, ro)
+		if err != nil {
+			outs[i], calls[i] = outcome{err: err}, c.failCall(j.ks, token, err)
+			continue
+		}
+		outs[i], calls[i] = outcome{b: b}, c.storeCall(j.ks, token, b, ttl)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer dcancel()
+	cmds := c.runPipelined(dctx, calls)
+	for i, j := range js {
+		if outs[i].b != nil {
+			outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
+		}
+		c.flights.end(j.flight, j.cl, outs[i])
+	}
+}
+
+// extendMany extends the leases of js's locks held with token: one
+// extendScript per slot group, in one pipeline. It reports them held while
+// any is: a key whose lock was taken away (Set, Delete) is fenced off at
+// its store, and must not cancel the compute of the others.
+func (c *Cache[T]) extendMany(js []*job[T], token string) extender {
+	vks := make([]string, len(js))
+	for i, j := range js {
+		vks[i] = j.ks.value
+	}
+	groups := slotGroups(c.client, vks)
+	calls := make([]scriptCall, len(groups))
+	lease := redisutil.Millis(c.opts.lease)
+	for gi, g := range groups {
+		locks := make([]string, len(g))
+		for n, i := range g {
+			locks[n] = js[i].ks.lock
+		}
+		calls[gi] = scriptCall{extendScript, locks, []any{token, lease}}
+	}
+	return func(ctx context.Context) (bool, error) {
+		var first error
+		for _, cmd := range c.runPipelined(ctx, calls) {
+			n, err := cmd.Int64()
+			switch {
+			case err == nil && n > 0:
+				return true, nil
+			case err != nil && first == nil:
+				first = err
+			}
+		}
+		return false, first
+	}
+}
+
+// restartMany gives up the locks of js held with token, and starts each
+// key's miss over in Fetch's miss path, with compute called for that key
+// alone.
+func (c *Cache[T]) restartMany(ctx context.Context, js []*job[T], token string, compute manyFunc[T]) {
+	undo := make([]scriptCall, len(js))
+	for i, j := range js {
+		undo[i] = releaseCall(j.ks, token, c.publish)
+	}
+	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	c.runPipelined(dctx, undo)
+	cancel()
+	for _, j := range js {
+		j.first, j.compute = nil, one(j.key, compute)
+		c.startFlight(ctx, j, "", false, false)
+	}
+}
+
+// computeLocalMany runs compute for the keys of js without the cache, when
+// Redis is unreachable and WithComputeWhenDown is set.
+func (c *Cache[T]) computeLocalMany(ctx context.Context, js []*job[T], compute manyFunc[T]) {
+	keys := make([]string, len(js))
+	for i, j := range js {
+		c.flights.setBusy(j.cl)
+		keys[i] = j.key
+	}
+	var vals map[string]T
+	cerr := c.runCompute(ctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
+		vals, err = compute(ctx, slices.Clone(keys))
+		return err
+	})
+	for _, j := range js {
+		r := outcome{err: cerr}
+		if cerr == nil {
+			if v, ok := vals[j.key]; !ok {
+				r.err = notFound(j.key)
+			} else if r.b, r.err = c.encode(v); r.err != nil {
+				r.err = fmt.Errorf("dogpile: encode %q: %w", j.key, r.err)
+			}
+		}
+		c.flights.end(j.flight, j.cl, r)
+	}
+}
+
+// one turns FetchMany's compute into a compute of key alone, for the paths
+// that compute one key: a background refresh, a takeover, a restart. A
+// value left out of the map is not found.
+func one[T any](key string, compute manyFunc[T]) func(context.Context) (T, error) {
+	return func(ctx context.Context) (T, error) {
+		vals, err := compute(ctx, []string{key})
+		v, ok := vals[key]
+		switch {
+		case err != nil:
+			var zero T
+			return zero, err
+		case !ok:
+			return v, notFound(key)
+		}
+		return v, nil
+	}
+}

@@ -1,0 +1,246 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// FetchMany's round trips: the batch read of every key and the batch lock
+// attempt of the misses. From the lock attempt on, each key goes its own
+// way: won keys to one compute (see computeMany), the others into Fetch's
+// miss path, started from the reply the batch got (see miss.first).
+
+// A read is one key's answer in a batch read.
+type read struct {
+	b    []byte
+	pttl time.Duration // remaining TTL, when freshness options need it; -1: not read, or none
+	err  error         // redis.Nil: no value
+}
+
+// readMany is the hit path of many keys: an MGET per slot group, and with
+// WithStale or WithEarlyRefresh a PTTL per key, in one pipeline (one round
+// trip per node), through the client's circuit breaker.
+func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
+	rs := make([]read, len(vks))
+	done, err := c.breaker.Allow()
+	if err != nil {
+		c.stats.unavailable.Add(1)
+		for i := range rs {
+			rs[i].err = err
+		}
+		return rs
+	}
+	err = c.readManyRedis(ctx, vks, rs)
+	if ch := done(err); ch != breaker.None {
+		c.logChange(ctx, ch, err)
+	}
+	return rs
+}
+
+// readManyRedis is readMany's round trip, behind the circuit breaker. It
+// returns the pipeline's first error; each key has its own in rs.
+func (c *Cache[T]) readManyRedis(ctx context.Context, vks []string, rs []read) error {
+	groups := slotGroups(c.client, vks)
+	gets := make([]*redis.SliceCmd, len(groups))
+	var pttls []*redis.DurationCmd
+	if c.opts.stale > 0 || c.opts.beta > 0 {
+		pttls = make([]*redis.DurationCmd, len(vks))
+	}
+	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for gi, g := range groups {
+			ks := vks // a single server: one group, every key in order
+			if len(g) != len(vks) {
+				ks = make([]string, len(g))
+				for n, i := range g {
+					ks[n] = vks[i]
+				}
+			}
+			gets[gi] = p.MGet(ctx, ks...)
+		}
+		for i := range pttls {
+			pttls[i] = p.PTTL(ctx, vks[i])
+		}
+		return nil
+	})
+	for gi, g := range groups {
+		vals, gerr := gets[gi].Result()
+		for n, i := range g {
+			r := &rs[i]
+			r.pttl = -1
+			switch {
+			case gerr != nil:
+				r.err = gerr
+			case vals[n] == nil:
+				r.err = redis.Nil
+			default:
+				s, _ := vals[n].(string)
+				r.b = []byte(s)
+			}
+			if pttls != nil && r.err == nil {
+				if d, err := pttls[i].Result(); err == nil && d >= 0 {
+					r.pttl = d // a value without a TTL is never stale
+				}
+			}
+		}
+	}
+	return err
+}
+
+// A batch is the missing keys of one FetchMany that it leads.
+type batch[T any] struct {
+	jobs    []*job[T]
+	bad     []string // per job: SHA1 of stored bytes that did not decode, or ""
+	down    bool     // Redis is unreachable and WithComputeWhenDown is set
+	compute manyFunc[T]
+}
+
+// joinMisses joins or starts the flight of each missing key (see Fetch):
+// a key whose flight another caller in this process leads is awaited, and
+// the others start one batch.
+func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Duration, compute manyFunc[T]) []want {
+	ws := make([]want, len(misses))
+	b := &batch[T]{compute: compute}
+	for i, m := range misses {
+		cl, lead := c.flights.join(m.key)
+		ws[i] = want{m, cl}
+		if !lead {
+			c.stats.shared.Add(1)
+			continue
+		}
+		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
+		b.down = b.down || m.down
+		b.jobs = append(b.jobs, &job[T]{flight: m.key, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl})
+		b.bad = append(b.bad, m.bad)
+	}
+	if len(b.jobs) > 0 {
+		go c.runBatch(context.WithoutCancel(ctx), b)
+	}
+	return ws
+}
+
+// runBatch is the miss path of a batch, on a context detached from the
+// caller's: one lock attempt for all its keys, then one compute for the
+// keys it won, while the others wait (each in Fetch's miss path).
+func (c *Cache[T]) runBatch(ctx context.Context, b *batch[T]) {
+	defer func() {
+		if r := recover(); r != nil { // a bug here must not crash the caller's process
+			err := fmt.Errorf("dogpile: fetch many: internal panic: %v\n%s", r, debug.Stack())
+			for _, j := range b.jobs {
+				c.flights.end(j.flight, j.cl, outcome{err: err})
+			}
+		}
+	}()
+	if b.down {
+		c.computeLocalMany(ctx, b.jobs, b.compute)
+		return
+	}
+	token := redisutil.Token()
+	sent := time.Now()
+	replies := c.lockMany(ctx, b, token)
+	var won, failed []*job[T]
+	var errs []error
+	for i, j := range b.jobs {
+		res, err := replies[i].res, replies[i].err
+		if err != nil {
+			failed, errs = append(failed, j), append(errs, err)
+			continue
+		}
+		switch kind, _ := at[int64](res, 0); kind {
+		case replyLocked:
+			won = append(won, j)
+			continue
+		case replyValue:
+			s, _ := at[string](res, 1)
+			if _, _, derr := c.decodeEntry([]byte(s)); derr == nil {
+				c.flights.end(j.flight, j.cl, outcome{b: []byte(s)})
+				continue
+			}
+		}
+		// Busy, failed, or a value that does not decode: Fetch's miss path
+		// takes it from this reply, and computes it alone if it takes over.
+		j.first, j.compute = res, one(j.key, b.compute)
+		c.startFlight(ctx, j, b.bad[i], false, false)
+	}
+	if len(failed) > 0 {
+		c.lockFailed(ctx, failed, errs, token, b.compute)
+	}
+	if len(won) > 0 {
+		c.computeMany(ctx, won, token, sent, b.compute)
+	}
+}
+
+// A lockReply is one key's reply to FetchMany's lock attempt.
+type lockReply struct {
+	res []any
+	err error
+}
+
+// lockMany runs fetchManyScript for the keys of b, one call per slot
+// group in one pipeline, in one turn among the Cache's lock attempts.
+func (c *Cache[T]) lockMany(ctx context.Context, b *batch[T], token string) []lockReply {
+	vks := make([]string, len(b.jobs))
+	for i, j := range b.jobs {
+		vks[i] = j.ks.value
+	}
+	groups := slotGroups(c.client, vks)
+	calls := make([]scriptCall, len(groups))
+	lease := redisutil.Millis(c.opts.lease)
+	for gi, g := range groups {
+		keys, args := make([]string, 0, 3*len(g)), make([]any, 0, 2+len(g))
+		args = append(args, token, lease)
+		for _, i := range g {
+			ks := b.jobs[i].ks
+			keys = append(keys, ks.value, ks.lock, ks.errs)
+			args = append(args, b.bad[i])
+		}
+		calls[gi] = scriptCall{fetchManyScript, keys, args}
+	}
+	_ = c.admit(ctx) // ctx is never done
+	cmds := c.runPipelined(ctx, calls)
+	c.done()
+	out := make([]lockReply, len(b.jobs))
+	for gi, g := range groups {
+		res, err := cmds[gi].Slice()
+		for n, i := range g {
+			if err == nil {
+				if out[i].res, _ = at[[]any](res, n); out[i].res == nil {
+					err = fmt.Errorf("unexpected script reply %v", res)
+				}
+			}
+			out[i].err = err
+		}
+	}
+	return out
+}
+
+// lockFailed handles the keys whose lock attempt got no reply (errs, in
+// order): it undoes the locks the script may have taken, then computes
+// without the cache (Redis unreachable, WithComputeWhenDown) or fails them.
+func (c *Cache[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, token string, compute manyFunc[T]) {
+	var undo []scriptCall
+	var down []*job[T]
+	for i, j := range js {
+		if !redisutil.NeverSent(errs[i]) {
+			undo = append(undo, releaseCall(j.ks, token, c.publish))
+		}
+		if c.opts.computeIfDown && unreachable(errs[i]) {
+			down = append(down, j)
+			continue
+		}
+		c.flights.end(j.flight, j.cl, outcome{err: fmt.Errorf("dogpile: fetch %q: %w", j.key, errs[i])})
+	}
+	if len(undo) > 0 {
+		dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		c.runPipelined(dctx, undo)
+		cancel()
+	}
+	if len(down) > 0 {
+		c.computeLocalMany(ctx, down, compute)
+	}
+}

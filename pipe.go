@@ -1,0 +1,101 @@
+package dogpile
+
+import (
+	"context"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// Batches of round trips for FetchMany: scripts sent together in one
+// pipeline (go-redis splits a pipeline per node, so a cluster costs one
+// round trip per node, sent in parallel), and keys grouped by what one
+// script may touch together.
+
+// A scriptCall is one script run that waits for its pipeline.
+type scriptCall struct {
+	s    *redis.Script
+	keys []string
+	args []any
+}
+
+// maxGroup bounds the keys of one script call (and one MGET), so that a
+// huge batch does not block the server in one long script.
+const maxGroup = 256
+
+// runPipelined runs calls in one pipeline and returns their commands, in
+// order; each carries its own error. As with run, a script's first use by
+// this Cache sends its body (EVAL, which loads it); later ones send its
+// SHA (EVALSHA), and the calls that find it missing (another node, a
+// restarted server) are sent again, with the body, in a second pipeline.
+func (c *Cache[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, sc := range calls {
+			if _, loaded := c.loaded.LoadOrStore(sc.s, true); !loaded {
+				cmds[i] = sc.s.Eval(ctx, p, sc.keys, sc.args...)
+			} else {
+				cmds[i] = sc.s.EvalSha(ctx, p, sc.keys, sc.args...)
+			}
+		}
+		return nil
+	})
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds
+	}
+	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			cmds[i] = calls[i].s.Eval(ctx, p, calls[i].keys, calls[i].args...)
+		}
+		return nil
+	})
+	return cmds
+}
+
+// slotGroups splits the indexes of the value keys vks into groups whose
+// keys one script (or one MGET) may touch together: all of them on a single
+// server, one group per hash slot on a cluster, and one per key on a ring
+// or any other client (a ring's shards place keys by their own hash). No
+// group is longer than maxGroup.
+func slotGroups(client redis.UniversalClient, vks []string) [][]int {
+	var groups [][]int
+	add := func(g int, i int) int {
+		if g < 0 || len(groups[g]) == maxGroup {
+			groups = append(groups, nil)
+			g = len(groups) - 1
+		}
+		groups[g] = append(groups[g], i)
+		return g
+	}
+	switch client.(type) {
+	case *redis.Client:
+		for i := 0; i < len(vks); i += maxGroup {
+			g := make([]int, min(maxGroup, len(vks)-i))
+			for n := range g {
+				g[n] = i + n
+			}
+			groups = append(groups, g)
+		}
+	case *redis.ClusterClient:
+		bySlot := map[int]int{}
+		for i, k := range vks {
+			s := redisutil.Slot(k)
+			g, ok := bySlot[s]
+			if !ok {
+				g = -1
+			}
+			bySlot[s] = add(g, i)
+		}
+	default:
+		for i := range vks {
+			add(-1, i)
+		}
+	}
+	return groups
+}
