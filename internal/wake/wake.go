@@ -11,7 +11,6 @@ package wake
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +157,11 @@ type hub struct {
 	idle    *time.Timer   // guarded by hubsMu; closes the hub after linger
 	quit    chan struct{} // closed when the last Sub leaves
 
+	// io is a token held during each SUBSCRIBE or UNSUBSCRIBE on ps, so
+	// that they reach the server in the order they were decided (see
+	// channels.go), without holding mu over a network call.
+	io chan struct{}
+
 	mu     sync.Mutex
 	closed bool
 	chans  map[string]*entry
@@ -199,7 +203,7 @@ func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*
 	defer hubsMu.Unlock()
 	h := hubs[key]
 	if h == nil {
-		h = &hub{key: key, chans: map[string]*entry{}, quit: make(chan struct{}), sharded: sharded}
+		h = &hub{key: key, chans: map[string]*entry{}, quit: make(chan struct{}), io: make(chan struct{}, 1), sharded: sharded}
 		switch {
 		case sharded:
 			h.ps = node.SSubscribe(context.Background())
@@ -247,59 +251,6 @@ func releaseHub(h *hub) {
 		close(h.quit)
 		_ = h.ps.Close() // ends loop: its blocked Receive fails
 	})
-}
-
-func (h *hub) add(ctx context.Context, s *Sub) (<-chan struct{}, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.chans[s.ch]
-	if e == nil {
-		e = &entry{ready: make(chan struct{})}
-		h.chans[s.ch] = e
-		var err error
-		if h.sharded {
-			err = h.ps.SSubscribe(ctx, s.ch)
-		} else {
-			err = h.ps.Subscribe(ctx, s.ch)
-		}
-		if err != nil {
-			delete(h.chans, s.ch)
-			return nil, err
-		}
-	}
-	e.subs = append(e.subs, s)
-	waiting.Add(1)
-	return e.ready, nil
-}
-
-func (h *hub) remove(s *Sub) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.chans[s.ch]
-	if e == nil {
-		return
-	}
-	before := len(e.subs)
-	e.subs = slices.DeleteFunc(e.subs, func(x *Sub) bool { return x == s })
-	waiting.Add(int64(len(e.subs) - before))
-	if len(s.c) > 0 {
-		// s leaves holding a wake-up it will never act on: pass it on, or
-		// a wake-one message would be lost for this process.
-		e.wakeOne("")
-	}
-	if len(e.subs) > 0 || h.closed {
-		return
-	}
-	delete(h.chans, s.ch)
-	// A failed unsubscribe leaves a channel nobody listens to on a
-	// connection that closes with its last waiter: harmless.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if h.sharded {
-		_ = h.ps.SUnsubscribe(ctx, s.ch)
-	} else {
-		_ = h.ps.Unsubscribe(ctx, s.ch)
-	}
 }
 
 func (h *hub) loop() {
