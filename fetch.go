@@ -99,7 +99,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		if derr == nil {
 			r := outcome{b: b, hit: true, stale: c.stale(pttl)}
 			c.flights.end(key, cl, r)
-			c.nearPut(vk, tk, v, m, pttl)
+			c.nearPut(vk, tk, b, m, pttl)
 			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)

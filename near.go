@@ -221,7 +221,7 @@ func (c *Cache[T]) nearTicket(vk string) nearTicket {
 // nearPut stores a value read from Redis with its PTTL in the near tier,
 // for as long as Redis serves it fresh: up to its expiry, less the stale
 // window and the early-refresh gap, past which Fetch must see Redis.
-func (c *Cache[T]) nearPut(vk string, tk nearTicket, v T, m meta, pttl time.Duration) {
+func (c *Cache[T]) nearPut(vk string, tk nearTicket, b []byte, m meta, pttl time.Duration) {
 	if c.near == nil || pttl <= 0 {
 		return // a key without a TTL is no dogpile value
 	}
@@ -234,6 +234,12 @@ func (c *Cache[T]) nearPut(vk string, tk nearTicket, v T, m meta, pttl time.Dura
 	}
 	if !c.near.t.tracked(vk) {
 		return // a Cluster's master this process does not track (yet)
+	}
+	// The tier keeps a decode of its own: the caller that read b got the
+	// other one and may change it (a map, a slice), as Fetch allows.
+	v, _, err := c.decodeEntry(b)
+	if err != nil {
+		return
 	}
 	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.at + int64(life)}
 	c.near.x.admit(vk, tk, func() { c.near.store.Set(vk, e) })
