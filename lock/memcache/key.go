@@ -49,8 +49,11 @@ func checkTTL(d time.Duration) error {
 	if d < time.Second {
 		return fmt.Errorf("ttl %v is below 1s, memcached's expiry resolution", d)
 	}
-	if d > maxRelativeExpiry {
-		return fmt.Errorf("ttl %v is above 30 days, memcached's longest relative expiry", d)
+	// What memcached is told (expiry) must stay a relative expiry: above
+	// 30 days it reads the number as a Unix time, long past, and the lock
+	// would expire at once while its holder believed it held.
+	if d > maxRelativeExpiry-2*time.Second {
+		return fmt.Errorf("ttl %v is above 30 days less 2 s, memcached's longest relative expiry once rounded up", d)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // the package doc) and moves its safe deadline accordingly. It returns
 // [ErrNotHeld] if the lease has ended or its key no longer holds its token;
 // Extend never re-creates an expired lock. A ttl below 1 s or above 30
-// days returns an error matching [ErrInvalid].
+// days less 2 s returns an error matching [ErrInvalid].
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

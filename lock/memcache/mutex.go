@@ -28,7 +28,7 @@ var (
 	ErrLost = lock.ErrLost
 
 	// ErrInvalid is lock's [lock.ErrInvalid], the same value: errors for
-	// bad input match it (an empty name, a TTL below 1 s or above 30 days,
+	// bad input match it (an empty name, a TTL below 1 s or above 30 days less 2 s,
 	// a bad backoff or wait timeout) and name the argument.
 	ErrInvalid = lock.ErrInvalid
 )

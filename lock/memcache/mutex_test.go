@@ -227,6 +227,7 @@ func TestBadInput(t *testing.T) {
 		"empty name":         mclock.NewMutex(c, ""),
 		"ttl below 1s":       mclock.NewMutex(c, "x", mclock.WithTTL(999*time.Millisecond)),
 		"ttl above 30 days":  mclock.NewMutex(c, "x", mclock.WithTTL(31*24*time.Hour)),
+		"ttl of 30 days":     mclock.NewMutex(c, "x", mclock.WithTTL(30*24*time.Hour)), // rounded up: an absolute time in 1970
 		"zero backoff":       mclock.NewMutex(c, "x", mclock.WithBackoff(0, time.Second)),
 		"inverted backoff":   mclock.NewMutex(c, "x", mclock.WithBackoff(time.Second, time.Millisecond)),
 		"negative wait time": mclock.NewMutex(c, "x", mclock.WithWaitTimeout(-time.Second)),

@@ -42,7 +42,8 @@ func (o *options) invalid(format string, args ...any) {
 // a holder that dies frees the lock after at most this long, plus up to
 // two seconds of rounding (see the package doc on whole-second expiries).
 // The default is 10 seconds. d must be at least 1 s and at most 30 days
-// (memcached reads a longer expiry as a Unix time).
+// less 2 s: memcached reads a longer expiry, once rounded up, as a Unix
+// time, and the lock would expire at once.
 func WithTTL(d time.Duration) Option {
 	return optionFunc(func(o *options) {
 		if err := checkTTL(d); err != nil {
