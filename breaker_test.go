@@ -161,3 +161,21 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerEmptyFetchManyIsNoProbe: a FetchMany of no keys does no I/O,
+// so it must not pass for a probe that found Redis back.
+func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
+	s := redistest.StartServer(t)
+	c := New[int](noRetryClient(t, s), prefix(t))
+	s.Kill()
+	c.Get(t.Context(), "k")            // opens the circuit
+	time.Sleep(300 * time.Millisecond) // past the cooldown: the next call probes
+	if _, err := c.FetchMany(t.Context(), nil, time.Minute, func(context.Context, []string) (map[string]int, error) {
+		return nil, nil
+	}); err != nil {
+		t.Fatalf("FetchMany(no keys) = %v", err)
+	}
+	if !c.breaker.Open() {
+		t.Error("an empty FetchMany closed the circuit with Redis still down")
+	}
+}

@@ -287,8 +287,13 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 // error matching ErrInvalid, not a panic: a server must not crash on a
 // request's input.
 func checkKey(key string) error {
-	if key == "" {
+	switch {
+	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
+	case key[0] == 0:
+		// Names of internal flights (refresh, background refresh) start
+		// with a NUL byte: a key that did could join one and get its value.
+		return fmt.Errorf("%w: key %q begins with a NUL byte", ErrInvalid, key)
 	}
 	return nil
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // ErrUnavailable is returned, wrapped, by calls that did not go to Redis
-// because Redis was found unreachable moments ago: after a few calls in a
-// row fail to reach it, every Cache and lock on the same client fails at
-// once (well under a millisecond) instead of spending go-redis's dial
+// because Redis was found unreachable moments ago: once a call fails to
+// reach it (after go-redis's own retries), every Cache and lock on the
+// same client fails at once (well under a millisecond) instead of spending go-redis's dial
 // retries (about 1.7 s) per call. One call in a while (every 250 ms) goes
 // through as a probe; the first that reaches Redis ends the outage for all.
 // With [WithComputeWhenDown], Fetch computes instead, deduplicated in the

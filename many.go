@@ -64,6 +64,11 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 		return nil, err
 	}
 	out := make(map[string]T, len(pending))
+	if len(pending) == 0 {
+		// No I/O: not even a breaker probe, which an empty pipeline would
+		// report as Redis reachable.
+		return out, nil
+	}
 	misses, errs, err := c.hits(ctx, pending, ttl, compute, out)
 	for err == nil && len(misses) > 0 {
 		ws := c.joinMisses(ctx, misses, ttl, compute)
@@ -84,8 +89,8 @@ func uniqueKeys(keys []string) ([]string, error) {
 	seen := make(map[string]struct{}, len(keys))
 	out := make([]string, 0, len(keys))
 	for i, k := range keys {
-		if k == "" {
-			return nil, fmt.Errorf("%w: key %d of %d is empty", ErrInvalid, i, len(keys))
+		if err := checkKey(k); err != nil {
+			return nil, fmt.Errorf("key %d of %d: %w", i, len(keys), err)
 		}
 		if _, dup := seen[k]; !dup {
 			seen[k] = struct{}{}

@@ -126,3 +126,21 @@ func TestBreakerAndLogger(t *testing.T) {
 		t.Errorf("%d log lines; want 2:\n%s", n, out)
 	}
 }
+
+// TestObserverLostUnobserved: a lease that ran out while nobody looked
+// (no Done, no Err) reports its loss when it is unlocked.
+func TestObserverLostUnobserved(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	var r recorder
+	l, err := lock.NewMutex(rdb, "unseen", lock.WithObserver(r.observe), lock.WithTTL(20*time.Millisecond)).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if err := l.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of an expired lease = %v; want ErrNotHeld", err)
+	}
+	if got, want := r.kinds(), []lock.EventKind{lock.EventObtained, lock.EventLost}; !slices.Equal(got, want) {
+		t.Errorf("events %v; want %v", got, want)
+	}
+}

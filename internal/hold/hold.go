@@ -135,6 +135,9 @@ func (k *Clock) expired() bool {
 func (k *Clock) End(err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// A lease whose safe deadline passed unobserved was lost before this
+	// end (a release that finds it gone, say): record that, and tell.
+	k.expired()
 	if k.err == nil {
 		k.err = err
 		if err == k.lost && err != nil && k.onLost != nil {
