@@ -96,7 +96,7 @@ func (k *Clock) Done() <-chan struct{} {
 		if k.expired() {
 			close(k.done)
 		} else {
-			k.expiry = time.AfterFunc(time.Until(k.safeUntil), func() { k.End(k.lost) })
+			k.expiry = time.AfterFunc(time.Until(k.safeUntil), k.lapse)
 		}
 	}
 	return k.done
@@ -129,6 +129,17 @@ func (k *Clock) expired() bool {
 		}
 	}
 	return k.err != nil
+}
+
+// lapse is the expiry timer's: it ends the lease only if its safe deadline
+// has passed, since a Confirm may have moved it just as the timer fired.
+func (k *Clock) lapse() {
+	k.mu.Lock()
+	ended := k.expired()
+	k.mu.Unlock()
+	if ended {
+		k.End(k.lost)
+	}
 }
 
 // End ends the lease with cause err, once, and closes Done if it was made.
