@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"strings"
@@ -498,3 +499,30 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 		t.Errorf("near hit = %v after the reader changed its copy; want map[a:1]", got)
 	}
 }
+
+// TestNearRefusal: only a lasting refusal of CLIENT TRACKING turns the near
+// tier off for good; a server busy with a script, loading, or in a
+// failover is tried again.
+func TestNearRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{replyErr("ERR unknown subcommand 'TRACKING'"), true},
+		{replyErr("NOPERM this user has no permissions to run the 'client' command"), true},
+		{replyErr("BUSY Redis is busy running a script"), false},
+		{replyErr("LOADING Redis is loading the dataset in memory"), false},
+		{replyErr("MASTERDOWN Link with MASTER is down"), false},
+		{io.EOF, false},
+	} {
+		if got := refusal(tc.err); got != tc.want {
+			t.Errorf("refusal(%v) = %v; want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// replyErr is an error reply, as go-redis returns them (a redis.Error).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -118,11 +119,27 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 			}
 			err = cn.Do(ctx, args...).Err()
 		}
-		var re redis.Error
-		if errors.As(err, &re) {
+		if refusal(err) {
 			refused.CompareAndSwap(nil, &err)
 		}
 		return err
 	}
 	return &opt
+}
+
+// refusal reports whether err is the server refusing tracking for good
+// (an unknown command, a syntax it lacks, no permission), as opposed to a
+// network error or a passing state (a script running: BUSY; loading its
+// data; a failover under way), after which the session is tried again.
+func refusal(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, passing := range []string{"BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(re.Error(), passing) {
+			return false
+		}
+	}
+	return true
 }
