@@ -64,9 +64,20 @@ const (
 )
 
 // A Breaker guards the calls of one client.
+//
+// While the circuit is closed, which is nearly always, a call costs one
+// atomic load and no allocation: with trip = 1 the first failure opens
+// the circuit, so the successes and exclusions in between change nothing
+// gobreaker would act on, and only a failure is handed to it. Open and
+// half-open calls go through gobreaker in full (its probe accounting).
 type Breaker struct {
 	cb      *gobreaker.TwoStepCircuitBreaker[struct{}]
+	closed  atomic.Bool  // gobreaker's state is closed (see OnStateChange)
 	changed atomic.Int32 // a Change not yet claimed by a caller
+
+	// doneClosed is the done of a call let through a closed circuit, made
+	// once: a func made per call would cost every hit an allocation.
+	doneClosed func(error) Change
 }
 
 // breakers holds one Breaker per client. Clients are meant to live as long
@@ -85,18 +96,16 @@ func For(client redis.UniversalClient) *Breaker {
 // New returns a closed breaker of its own (For shares one per client).
 func New() *Breaker {
 	b := &Breaker{}
+	b.closed.Store(true)
+	b.doneClosed = b.reportClosed
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		MaxRequests: 1,
-		Timeout:     cooldown,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
-		IsSuccessful: func(err error) bool {
-			return err == nil || !Unreachable(err)
-		},
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-				errors.Is(err, redis.ErrPoolTimeout)
-		},
+		MaxRequests:  1,
+		Timeout:      cooldown,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
+		IsSuccessful: func(err error) bool { return err == nil || !Unreachable(err) },
+		IsExcluded:   excluded,
 		OnStateChange: func(_ string, _, to gobreaker.State) {
+			b.closed.Store(to == gobreaker.StateClosed)
 			switch to {
 			case gobreaker.StateOpen:
 				b.changed.Store(int32(Opened))
@@ -113,6 +122,9 @@ func New() *Breaker {
 // that outcome caused, for the caller to log (each one is returned once).
 // If not, Allow returns an error matching [ErrUnavailable].
 func (b *Breaker) Allow() (done func(error) Change, err error) {
+	if b.closed.Load() {
+		return b.doneClosed, nil
+	}
 	report, err := b.cb.Allow()
 	if err != nil {
 		return nil, ErrUnavailable
@@ -121,6 +133,19 @@ func (b *Breaker) Allow() (done func(error) Change, err error) {
 		report(err)
 		return Change(b.changed.Swap(int32(None)))
 	}, nil
+}
+
+// reportClosed is done for a call let through a closed circuit: only a
+// failure matters (see Breaker), and gobreaker counts it as a request it
+// let through, as the call was. If the circuit opened meanwhile, another
+// call's failure already did what this one would.
+func (b *Breaker) reportClosed(err error) Change {
+	if err != nil && Unreachable(err) && !excluded(err) {
+		if report, aerr := b.cb.Allow(); aerr == nil {
+			report(err)
+		}
+	}
+	return Change(b.changed.Swap(int32(None)))
 }
 
 // Open reports whether calls fail fast now (the circuit is open or only
@@ -139,4 +164,11 @@ func Unreachable(err error) bool {
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrUnavailable)
+}
+
+// excluded reports an outcome that says nothing of Redis's health: the
+// caller's own cancellation, or a pool exhausted by load.
+func excluded(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, redis.ErrPoolTimeout)
 }
