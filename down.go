@@ -21,28 +21,30 @@ var ErrUnavailable = breaker.ErrUnavailable
 // circuit breaker (see ErrUnavailable): while Redis is known to be
 // unreachable it returns ErrUnavailable without calling f.
 func (c *Cache[T]) guard(ctx context.Context, f func() error) error {
-	done, err := c.breaker.Allow()
+	done, err := c.allow()
 	if err != nil {
-		c.stats.unavailable.Add(1)
 		return err
 	}
 	err = f()
-	c.logChange(ctx, done(err), err)
+	c.report(ctx, done, err)
 	return err
 }
 
-// logChange logs an outage that this call's round trip began or ended.
-func (c *Cache[T]) logChange(ctx context.Context, ch breaker.Change, err error) {
-	if c.opts.logger == nil {
-		return
+// allow asks the client's breaker whether a call may go to Redis (see
+// Breaker.Allow), counting the calls it turns away. read and readMany use
+// it and report directly, with no closure on the hit path.
+func (c *Cache[T]) allow() (func(error) breaker.Change, error) {
+	done, err := c.breaker.Allow()
+	if err != nil {
+		c.stats.unavailable.Add(1)
 	}
-	switch ch {
-	case breaker.Opened:
-		c.opts.logger.LogAttrs(ctx, slog.LevelError, "dogpile: redis unreachable; calls fail fast until it answers again",
-			slog.String("prefix", c.opts.prefix), slog.Any("error", err))
-	case breaker.Closed:
-		c.opts.logger.LogAttrs(ctx, slog.LevelInfo, "dogpile: redis reachable again", slog.String("prefix", c.opts.prefix))
-	}
+	return done, err
+}
+
+// report hands the outcome of an allowed call's round trip to the breaker
+// and logs the outage it began or ended, if any.
+func (c *Cache[T]) report(ctx context.Context, done func(error) breaker.Change, err error) {
+	done(err).Log(ctx, c.opts.logger, "dogpile", err, slog.String("prefix", c.opts.prefix))
 }
 
 // unreachable reports whether err means Redis could not be reached, as

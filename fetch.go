@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -133,15 +132,12 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 // goes through the client's circuit breaker (see ErrUnavailable) without
 // a closure, which would cost every hit an allocation.
 func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
-	done, err := c.breaker.Allow()
+	done, err := c.allow()
 	if err != nil {
-		c.stats.unavailable.Add(1)
 		return nil, -1, err
 	}
 	b, pttl, err = c.readRedis(ctx, vk)
-	if ch := done(err); ch != breaker.None {
-		c.logChange(ctx, ch, err)
-	}
+	c.report(ctx, done, err)
 	return b, pttl, err
 }
 

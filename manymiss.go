@@ -6,7 +6,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,18 +27,15 @@ type read struct {
 // trip per node), through the client's circuit breaker.
 func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 	rs := make([]read, len(vks))
-	done, err := c.breaker.Allow()
+	done, err := c.allow()
 	if err != nil {
-		c.stats.unavailable.Add(1)
 		for i := range rs {
 			rs[i].err = err
 		}
 		return rs
 	}
 	err = c.readManyRedis(ctx, vks, rs)
-	if ch := done(err); ch != breaker.None {
-		c.logChange(ctx, ch, err)
-	}
+	c.report(ctx, done, err)
 	return rs
 }
 

@@ -109,13 +109,7 @@ func guarded(ctx context.Context, client redis.UniversalClient, o *options, try 
 		return nil, 0, err
 	}
 	l, retry, err := try(ctx)
-	if ch := done(err); ch != breaker.None && o.logger != nil {
-		if ch == breaker.Opened {
-			o.logger.LogAttrs(ctx, slog.LevelError, "lock: redis unreachable; acquires fail fast until it answers again", slog.Any("error", err))
-		} else {
-			o.logger.LogAttrs(ctx, slog.LevelInfo, "lock: redis reachable again")
-		}
-	}
+	done(err).Log(ctx, o.logger, "lock", err)
 	return l, retry, err
 }
 

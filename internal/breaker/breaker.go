@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,22 @@ const (
 	Opened        // Redis became unreachable: calls now fail fast
 	Closed        // a probe reached Redis again
 )
+
+// Log logs ch, the transition a call's outcome err caused, to l (if any),
+// as pkg ("dogpile", "lock") with attrs: every Cache and lock logs an
+// outage's start and end the same way.
+func (ch Change) Log(ctx context.Context, l *slog.Logger, pkg string, err error, attrs ...slog.Attr) {
+	if l == nil {
+		return
+	}
+	switch ch {
+	case Opened:
+		l.LogAttrs(ctx, slog.LevelError, pkg+": redis unreachable; calls fail fast until it answers again",
+			append(attrs, slog.Any("error", err))...)
+	case Closed:
+		l.LogAttrs(ctx, slog.LevelInfo, pkg+": redis reachable again", attrs...)
+	}
+}
 
 // A Breaker guards the calls of one client.
 //
