@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -45,14 +44,7 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 			lease := leaseEnv + "=2s"
 			holder := startChild(t, "batchholder", addrs, prefix, lease)
 			holder.expect(t, "computing")
-			kids := make([]*child, 3)
-			for i := range kids {
-				kids[i] = startChild(t, "batch", addrs, prefix, lease, workersEnv+"=8")
-				kids[i].expect(t, "ready")
-			}
-			for _, k := range kids {
-				_, _ = io.WriteString(k.stdin, "go\n")
-			}
+			kids := goChildren(t, 3, "batch", addrs, prefix, lease, workersEnv+"=8")
 			for _, k := range kids {
 				k.expect(t, "waiting")
 			}

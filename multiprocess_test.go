@@ -224,14 +224,7 @@ func TestMultiProcessHolderKilled(t *testing.T) {
 	lease := "DOGPILE_TEST_LEASE=500ms"
 	holder := startChild(t, "holder", addrs, prefix, lease, workersEnv+"=5")
 	holder.expect(t, "computing")
-	kids := make([]*child, 3)
-	for i := range kids {
-		kids[i] = startChild(t, "one", addrs, prefix, lease)
-		kids[i].expect(t, "ready")
-	}
-	for _, k := range kids {
-		_, _ = io.WriteString(k.stdin, "go\n")
-	}
+	kids := goChildren(t, 3, "one", addrs, prefix, lease)
 	for _, k := range kids {
 		k.expect(t, "waiting")
 	}
