@@ -55,13 +55,19 @@ func missStartLibs() []cacheLib {
 		}))
 }
 
-func rocksItem(rdb *redis.Client) fetcher {
+func rocksItem(rdb *redis.Client) fetcher { return rocksFetch[item](rdb, cacheTTL) }
+
+// rocksFetch is rockscache v0.1.1's Fetch2 for values of type T, msgpack
+// encoded like the others, with ttl as the caller's TTL: rockscache stores
+// expire - Delay - a random adjustment in whole seconds, so the adjustment
+// is off and Delay is added back (else a 1 s TTL caches nothing).
+func rocksFetch[T any](rdb *redis.Client, ttl time.Duration) func(ctx context.Context, key string, compute func(context.Context) (T, error)) (T, error) {
 	opts := rockscache.NewDefaultOptions()
 	opts.RandomExpireAdjustment = 0
 	rc := rockscache.NewClient(rdb, opts)
-	return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-		var v item
-		s, err := rc.Fetch2(ctx, key, cacheTTL+opts.Delay, func() (string, error) {
+	return func(ctx context.Context, key string, compute func(context.Context) (T, error)) (T, error) {
+		var v T
+		s, err := rc.Fetch2(ctx, key, ttl+opts.Delay, func() (string, error) {
 			v, err := compute(ctx)
 			if err != nil {
 				return "", err

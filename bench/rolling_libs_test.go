@@ -5,10 +5,8 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile"
-	"github.com/dtm-labs/rockscache"
 	"github.com/go-redis/cache/v9"
 	"github.com/redis/go-redis/v9"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // stamped is the value of the rolling-expiry scenario: it carries when its
@@ -75,22 +73,5 @@ func goRedisCacheStamped(rdb *redis.Client) (stampFetcher, func() uint64) {
 }
 
 func rocksStamped(rdb *redis.Client) (stampFetcher, func() uint64) {
-	opts := rockscache.NewDefaultOptions()
-	opts.RandomExpireAdjustment = 0
-	rc := rockscache.NewClient(rdb, opts)
-	return func(ctx context.Context, key string, compute func(context.Context) (stamped, error)) (stamped, error) {
-		var v stamped
-		s, err := rc.Fetch2(ctx, key, rollingTTL+opts.Delay, func() (string, error) {
-			v, err := compute(ctx)
-			if err != nil {
-				return "", err
-			}
-			b, err := msgpack.Marshal(&v)
-			return string(b), err
-		})
-		if err != nil {
-			return v, err
-		}
-		return v, msgpack.Unmarshal([]byte(s), &v)
-	}, nil
+	return rocksFetch[stamped](rdb, rollingTTL), nil
 }
