@@ -137,9 +137,7 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 		defer cancel()
 	}
 	start := time.Now()
-	l, err := wait(ctx, c, channel, o, func(ctx context.Context) (*Lease, time.Duration, error) {
-		return guarded(ctx, c, o, try)
-	})
+	l, err := wait(ctx, c, channel, o, try)
 	if cerr := ctx.Err(); err != nil && cerr != nil && errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", ErrNotObtained, cerr)
 	}
@@ -147,7 +145,8 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 	return l, err
 }
 
-// wait is the loop of acquireOn.
+// wait is the loop of acquireOn. Each attempt goes through the client's
+// circuit breaker (guarded).
 func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o *options, try attempt) (*Lease, error) {
 	// When goroutines of this process already wait for this lock, a new
 	// caller queues behind them instead of trying at once: a holder that
@@ -157,7 +156,7 @@ func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o
 	queued := false
 	if ch := channel(); ch != "" && wake.Waiting(c, ch) > 0 {
 		queued = true
-	} else if l, _, err := try(ctx); l != nil || err != nil {
+	} else if l, _, err := guarded(ctx, c, o, try); l != nil || err != nil {
 		return l, err
 	}
 	var sub *wake.Sub // nil: fall back to polling
@@ -181,7 +180,7 @@ func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o
 		} else {
 			var l *Lease
 			var err error
-			if l, retry, err = try(ctx); l != nil || err != nil {
+			if l, retry, err = guarded(ctx, c, o, try); l != nil || err != nil {
 				return l, err
 			}
 			if ch := channel(); ch != subscribed && ch != "" {
@@ -219,6 +218,9 @@ func redisErr(ctx context.Context, op, name string, err error) error {
 // holds another type of value: a key of the lock holds data that another
 // program wrote there. It is no lock of ours, and no sign of a dead server.
 func foreign(err error) bool {
+	if err == nil {
+		return false // the common case, on every acquire and release: no allocation for errors.As
+	}
 	var rerr redis.Error
 	return errors.Is(err, errNoTTL) || errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") // miniredis wraps it in a script error
 }
