@@ -89,7 +89,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		attempts: make(chan struct{}, lockAttempts(client)),
 		breaker:  breaker.For(client),
 	}
-	c.flights.m = map[string]*call{}
+	c.flights.m = map[flightID]*call{}
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(c)
 	}
@@ -287,13 +287,8 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 // error matching ErrInvalid, not a panic: a server must not crash on a
 // request's input.
 func checkKey(key string) error {
-	switch {
-	case key == "":
+	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
-	case key[0] == 0:
-		// Names of internal flights (refresh, background refresh) start
-		// with a NUL byte: a key that did could join one and get its value.
-		return fmt.Errorf("%w: key %q begins with a NUL byte", ErrInvalid, key)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 // A job is one key's miss in one process: what to compute and where to
 // store it.
 type job[T any] struct {
-	flight  string // the flight's name in the group: key, or a name derived from it
+	flight  flightID // the flight the job serves
 	key     string
 	ks      keys
 	ttl     time.Duration

@@ -80,10 +80,11 @@ var errRetry = errors.New("dogpile: retry")
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
 func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
-	cl, lead := c.flights.join(key)
+	id := flightID{fetchFlight, key}
+	cl, lead := c.flights.join(id)
 	if !lead {
 		c.stats.shared.Add(1)
-		return c.await(ctx, key, key, cl)
+		return c.await(ctx, key, id, cl)
 	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
@@ -97,11 +98,11 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
 			r := outcome{b: b, hit: true, stale: c.stale(pttl)}
-			c.flights.end(key, cl, r)
+			c.flights.end(id, cl, r)
 			c.nearPut(vk, tk, b, m, pttl)
 			c.count(ctx, key, r)
 			if limit, ok := c.due(pttl, m); ok {
-				c.refreshLater(ctx, &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
+				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
 			if m.notFound {
 				return v, notFound(key), false
@@ -112,18 +113,18 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		bad = sha1hex(b)
 	case err == redis.Nil:
 	case ctx.Err() != nil:
-		c.flights.end(key, cl, outcome{err: errRetry})
+		c.flights.end(id, cl, outcome{err: errRetry})
 		return v, ctx.Err(), false
 	case c.opts.computeIfDown && unreachable(err):
 		down = true
 	default:
 		err = redisErr(ctx, "get", key, err)
-		c.flights.end(key, cl, outcome{err: err})
+		c.flights.end(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	j := &job[T]{flight: key, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
+	j := &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
 	c.startFlight(ctx, j, bad, down, false)
-	return c.await(ctx, key, key, cl)
+	return c.await(ctx, key, id, cl)
 }
 
 // read is the hit path's round trip: a GET, and when freshness options or
@@ -185,7 +186,7 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down,
 
 // await waits for the flight cl of key (flight is its name in the group),
 // or for ctx.
-func (c *Cache[T]) await(ctx context.Context, key, flight string, cl *call) (v T, err error, retry bool) {
+func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
 	select {
 	case <-cl.done:
 	case <-ctx.Done():

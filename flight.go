@@ -31,15 +31,31 @@ type outcome struct {
 	stale bool // past its TTL: served while a refresh runs (WithStale)
 }
 
-// A group holds the flights in progress, by key.
+// A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
+// Refresh's, or a background refresh's. The kind keeps them apart whatever
+// the key holds: keys come from data.
+type flightID struct {
+	kind flightKind
+	key  string
+}
+
+type flightKind uint8
+
+const (
+	fetchFlight   flightKind = iota // Fetch and FetchMany: they share flights
+	refreshFlight                   // Refresh: computes even over a value
+	laterFlight                     // a background refresh (stale or early)
+)
+
+// A group holds the flights in progress.
 type group struct {
 	mu sync.Mutex
-	m  map[string]*call
+	m  map[flightID]*call
 }
 
 // join returns the flight of key and whether the caller leads it: a leader
 // made a new flight and must end it; a follower waits on its done channel.
-func (g *group) join(key string) (cl *call, lead bool) {
+func (g *group) join(key flightID) (cl *call, lead bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if cl := g.m[key]; cl != nil {
@@ -77,7 +93,7 @@ func (g *group) detach(cl *call, cancel context.CancelFunc) {
 // leave records that a caller of cl gave up. A flight that nobody waits for
 // any more stops waiting for other processes; one that is computing runs
 // on, since other processes may be waiting for its result.
-func (g *group) leave(key string, cl *call) {
+func (g *group) leave(key flightID, cl *call) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cl.refs--
@@ -99,7 +115,7 @@ func (g *group) setBusy(cl *call) {
 // start makes a flight for key unless there is one; it reports whether it
 // did. Nobody joins it: it is work that runs for nobody in particular (a
 // background refresh), and start keeps a second one from running.
-func (g *group) start(key string) (*call, bool) {
+func (g *group) start(key flightID) (*call, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.m[key] != nil {
@@ -113,7 +129,7 @@ func (g *group) start(key string) (*call, bool) {
 // end ends the flight cl with r and wakes its waiting callers. Only the
 // first end counts: after a recovered panic, FetchMany ends every flight
 // of its batch, some of which may be ended later by their own goroutine.
-func (g *group) end(key string, cl *call, r outcome) {
+func (g *group) end(key flightID, cl *call, r outcome) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if cl.ended {

@@ -175,7 +175,7 @@ func procRefresh(p *proc) {
 			p.check(v, "held", err)
 		})
 	}
-	for !p.joined("\x00refresh:k") || p.c.Stats().Waits == 0 {
+	for !p.joined(flightID{refreshFlight, "k"}) || p.c.Stats().Waits == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	p.say("waiting")
@@ -183,7 +183,7 @@ func procRefresh(p *proc) {
 }
 
 // joined reports whether every worker waits on the flight name.
-func (p *proc) joined(name string) bool {
+func (p *proc) joined(name flightID) bool {
 	p.c.flights.mu.Lock()
 	defer p.c.flights.mu.Unlock()
 	cl := p.c.flights.m[name]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,4 +333,31 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
 
 func constant(v string) func(context.Context) (string, error) {
 	return func(context.Context) (string, error) { return v, nil }
+}
+
+// TestFlightNamesDoNotCollide: keys come from data, so no key may join a
+// flight of another kind: a Fetch of a key spelled like a name a Refresh
+// once used for its flight computes its own value.
+func TestFlightNamesDoNotCollide(t *testing.T) {
+	c := New[string](redistest.StartServer(t).Client(t), prefix(t))
+	ctx := t.Context()
+	release, computing := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) {
+			close(computing)
+			<-release
+			return "value of k", nil
+		})
+		done <- err
+	}()
+	<-computing
+	v, err := c.Fetch(ctx, "\x00refresh:k", time.Minute, constant("its own"))
+	close(release)
+	if err != nil || v != "its own" {
+		t.Errorf("Fetch during Refresh(k) = %q, %v; want its own value", v, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -135,7 +135,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 				out[k] = v
 			}
 			if limit, ok := c.due(r.pttl, m); ok {
-				c.refreshLater(ctx, &job[T]{flight: k, key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
+				c.refreshLater(ctx, &job[T]{flight: flightID{fetchFlight, k}, key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
 			}
 			continue
 		case r.err == redis.Nil:
@@ -168,7 +168,7 @@ func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, err
 		case <-w.cl.done:
 		case <-ctx.Done():
 			for _, w := range ws[i:] {
-				c.flights.leave(w.key, w.cl)
+				c.flights.leave(flightID{fetchFlight, w.key}, w.cl)
 			}
 			return nil, errs, ctx.Err()
 		}

@@ -103,7 +103,8 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 	ws := make([]want, len(misses))
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
-		cl, lead := c.flights.join(m.key)
+		id := flightID{fetchFlight, m.key}
+		cl, lead := c.flights.join(id)
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
@@ -111,7 +112,7 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
-		b.jobs = append(b.jobs, &job[T]{flight: m.key, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl})
+		b.jobs = append(b.jobs, &job[T]{flight: id, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl})
 		b.bad = append(b.bad, m.bad)
 	}
 	if len(b.jobs) > 0 {

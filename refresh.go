@@ -41,7 +41,7 @@ func (c *Cache[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool
 // still at most limit; then it computes and stores as a Fetch would, waking
 // any process that waits for the key.
 func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
-	j.flight = "\x00refresh-later:" + j.key
+	j.flight = flightID{laterFlight, j.key}
 	cl, ok := c.flights.start(j.flight)
 	if !ok {
 		return
@@ -97,7 +97,7 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
 	}
 	vk := c.valueKey(key)
-	flight := "\x00refresh:" + key
+	flight := flightID{refreshFlight, key}
 	cl, lead := c.flights.join(flight)
 	if !lead {
 		c.stats.shared.Add(1)
