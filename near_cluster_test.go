@@ -1,8 +1,11 @@
 package dogpile
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,4 +74,52 @@ func trackingConns(t *testing.T, s *redistest.Server) int {
 		}
 	}
 	return n
+}
+
+// TestNearCacheIdleRestart: a Fetch that comes as the tracker finds the
+// Cache idle, while its sessions are still ending, gets the tier back on
+// every master, with one tracking connection each. (A run that let the
+// next one start before its sessions had ended cleared the new run's
+// masters: on a Cluster the tier stayed off for good.)
+func TestNearCacheIdleRestart(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	a := newNearCache[string](t, cl.Client(t), 1000)
+	b := New[string](cl.Client(t), prefix(t))
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+		if err := b.Set(t.Context(), keys[i], "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var once sync.Once
+	var err error
+	fetched := make(chan struct{})
+	a.near.t.afterIdle = func() { // set before the tracker starts
+		once.Do(func() {
+			go func() {
+				defer close(fetched)
+				_, err = a.Fetch(context.Background(), keys[0], time.Minute, nil2[string])
+			}()
+			<-fetched // the Fetch is done before the sessions end
+		})
+	}
+	for _, k := range keys {
+		fetchNear(t, a, k)
+	}
+	flushes := a.Stats().NearFlushes
+	a.near.t.lastUse.Store(math.MinInt64 / 2) // idle at the next tick
+	<-fetched
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the idle run's end", func() bool { return a.Stats().NearFlushes > flushes })
+	for _, k := range keys {
+		fetchNear(t, a, k)
+	}
+	for i, n := range cl.Nodes {
+		if got := trackingConns(t, n); got != 1 {
+			t.Errorf("master %d has %d tracking connections; want 1", i, got)
+		}
+	}
 }

@@ -59,8 +59,10 @@ type tracker struct {
 
 	// beforeSession, if set, is called before each session on a node but
 	// the first (tests hold tracking down with it); beforeApply, before an
-	// invalidation message is applied (tests hold invalidations back).
-	beforeSession, beforeApply func()
+	// invalidation message is applied (tests hold invalidations back);
+	// afterIdle, when track has found the Cache idle, before its sessions
+	// end (tests Fetch at that moment).
+	beforeSession, beforeApply, afterIdle func()
 }
 
 func newTracker(c redis.UniversalClient, prefix string, x *nearIndex, off func(string)) *tracker {
@@ -93,7 +95,7 @@ func (t *tracker) run() {
 			t.disable(reason)
 			return
 		}
-		if t.track(nodes) {
+		if t.track(nodes) && t.stopped() {
 			return
 		}
 	}
@@ -173,6 +175,9 @@ func (t *tracker) track(nodes []*redis.Options) (stop bool) {
 			return true
 		}
 		if t.idle() {
+			if t.afterIdle != nil {
+				t.afterIdle()
+			}
 			return true
 		}
 		if len(nodes) == 0 || t.moved(set) {
@@ -182,12 +187,24 @@ func (t *tracker) track(nodes []*redis.Options) (stop bool) {
 	return true
 }
 
-// idle reports, and records, that the Cache went idle: tracking stops. A
-// Fetch that comes at that moment sees running false and starts it again.
+// idle reports whether the Cache has gone without a Fetch for nearIdle.
 func (t *tracker) idle() bool {
+	return nearNow()-t.lastUse.Load() >= int64(nearIdle)
+}
+
+// stopped records, once track's sessions have ended, that tracking is off,
+// unless t is dead (disable recorded it) or a Fetch came while the sessions
+// ended: then run goes on. running is cleared only here, after the last
+// session, so a Fetch that starts the next run never overlaps this one (two
+// runs would count each other's sessions as up and clear each other's
+// masters).
+func (t *tracker) stopped() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if nearNow()-t.lastUse.Load() < int64(nearIdle) {
+	if t.dead {
+		return true
+	}
+	if !t.idle() {
 		return false
 	}
 	t.running.Store(false)
