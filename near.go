@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,9 @@ type nearIndex struct {
 
 	remove func(vk string) // drops a key from the store
 	purge  func()          // empties the store
+	// notify, if set, reports an invalidation from Redis of vk (or, with
+	// "", of every key), after mu is released: it calls the observer.
+	notify func(vk string)
 
 	invalidations, flushes atomic.Uint64
 }
@@ -113,7 +117,22 @@ func newNear[T any](c *Cache[T]) *near[T] {
 	n.x.remove = func(vk string) { store.Invalidate(vk) }
 	n.x.purge = store.InvalidateAll
 	n.t = newTracker(c.client, c.opts.prefix, &n.x, c.nearOff)
+	if c.opts.observer != nil {
+		n.x.notify = func(vk string) {
+			c.emit(context.Background(), Event{Kind: EventInvalidate, Key: c.nearKey(vk)})
+		}
+	}
 	return n
+}
+
+// nearKey is the key whose value key is vk, or vk itself for a key stored
+// under a hash of its name (see redisutil.Tag): "" stays "".
+func (c *Cache[T]) nearKey(vk string) string {
+	rest, ok := strings.CutPrefix(vk, c.opts.prefix)
+	if name, plain := strings.CutSuffix(rest, "}"); ok && plain && strings.HasPrefix(name, "{") {
+		return name[1:]
+	}
+	return vk
 }
 
 func (x *nearIndex) stripe(vk string) *atomic.Uint64 {
@@ -143,13 +162,21 @@ func (x *nearIndex) admit(vk string, tk nearTicket, put func()) {
 // invalidate removes the keys from the near tier (Redis wrote them).
 func (x *nearIndex) invalidate(keys []string) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	n := 0
 	for _, k := range keys {
 		if !isValueKey(k) {
 			continue // a lock, an error list, a retry mark: not in the tier
 		}
 		x.invalidations.Add(1)
 		x.drop(k)
+		keys[n] = k
+		n++
+	}
+	x.mu.Unlock()
+	if x.notify != nil {
+		for _, k := range keys[:n] {
+			x.notify(k)
+		}
 	}
 }
 
@@ -164,24 +191,33 @@ func (x *nearIndex) drop(vk string) {
 // store is emptied: what it held could not be verified across the change.
 func (x *nearIndex) setUp(up bool) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	if x.up() == up {
+		x.mu.Unlock()
 		return
 	}
 	x.epoch.Add(1)
 	x.purge()
+	x.mu.Unlock()
 	if !up {
-		x.flushes.Add(1)
+		x.flushed()
 	}
 }
 
 // flush empties the store, tracking staying up (Redis said FLUSHALL).
 func (x *nearIndex) flush() {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	x.epoch.Add(2)
 	x.purge()
+	x.mu.Unlock()
+	x.flushed()
+}
+
+// flushed counts and reports a flush of the whole store.
+func (x *nearIndex) flushed() {
 	x.flushes.Add(1)
+	if x.notify != nil {
+		x.notify("")
+	}
 }
 
 // isValueKey tells a value key (see valueKey: it ends with its hash tag,

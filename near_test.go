@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -526,3 +528,46 @@ type replyErr string
 
 func (e replyErr) Error() string { return string(e) }
 func (replyErr) RedisError()     {}
+
+// TestNearCacheInvalidateEvents: the observer hears of each key Redis
+// invalidates, a raw SET by another client included, and of the flush when
+// the tracking connection drops (Key empty); a key with a brace is named by
+// its Redis key.
+func TestNearCacheInvalidateEvents(t *testing.T) {
+	srv := redistest.StartServer(t)
+	var mu sync.Mutex
+	var keys []string
+	a := newNearCache[string](t, srv.Client(t), 100, WithObserver(func(_ context.Context, e Event) context.Context {
+		if e.Kind == EventInvalidate {
+			mu.Lock()
+			keys = append(keys, e.Key)
+			mu.Unlock()
+		}
+		return nil
+	}))
+	heard := func(k string) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(keys, k) }
+	}
+	b := New[string](srv.Client(t), prefix(t))
+	ctx := t.Context()
+	for _, k := range []string{"k", "a{b}"} {
+		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fetchNear(t, a, k)
+	}
+	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the invalidation of k", heard("k"))
+	raw := srv.Client(t)
+	if err := raw.Del(ctx, redisutil.Key(t.Name()+":", "a{b}")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the invalidation of a{b}", heard(redisutil.Key(t.Name()+":", "a{b}")))
+	fetchNear(t, a, "k")
+	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, raw)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the flush", heard(""))
+}

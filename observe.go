@@ -47,6 +47,13 @@ const (
 	EventComputeEnd                        // compute returned (Took, Err)
 	EventWaitStart                         // this process waits for another process's compute
 	EventWaitEnd                           // the wait ended (Took, Wake, Err)
+	// EventInvalidate: Redis said that a write (by any client) or an expiry
+	// changed Key, so the near tier dropped its copy, if it had one (see
+	// [WithNearCache]); Key is empty when the whole tier was emptied
+	// (tracking lost, or FLUSHALL). Reported on the goroutine that receives
+	// Redis's invalidations: keep the observer fast, or invalidations queue
+	// behind it. A key with a brace is reported as the Redis key holding it.
+	EventInvalidate
 )
 
 // A Wake tells how a wait for another process's compute ended.

@@ -13,6 +13,7 @@
 //	dogpile.cache.computes          counter    [key_prefix, refresh, error]
 //	dogpile.cache.compute.duration  histogram  s [key_prefix, refresh, error]
 //	dogpile.cache.wait.duration     histogram  s [key_prefix, wake: push|poll|takeover|failed|timeout|error]
+//	dogpile.cache.near.invalidations counter   [key_prefix, flush]
 //	dogpile.lock.acquire.duration   histogram  s [lock, obtained]
 //	dogpile.lock.events             counter    [lock, event: obtained|not_obtained|extended|lost|released]
 //
@@ -49,8 +50,8 @@ const scope = "github.com/dogpile-go/dogpile/dogpileotel"
 type Observer struct {
 	tracer trace.Tracer
 
-	requests, computes, lockEvents metric.Int64Counter
-	computeTime, waitTime, acquire metric.Float64Histogram
+	requests, computes, lockEvents, invalidations metric.Int64Counter
+	computeTime, waitTime, acquire                metric.Float64Histogram
 }
 
 // An Option configures an Observer.
@@ -79,7 +80,7 @@ func New(opts ...Option) *Observer {
 	m := c.meters.Meter(scope)
 	o := &Observer{tracer: c.tracers.Tracer(scope)}
 	durations := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
-	var errs [6]error
+	var errs [7]error
 	o.requests, errs[0] = m.Int64Counter("dogpile.cache.requests", metric.WithDescription("Fetch and Get calls, by result"))
 	o.computes, errs[1] = m.Int64Counter("dogpile.cache.computes", metric.WithDescription("compute calls made by this process"))
 	o.lockEvents, errs[2] = m.Int64Counter("dogpile.lock.events", metric.WithDescription("lock acquisitions, extensions, losses and releases"))
@@ -89,6 +90,8 @@ func New(opts ...Option) *Observer {
 		metric.WithDescription("how long a process waited for another process's compute"))
 	o.acquire, errs[5] = m.Float64Histogram("dogpile.lock.acquire.duration", metric.WithUnit("s"), durations,
 		metric.WithDescription("how long an acquire waited"))
+	o.invalidations, errs[6] = m.Int64Counter("dogpile.cache.near.invalidations",
+		metric.WithDescription("near-tier keys invalidated by Redis; flush=true: the whole tier emptied"))
 	if err := errors.Join(errs[:]...); err != nil {
 		panic("dogpileotel: " + err.Error() + " (a programmer error)")
 	}
@@ -127,6 +130,8 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 		span := trace.SpanFromContext(ctx)
 		span.SetAttributes(wake)
 		end(span, e.Err)
+	case dogpile.EventInvalidate:
+		o.invalidations.Add(ctx, 1, metric.WithAttributes(prefix, attribute.Bool("flush", e.Key == "")))
 	}
 	return nil
 }

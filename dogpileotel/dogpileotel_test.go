@@ -197,6 +197,29 @@ func names(spans []sdktrace.ReadOnlySpan) []string {
 	return ns
 }
 
+// TestNearInvalidations: keys the near tier drops are counted, a flush
+// of the whole tier apart.
+func TestNearInvalidations(t *testing.T) {
+	obs, reader, _, _ := setup(t)
+	ctx := context.Background()
+	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:", Key: "u1"})
+	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:", Key: "u2"})
+	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:"})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(rm)
+	for name, want := range map[string]int64{
+		"dogpile.cache.near.invalidations{flush=false,key_prefix=users:}": 2,
+		"dogpile.cache.near.invalidations{flush=true,key_prefix=users:}":  1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
+		}
+	}
+}
+
 // TestNearHit: a hit from the near tier is counted with result=near.
 func TestNearHit(t *testing.T) {
 	obs, reader, _, _ := setup(t)
