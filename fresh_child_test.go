@@ -64,6 +64,7 @@ var procModes = map[string]func(p *proc){
 	"xfetch":  procXFetch,
 	"absent":  procAbsent,
 	"refresh": procRefresh,
+	"set":     procSet,
 }
 
 // procMain runs mode if it is a freshness mode; ok reports whether it was.
