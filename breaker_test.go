@@ -179,3 +179,31 @@ func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 		t.Error("an empty FetchMany closed the circuit with Redis still down")
 	}
 }
+
+// TestBreakerRefreshProbes: once the client's circuit is open, a process
+// that then only calls Refresh sees Redis come back: while the circuit
+// lets a probe through, Refresh probes (it failed fast for ever, no other
+// call of the client probing for it).
+func TestBreakerRefreshProbes(t *testing.T) {
+	s := redistest.StartServer(t)
+	c := New[string](noRetryClient(t, s), prefix(t))
+	s.Kill()
+	for range 5 { // trip the client's circuit: a Get, a lock, another Cache...
+		c.Get(t.Context(), "k")
+	}
+	if _, err := c.Refresh(t.Context(), "k", time.Minute, constant("1")); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Refresh with Redis down = %v; want ErrUnavailable", err)
+	}
+	s.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := c.Refresh(t.Context(), "k", time.Minute, constant("2"))
+		if err == nil && v == "2" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Refresh 5 s after Redis came back = %v, %v; want 2, nil", v, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

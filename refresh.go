@@ -89,8 +89,10 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		return zero, err
 	}
 	// Refresh has no read of its own to probe Redis with: while the
-	// circuit is open it fails fast, or computes without the cache.
-	down := c.breaker.Open()
+	// circuit is open it fails fast, or computes without the cache; when
+	// the circuit lets a probe through, a PING is that probe (else a
+	// process that only refreshes would never see Redis come back).
+	down := c.breaker.Open() && c.guard(ctx, func() error { return c.client.Ping(ctx).Err() }) != nil
 	if down && !c.opts.computeIfDown {
 		c.stats.unavailable.Add(1)
 		var zero T
