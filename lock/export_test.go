@@ -8,3 +8,6 @@ func WaitRollbacks() {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Rollbacks is how many background rollbacks are in flight.
+func Rollbacks() int { return len(rollbackSlots) }

@@ -127,6 +127,37 @@ func TestBreakerAndLogger(t *testing.T) {
 	}
 }
 
+// TestNoRollbackWhenTurnedAway: an acquire that the open circuit turned
+// away (it sent nothing) starts no rollback: one against a Redis known to
+// be down would hold a rollback slot for its whole timeout, and enough of
+// them would crowd out the rollbacks that matter.
+func TestNoRollbackWhenTurnedAway(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := t.Context()
+	s.Kill()
+	m := lock.NewMutex(rdb, "ta")
+	if _, _, err := m.TryLock(ctx); err == nil || errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("first TryLock with Redis down = %v; want the dial error", err)
+	}
+	lock.WaitRollbacks()
+	rw := lock.NewRWMutex(rdb, "ta")
+	for name, call := range map[string]func() error{
+		"Semaphore.Acquire": func() error { _, err := lock.NewSemaphore(rdb, "ta", 2).Acquire(ctx, 1); return err },
+		"RWMutex.RLock":     func() error { _, err := rw.RLock(ctx); return err },
+		"RWMutex.Lock":      func() error { _, err := rw.Lock(ctx); return err },
+		"Mutex.Lock":        func() error { _, err := m.Lock(ctx); return err },
+	} {
+		if err := call(); !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("%s with the circuit open = %v; want ErrUnavailable", name, err)
+		}
+		if n := lock.Rollbacks(); n != 0 {
+			t.Errorf("%s turned away by the circuit left %d rollbacks in flight; want 0", name, n)
+		}
+	}
+}
+
 // TestObserverLostUnobserved: a lease that ran out while nobody looked
 // (no Done, no Err) reports its loss when it is unlocked.
 func TestObserverLostUnobserved(t *testing.T) {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -54,4 +55,13 @@ func rollback(ctx context.Context, undo func(ctx context.Context)) {
 // releaseLater rolls back token's acquire of h in the background.
 func releaseLater(ctx context.Context, h holder, token string) {
 	rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token) })
+}
+
+// leftBehind reports whether an acquire that failed with err may have left
+// something in Redis to undo. Not when the client's circuit turned it away:
+// Redis is known to be unreachable, so a rollback would only hold one of
+// the slots for its whole timeout, and what an earlier attempt of the
+// wait left (a place in a queue) expires within one TTL.
+func leftBehind(err error) bool {
+	return err != nil && !errors.Is(err, ErrUnavailable)
 }

@@ -79,7 +79,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	l, err := acquire(ctx, rw.client, rw.rd, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
-	if err != nil {
+	if leftBehind(err) {
 		rollback(ctx, func(ctx context.Context) {
 			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
 		})
@@ -110,7 +110,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	l, err := acquire(ctx, rw.client, rw.wr, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryWrite(ctx, token, "wait")
 	})
-	if err != nil {
+	if leftBehind(err) {
 		releaseLater(ctx, writer{rw}, token)
 	}
 	return l, err

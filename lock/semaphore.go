@@ -108,7 +108,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	l, err := acquire(ctx, s.client, s.prefix+token, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return s.try(ctx, token, n, "wait")
 	})
-	if err != nil {
+	if leftBehind(err) {
 		// Leave the queue now rather than when the ticket expires: a ghost
 		// at the head would hold up everyone behind it for one TTL.
 		releaseLater(ctx, s, token)
