@@ -53,6 +53,11 @@ func TestNearCacheClusterFailover(t *testing.T) {
 		if v := fetchNear(t, a, k); v != "v2" {
 			t.Fatalf("near hit on %s after the failover = %q; want v2", k, v)
 		}
+		for range 20 {
+			if v := fetchValue(t, a, k); v != "v2" {
+				t.Fatalf("Fetch(%q) after A served v2 = %q", k, v)
+			}
+		}
 	}
 	if n, m := trackingConns(t, replica), trackingConns(t, old); n != 1 || m != 0 {
 		t.Errorf("tracking connections on the new master %d, on the old %d; want 1 and 0", n, m)
