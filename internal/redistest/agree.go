@@ -44,18 +44,20 @@ func (c *Cluster) agreed(ctx context.Context, clients []*redis.Client, want layo
 			continue
 		}
 		addr := rdb.Options().Addr
-		info, err := rdb.Info(ctx, "cluster", "replication").Result()
-		if err != nil {
-			return fmt.Errorf("%s: INFO: %w", addr, err)
+		if want.master[c.ids[i]] != "-" {
+			info, err := rdb.Info(ctx, "replication").Result()
+			if err != nil {
+				return fmt.Errorf("%s: INFO replication: %w", addr, err)
+			}
+			if !strings.Contains(info, "master_link_status:up\r\n") {
+				return fmt.Errorf("%s: replica not in sync", addr)
+			}
 		}
-		if want.master[c.ids[i]] != "-" && !strings.Contains(info, "master_link_status:up\r\n") {
-			return fmt.Errorf("%s: replica not in sync", addr)
-		}
-		cinfo, err := rdb.ClusterInfo(ctx).Result()
+		info, err := rdb.ClusterInfo(ctx).Result()
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
 		}
-		if !strings.Contains(cinfo, "cluster_state:ok\r\n") {
+		if !strings.Contains(info, "cluster_state:ok\r\n") {
 			return fmt.Errorf("%s: cluster_state is not ok", addr)
 		}
 		if err := c.rolesAgreed(ctx, rdb, want); err != nil {

@@ -627,3 +627,22 @@ func roleOf(t *testing.T, s *Server) string {
 	}
 	return ""
 }
+
+// TestClusterFailoverTwoReplicas: when one of a master's two replicas takes
+// over, the other one replicates it from then on.
+func TestClusterFailoverTwoReplicas(t *testing.T) {
+	t.Parallel()
+	c := StartClusterReplicas(t, 3, 2)
+	next, other := c.Replicas[1][0], c.Replicas[1][1]
+	c.Failover(t, next) // waits for other to follow next, in sync
+	if role := roleOf(t, other); role != "slave" {
+		t.Errorf("other replica's role = %s; want slave", role)
+	}
+	info, err := other.Client(t).Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, port, _ := strings.Cut(next.Addr(), ":"); !strings.Contains(info, "master_port:"+port+"\r\n") {
+		t.Errorf("other replica does not replicate the new master %s:\n%s", next.Addr(), info)
+	}
+}
