@@ -30,7 +30,10 @@ import (
 // first Fetch and closed after a minute without one. When that connection
 // drops (killed, network, failover), or goes a few seconds without
 // answering a ping, the near tier is emptied and bypassed until tracking is
-// in place again. A local copy never outlives the key's TTL in Redis (read
+// in place again. On a Cluster, the tracker asks for the masters every
+// second and follows a failover: the tier is emptied, and tracking moves
+// to the new masters (a demoted master still reports the writes it
+// replicates meanwhile). A local copy never outlives the key's TTL in Redis (read
 // with the value, in the same round trip), nor the moment the value turns
 // stale or due for an early refresh (see [WithStale], [WithEarlyRefresh]):
 // from then on Fetch reads Redis, as without a near tier.

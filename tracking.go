@@ -211,7 +211,14 @@ func (t *tracker) stopped() bool {
 	return true
 }
 
-// moved reports whether a Cluster's masters are no longer set.
+// moved reports whether a Cluster's masters are no longer set. It asks
+// the cluster afresh: ForEachMaster reloads the slots (CLUSTER SLOTS) at
+// each call. That is how the tracker follows a failover: a process that
+// serves only near hits meets no MOVED, so the client's cached slots
+// would name a demoted master for ever (TestNearCacheClusterFailover).
+// It also gives the client a promoted replica's address after a master
+// died: go-redis reloads on MOVED or once a minute, not on a refused
+// connection.
 func (t *tracker) moved(set map[string]bool) bool {
 	c, ok := t.client.(*redis.ClusterClient)
 	if !ok {

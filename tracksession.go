@@ -51,6 +51,11 @@ func (t *tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 func (t *tracker) session(ctx context.Context, cl *redis.Client, up func()) error {
 	ps := cl.Subscribe(ctx)
 	defer ps.Close()
+	// A read does not heed ctx: it waits out its timeout (nearPing).
+	// Closing the connection ends it at once, so that a tracker that stops
+	// (idle) or moves (a Cluster's failover) bypasses the tier now, not a
+	// ping later, while the old master may no longer see the writes.
+	defer context.AfterFunc(ctx, func() { _ = ps.Close() })()
 	if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
 		return err
 	}

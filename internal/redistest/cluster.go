@@ -3,9 +3,9 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +18,34 @@ const clusterTimeout = 30 * time.Second
 // slotCount is the number of hash slots in a Redis Cluster.
 const slotCount = 16384
 
-// A Cluster is a real local Redis Cluster of master nodes without replicas.
-// Each node is a [Server], so a test can kill, pause or restart it; a restarted
-// node keeps its identity and rejoins.
+// A Cluster is a real local Redis Cluster. Each node is a [Server], so a test
+// can kill, pause or restart it; a restarted node keeps its identity and
+// rejoins.
 //
-// A Cluster is safe for concurrent use; do not modify Nodes. The zero value is
-// not usable; create one with [StartCluster].
+// A Cluster is safe for concurrent use; do not modify Nodes or Replicas. The
+// zero value is not usable; create one with [StartCluster] or
+// [StartClusterReplicas].
 type Cluster struct {
-	// Nodes are the masters. Nodes[i] owns the i-th of len(Nodes) equal,
-	// contiguous slot ranges.
+	// Nodes are the masters the cluster starts with. Nodes[i] owns the i-th
+	// of len(Nodes) equal, contiguous slot ranges, until a failover hands
+	// them to one of its replicas (see [Cluster.Failover]).
 	Nodes []*Server
+	// Replicas[i] are the replicas Nodes[i] starts with; nil for a cluster
+	// from StartCluster.
+	Replicas [][]*Server
+
+	all []*Server // Nodes, then each Replicas[i] in turn
+	ids []string  // node IDs, in the order of all
+
+	mu  sync.Mutex // guards lay
+	lay layout     // what the nodes agree on once settled
+}
+
+// A layout is what every node of a settled cluster reports: each slot's
+// owner and each node's role.
+type layout struct {
+	owner  []string          // by slot: the master's "ID addr"
+	master map[string]string // by node ID: its master's ID, "-" for a master
 }
 
 // StartCluster starts masters cluster-enabled redis-servers, joins them with
@@ -40,26 +58,58 @@ type Cluster struct {
 // or redis-server is missing.
 func StartCluster(tb testing.TB, masters int) *Cluster {
 	tb.Helper()
-	if masters < 1 || masters > slotCount {
-		tb.Fatalf("redistest: StartCluster(%d): need 1 to %d masters", masters, slotCount)
+	return StartClusterReplicas(tb, masters, 0)
+}
+
+// StartClusterReplicas starts a cluster like [StartCluster] whose masters
+// each have replicas replicas (CLUSTER REPLICATE), and waits until every
+// replica is in sync with its master and every node agrees on the roles.
+// With replicas, the nodes' cluster-node-timeout is 1 s, so that the
+// replica of a killed master is promoted in about 2 s (see
+// [Cluster.AwaitPromotion]).
+func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	if masters < 1 || masters > slotCount || replicas < 0 {
+		tb.Fatalf("redistest: StartClusterReplicas(%d, %d): need 1 to %d masters and no negative replicas",
+			masters, replicas, slotCount)
+	}
+	var args []string
+	if replicas > 0 {
+		args = []string{
+			"--cluster-node-timeout", strconv.Itoa(failoverNodeTimeout),
+			// A replica's first full sync starts at once, not after 5 s.
+			"--repl-diskless-sync-delay", "0",
+		}
 	}
 	c := &Cluster{Nodes: make([]*Server, masters)}
 	for i := range c.Nodes {
-		c.Nodes[i] = newServer(tb, true, nil)
+		c.Nodes[i] = newServer(tb, true, args)
 	}
-	if err := startAll(c.Nodes); err != nil {
+	c.all = append(c.all, c.Nodes...)
+	if replicas > 0 {
+		c.Replicas = make([][]*Server, masters)
+		for i := range c.Replicas {
+			for range replicas {
+				s := newServer(tb, true, args)
+				c.Replicas[i] = append(c.Replicas[i], s)
+				c.all = append(c.all, s)
+			}
+		}
+	}
+	if err := startAll(c.all); err != nil {
 		tb.Fatal(err)
 	}
 
 	ctx, cancel := context.WithTimeout(tb.Context(), clusterTimeout)
 	defer cancel()
 	if err := c.form(ctx); err != nil {
-		tb.Fatalf("redistest: form a %d-node cluster: %v\n%s", masters, err, c.outputs())
+		tb.Fatalf("redistest: form a cluster of %d masters with %d replicas each: %v\n%s",
+			masters, replicas, err, c.outputs())
 	}
 	return c
 }
 
-// Addrs returns the nodes' addresses, in the order of Nodes.
+// Addrs returns the masters' addresses at the start, in the order of Nodes.
 func (c *Cluster) Addrs() []string {
 	addrs := make([]string, len(c.Nodes))
 	for i, s := range c.Nodes {
@@ -72,127 +122,100 @@ func (c *Cluster) Addrs() []string {
 // tb.Cleanup closes it.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	addrs := make([]string, len(c.all))
+	for i, s := range c.all {
+		addrs[i] = s.Addr()
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
 // form joins the running nodes into one cluster and waits until they agree on it.
 func (c *Cluster) form(ctx context.Context) error {
-	n := len(c.Nodes)
-	clients := make([]*redis.Client, n)
-	for i, s := range c.Nodes {
-		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
-		defer clients[i].Close()
-	}
-
-	ids := make([]string, n)
+	clients := c.clients()
+	defer closeAll(clients)
+	c.ids = make([]string, len(c.all))
 	for i, rdb := range clients {
 		id, err := rdb.ClusterMyID(ctx).Result()
 		if err != nil {
-			return fmt.Errorf("%s: CLUSTER MYID: %w", c.Nodes[i].Addr(), err)
+			return fmt.Errorf("%s: CLUSTER MYID: %w", c.all[i].Addr(), err)
 		}
-		ids[i] = id
+		c.ids[i] = id
 		// Distinct epochs up front, as redis-cli does, so that the nodes need
 		// not resolve epoch collisions before they agree.
 		if err := rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
-			return fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", c.Nodes[i].Addr(), err)
+			return fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", c.all[i].Addr(), err)
 		}
 	}
-	for i, s := range c.Nodes[1:] {
+	for i, s := range c.all[1:] {
 		// The bus port is not port+10000, so MEET names it (Redis 7).
 		s.mu.Lock()
 		port, bus := s.port, s.busPort
 		s.mu.Unlock()
 		if err := clients[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port, bus).Err(); err != nil {
-			return fmt.Errorf("%s: CLUSTER MEET %s: %w", c.Nodes[0].Addr(), c.Nodes[i+1].Addr(), err)
+			return fmt.Errorf("%s: CLUSTER MEET %s: %w", c.all[0].Addr(), c.all[i+1].Addr(), err)
 		}
 	}
-	owner := make([]string, slotCount) // node ID by slot
-	for i, rdb := range clients {
+	n := len(c.Nodes)
+	c.lay = layout{owner: make([]string, slotCount), master: make(map[string]string, len(c.all))}
+	for i, rdb := range clients[:n] {
 		lo, hi := i*slotCount/n, (i+1)*slotCount/n-1
 		if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
 			return fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE %d %d: %w", c.Nodes[i].Addr(), lo, hi, err)
 		}
 		for slot := lo; slot <= hi; slot++ {
-			owner[slot] = ids[i] + " " + c.Nodes[i].Addr()
+			c.lay.owner[slot] = c.ids[i] + " " + c.Nodes[i].Addr()
+		}
+		c.lay.master[c.ids[i]] = "-"
+	}
+	for i, rdb := range clients[n:] {
+		master := c.ids[(i / len(c.Replicas[0]))]
+		c.lay.master[c.ids[n+i]] = master
+		// A replica must have heard of its master (from the MEETs' gossip).
+		if err := poll(ctx, func() error { return rdb.Do(ctx, "CLUSTER", "REPLICATE", master).Err() }); err != nil {
+			return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", c.all[n+i].Addr(), master, err)
 		}
 	}
+	return c.settle(ctx, c.lay, nil)
+}
 
+// clients returns a client for each node, in the order of c.all.
+func (c *Cluster) clients() []*redis.Client {
+	clients := make([]*redis.Client, len(c.all))
+	for i, s := range c.all {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
+	}
+	return clients
+}
+
+func closeAll(clients []*redis.Client) {
+	for _, rdb := range clients {
+		_ = rdb.Close()
+	}
+}
+
+// poll calls try until it succeeds or ctx ends.
+func poll(ctx context.Context, try func() error) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := agreed(ctx, clients, owner)
+		err := try()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("nodes did not agree: %w (%v)", err, ctx.Err())
+			return fmt.Errorf("%w (%v)", err, ctx.Err())
 		case <-tick.C:
 		}
 	}
 }
 
-// agreed reports whether every node says the cluster is ok, knows every other
-// node as a connected master, and maps every slot to the owner in want
-// (node ID and address).
-func agreed(ctx context.Context, clients []*redis.Client, want []string) error {
-	for _, rdb := range clients {
-		addr := rdb.Options().Addr
-		info, err := rdb.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER INFO: %w", addr, err)
-		}
-		if !strings.Contains(info, "cluster_state:ok\r\n") {
-			return fmt.Errorf("%s: cluster_state is not ok", addr)
-		}
-
-		nodes, err := rdb.ClusterNodes(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER NODES: %w", addr, err)
-		}
-		lines := strings.Split(strings.TrimSpace(nodes), "\n")
-		if len(lines) != len(clients) {
-			return fmt.Errorf("%s: knows %d nodes, want %d", addr, len(lines), len(clients))
-		}
-		for _, line := range lines {
-			// <id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link-state> <slot>...
-			f := strings.Fields(line)
-			if len(f) < 8 || f[7] != "connected" ||
-				slices.ContainsFunc(strings.Split(f[2], ","), func(flag string) bool {
-					return flag != "myself" && flag != "master"
-				}) {
-				return fmt.Errorf("%s: node not settled: %s", addr, line)
-			}
-		}
-
-		slots, err := rdb.ClusterSlots(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("%s: CLUSTER SLOTS: %w", addr, err)
-		}
-		got := make([]string, slotCount)
-		for _, r := range slots {
-			if len(r.Nodes) == 0 || r.Start < 0 || r.End >= slotCount || r.Start > r.End {
-				return fmt.Errorf("%s: bad CLUSTER SLOTS entry %+v", addr, r)
-			}
-			for slot := r.Start; slot <= r.End; slot++ {
-				got[slot] = r.Nodes[0].ID + " " + r.Nodes[0].Addr
-			}
-		}
-		for slot := range got {
-			if got[slot] != want[slot] {
-				return fmt.Errorf("%s: slot %d is owned by %q, want %q", addr, slot, got[slot], want[slot])
-			}
-		}
-	}
-	return nil
-}
-
 // outputs returns every node's output, for failure messages.
 func (c *Cluster) outputs() string {
 	var b strings.Builder
-	for i, s := range c.Nodes {
+	for i, s := range c.all {
 		s.mu.Lock()
 		b.WriteString("--- node " + strconv.Itoa(i) + " (" + s.addr() + ") ---\n")
 		b.WriteString(s.output())

@@ -3,7 +3,8 @@
 //
 // [Start] is the common case: one private redis-server per test, about 0.1 s to
 // start, stopped by tb.Cleanup. [StartServer] returns the process itself for tests
-// that kill, pause or restart Redis, and [StartCluster] starts a local Redis Cluster.
+// that kill, pause or restart Redis, and [StartCluster] starts a local Redis Cluster
+// ([StartClusterReplicas] with replicas, for failover tests).
 // [StartMemcached] starts a private memcached the same way, for lock/memcache;
 // without memcached in $PATH it skips the test (naming the install command),
 // or fails it when CI is set.

@@ -552,3 +552,97 @@ func TestSentinelReplicates(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestClusterFailover: on a cluster whose masters have a replica each, a
+// graceful failover hands a master's slots to its replica with its data,
+// and the old master follows it; when the new master is killed, the old
+// one, now its replica, is promoted and takes writes again.
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := StartClusterReplicas(t, 3, 1)
+	if len(c.Nodes) != 3 || len(c.Replicas) != 3 || len(c.Replicas[0]) != 1 {
+		t.Fatalf("cluster has %d masters, replicas %v; want 3 with one each", len(c.Nodes), c.Replicas)
+	}
+	cc := c.Client(t)
+	ctx := t.Context()
+	key := keyOn(t, cc, c.Nodes[0])
+	if err := cc.Set(ctx, key, "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	replica := c.Replicas[0][0]
+	c.Failover(t, replica)
+	if role := roleOf(t, c.Nodes[0]); role != "slave" {
+		t.Errorf("old master's role after the failover = %s; want slave", role)
+	}
+	if role := roleOf(t, replica); role != "master" {
+		t.Errorf("replica's role after the failover = %s; want master", role)
+	}
+	if got, err := replica.Client(t).Get(ctx, key).Result(); err != nil || got != "v1" {
+		t.Errorf("GET %s on the new master = %q, %v; want v1", key, got, err)
+	}
+	if err := cc.Set(ctx, key, "v2", 0).Err(); err != nil { // follows the MOVED
+		t.Fatalf("SET %s after the failover: %v", key, err)
+	}
+
+	replica.Kill()
+	start := time.Now()
+	c.AwaitPromotion(t, c.Nodes[0])
+	t.Logf("old master promoted back %v after its replacement was killed", time.Since(start))
+	if got, err := c.Nodes[0].Client(t).Get(ctx, key).Result(); err != nil || got != "v2" {
+		t.Errorf("GET %s on the promoted node = %q, %v; want v2", key, got, err)
+	}
+	// A fresh client: cc still routes the slot to the dead node, as
+	// go-redis does until its next reload of the slots (a minute).
+	if err := c.Client(t).Set(ctx, key, "v3", 0).Err(); err != nil {
+		t.Errorf("SET %s after the promotion: %v", key, err)
+	}
+}
+
+// keyOn returns a key whose slot s owns.
+func keyOn(t *testing.T, cc *redis.ClusterClient, s *Server) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		k := fmt.Sprint("k", i)
+		m, err := cc.MasterForKey(t.Context(), k)
+		if err != nil {
+			t.Fatalf("MasterForKey: %v", err)
+		}
+		if m.Options().Addr == s.Addr() {
+			return k
+		}
+	}
+}
+
+// roleOf returns s's replication role (INFO replication).
+func roleOf(t *testing.T, s *Server) string {
+	t.Helper()
+	info, err := s.Client(t).Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if role, ok := strings.CutPrefix(line, "role:"); ok {
+			return strings.TrimSpace(role)
+		}
+	}
+	return ""
+}
+
+// TestClusterFailoverTwoReplicas: when one of a master's two replicas takes
+// over, the other one replicates it from then on.
+func TestClusterFailoverTwoReplicas(t *testing.T) {
+	t.Parallel()
+	c := StartClusterReplicas(t, 3, 2)
+	next, other := c.Replicas[1][0], c.Replicas[1][1]
+	c.Failover(t, next) // waits for other to follow next, in sync
+	if role := roleOf(t, other); role != "slave" {
+		t.Errorf("other replica's role = %s; want slave", role)
+	}
+	info, err := other.Client(t).Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, port, _ := strings.Cut(next.Addr(), ":"); !strings.Contains(info, "master_port:"+port+"\r\n") {
+		t.Errorf("other replica does not replicate the new master %s:\n%s", next.Addr(), info)
+	}
+}

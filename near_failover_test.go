@@ -1,0 +1,230 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestNearCacheClusterFailover: after a graceful failover of a master
+// whose keys process A serves from its near tier, A's tracker follows the
+// slots to the new master by itself, though A serves only near hits and so
+// never meets a MOVED. With the old master cut off from the new one's
+// writes, its invalidations stop: a tracker still on it would serve the
+// old values for ever; A converges on the values B writes after the
+// failover, and never returns to the old ones.
+func TestNearCacheClusterFailover(t *testing.T) {
+	cl := redistest.StartClusterReplicas(t, 3, 1)
+	a := newNearCache[string](t, cl.Client(t), 1000)
+	bc := cl.Client(t)
+	b := New[string](bc, prefix(t))
+	ctx := t.Context()
+	old, replica := cl.Nodes[0], cl.Replicas[0][0]
+	keys := keysOn(t, b, bc, old, 5)
+	for _, k := range keys {
+		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fetchNear(t, a, k)
+	}
+	stop := serveNear(t, a, keys, nil) // A keeps serving, from its near tier
+	cl.Failover(t, replica)
+	cutReplication(t, replica)
+	for _, k := range keys {
+		if err := b.Set(ctx, k, "v2", time.Minute); err != nil { // B follows the MOVED
+			t.Fatal(err)
+		}
+	}
+	if linkUp(t, old) {
+		t.Fatal("the old master still replicates the new one")
+	}
+	for _, k := range keys {
+		eventually(t, "A to serve the new value of "+k, func() bool { return fetchValue(t, a, k) == "v2" })
+	}
+	stop()
+	for _, k := range keys {
+		if v := fetchNear(t, a, k); v != "v2" {
+			t.Fatalf("near hit on %s after the failover = %q; want v2", k, v)
+		}
+		for range 20 {
+			if v := fetchValue(t, a, k); v != "v2" {
+				t.Fatalf("Fetch(%q) after A served v2 = %q", k, v)
+			}
+		}
+	}
+	if n, m := trackingConns(t, replica), trackingConns(t, old); n != 1 || m != 0 {
+		t.Errorf("tracking connections on the new master %d, on the old %d; want 1 and 0", n, m)
+	}
+}
+
+// TestNearCacheClusterMasterKilled: when a master is killed (SIGKILL), A's
+// tracking connection to it drops and the tier is flushed; from then until
+// the master's replica is promoted, A serves no near hit at all; after the
+// promotion A tracks the new master and serves near hits again, of the
+// values B writes there.
+func TestNearCacheClusterMasterKilled(t *testing.T) {
+	cl := redistest.StartClusterReplicas(t, 3, 1)
+	a := newNearCache[string](t, cl.Client(t), 1000)
+	bc := cl.Client(t)
+	b := New[string](bc, prefix(t))
+	ctx := t.Context()
+	old, replica := cl.Nodes[0], cl.Replicas[0][0]
+	keys := keysOn(t, b, bc, old, 5)
+	for _, k := range keys {
+		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fetchNear(t, a, k)
+	}
+	flushes := a.Stats().NearFlushes
+	role := replica.Client(t)
+	var early, fetches atomic.Int64 // near hits before the promotion; Fetches
+	promoted := false               // serveNear's goroutine's own
+	old.Kill()
+	// Until the flush, the tier may serve the values it holds: nothing can
+	// write them, and their master's death reaches A a moment later.
+	eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+	stop := serveNear(t, a, keys, func(near bool) {
+		fetches.Add(1)
+		if !promoted {
+			// Asked after the Fetch: a near hit counts as early only if the
+			// replica was not a master even after it.
+			promoted = strings.Contains(role.Info(ctx, "replication").Val(), "role:master")
+		}
+		if near && !promoted {
+			early.Add(1)
+		}
+	})
+	cl.AwaitPromotion(t, replica)
+	stop()
+	t.Logf("%d Fetches between the flush and the promotion", fetches.Load())
+	if n := early.Load(); n != 0 {
+		t.Errorf("%d near hits between the flush and the promotion (of %d Fetches)", n, fetches.Load())
+	}
+	eventually(t, "B's write to the new master", func() bool {
+		bc.ReloadState(ctx) // go-redis reloads the slots by itself only after a MOVED, or a minute
+		return b.Set(ctx, keys[0], "v2", time.Minute) == nil
+	})
+	for _, k := range keys {
+		if err := b.Set(ctx, k, "v2", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range keys {
+		eventually(t, "A to serve the new value of "+k, func() bool {
+			v, err := a.Fetch(ctx, k, time.Minute, nil2[string]) // A's client may not know the new master yet
+			return err == nil && v == "v2"
+		})
+		if v := fetchNear(t, a, k); v != "v2" {
+			t.Fatalf("near hit on %s after the promotion = %q; want v2", k, v)
+		}
+	}
+	if n := trackingConns(t, replica); n != 1 {
+		t.Errorf("tracking connections on the promoted replica: %d; want 1", n)
+	}
+}
+
+// keysOn returns n keys of c whose values live in the slots s owns.
+func keysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprint("k", i)
+		m, err := cc.MasterForKey(t.Context(), c.valueKey(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == s.Addr() {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// serveNear Fetches keys from c in a loop until the returned stop is
+// called, as a process under load would: its tracker never goes idle,
+// even while a Fetch waits for a dead master. after, if not nil, is called
+// after each Fetch, told whether it was a near hit. Errors are ignored.
+func serveNear(t *testing.T, c *Cache[string], keys []string, after func(near bool)) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			for _, k := range keys {
+				hits := c.Stats().NearHits
+				_, _ = c.Fetch(ctx, k, time.Minute, constant("computed"))
+				if after != nil {
+					after(c.Stats().NearHits > hits)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	wg.Go(func() { // other callers' Fetches, which find the tier off
+		for ctx.Err() == nil {
+			c.near.t.use(nearNow())
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return stop
+}
+
+// cutReplication stops master's writes from reaching its replicas: their
+// links are killed, and their user may no longer resynchronize.
+func cutReplication(t *testing.T, master *redistest.Server) {
+	t.Helper()
+	rdb := master.Client(t)
+	if err := rdb.Do(t.Context(), "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(t.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// linkUp reports whether replica's link to its master is up.
+func linkUp(t *testing.T, replica *redistest.Server) bool {
+	t.Helper()
+	info, err := replica.Client(t).Info(t.Context(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(info, "master_link_status:up")
+}
+
+// TestNearSessionEndsWithItsContext: a tracking session ends as soon as its
+// context does, not when its read times out (a ping later): a tracker that
+// stops or moves to a Cluster's new masters bypasses the tier at once.
+func TestNearSessionEndsWithItsContext(t *testing.T) {
+	s := redistest.StartServer(t)
+	tr := newTracker(s.Client(t), "p:", &nearIndex{}, func(string) {})
+	var refused atomic.Pointer[error]
+	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), "p:", &refused))
+	defer cl.Close()
+	defer func(ping time.Duration) { nearPing = ping }(nearPing)
+	nearPing = time.Hour // no tracker runs in this test
+	ctx, cancel := context.WithCancel(t.Context())
+	up := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_ = tr.session(ctx, cl, func() { close(up) })
+	}()
+	<-up
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end within 10 s of its context")
+	}
+}
