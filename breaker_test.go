@@ -207,3 +207,35 @@ func TestBreakerRefreshProbes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestBreakerFollowsClusterFailover: after a Cluster master is killed and
+// its replica promoted, a Cache on a ClusterClient reaches the promoted
+// replica within seconds. go-redis reloads a cluster's slots only after a
+// MOVED reply, or once a minute; a dead master sends no MOVED, so every
+// call (and every probe of the open circuit) went to its address for up to
+// a minute. The breaker asks the client to reload whenever it opens.
+func TestBreakerFollowsClusterFailover(t *testing.T) {
+	cl := redistest.StartClusterReplicas(t, 3, 1)
+	rdb := cl.Client(t)
+	c := New[string](rdb, prefix(t))
+	ctx := t.Context()
+	old, replica := cl.Nodes[0], cl.Replicas[0][0]
+	key := keysOn(t, c, rdb, old, 1)[0]
+	if _, err := c.Fetch(ctx, key, time.Minute, constant("v1")); err != nil {
+		t.Fatal(err)
+	}
+	old.Kill()
+	cl.AwaitPromotion(t, replica)
+	promoted := time.Now()
+	for {
+		_, err := c.Fetch(ctx, key, time.Minute, constant("v2"))
+		if err == nil {
+			t.Logf("first success %v after the promotion", time.Since(promoted).Round(time.Millisecond))
+			return
+		}
+		if time.Since(promoted) > 10*time.Second {
+			t.Fatalf("Fetch 10 s after the replica's promotion: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

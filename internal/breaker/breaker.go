@@ -106,12 +106,26 @@ func For(client redis.UniversalClient) *Breaker {
 	if b, ok := breakers.Load(client); ok {
 		return b.(*Breaker)
 	}
-	b, _ := breakers.LoadOrStore(client, New())
+	var onOpen func()
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		// go-redis reloads a cluster's slots after a MOVED reply, or once a
+		// minute, never because a node stopped answering: with a master
+		// dead and its replica promoted, every call (and probe) would go
+		// to the dead address for up to a minute. Each opening (the first
+		// failure, then each failed probe) asks for a reload; go-redis
+		// runs it in the background, at most one at a time.
+		onOpen = func() { cc.ReloadState(context.Background()) }
+	}
+	b, _ := breakers.LoadOrStore(client, newBreaker(onOpen))
 	return b.(*Breaker)
 }
 
 // New returns a closed breaker of its own (For shares one per client).
-func New() *Breaker {
+func New() *Breaker { return newBreaker(nil) }
+
+// newBreaker returns a closed breaker that calls onOpen, if not nil, each
+// time the circuit opens.
+func newBreaker(onOpen func()) *Breaker {
 	b := &Breaker{}
 	b.closed.Store(true)
 	b.doneClosed = b.reportClosed
@@ -126,6 +140,9 @@ func New() *Breaker {
 			switch to {
 			case gobreaker.StateOpen:
 				b.changed.Store(int32(Opened))
+				if onOpen != nil {
+					onOpen()
+				}
 			case gobreaker.StateClosed:
 				b.changed.Store(int32(Closed))
 			}
