@@ -52,15 +52,20 @@ type Clock struct {
 	onLost   func()
 	onExtend func()
 
+	autoExtend bool // set by Start, then read-only
+
 	mu        sync.Mutex
 	ttl       time.Duration
+	renewed   time.Time // when the request last granted or confirmed was sent
 	safeUntil time.Time
 	err       error         // why the lease ended; nil while held
 	done      chan struct{} // made by the first Done call
 	expiry    *time.Timer   // closes done at safeUntil; started with done
 
-	stopWatch context.CancelFunc // nil without a watchdog
-	watching  sync.WaitGroup
+	// The watchdog (see watchdog.go), if autoExtend.
+	run     *watchRun // the latest one started; it may have stopped
+	paused  int       // PauseWatchdog calls not yet resumed
+	stopped bool      // StopWatchdog was called: it never starts again
 }
 
 // Start starts the clock of a lease acquired by a request sent at c.Sent:
@@ -71,13 +76,13 @@ func (k *Clock) Start(c Config) {
 	k.acquired, k.maxHold, k.lost, k.extend = c.Sent, c.MaxHold, c.Lost, c.Extend
 	k.onLost, k.onExtend = c.OnLost, c.OnExtended
 	k.ttl = c.TTL
+	k.renewed = c.Sent
 	k.safeUntil = c.Sent.Add(c.TTL - Drift(c.TTL))
 	// No timer and no channel yet: most holders never call Done, and Err
 	// compares the deadline with the clock itself.
 	if c.AutoExtend {
-		ctx, cancel := context.WithCancel(context.Background())
-		k.stopWatch = cancel
-		k.watching.Go(func() { k.watch(ctx) })
+		k.autoExtend = true
+		k.startWatchdog()
 	}
 }
 
@@ -175,6 +180,7 @@ func (k *Clock) Confirm(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.ttl = ttl
+	k.renewed = sent
 	k.safeUntil = sent.Add(ttl - Drift(ttl))
 	if k.expiry != nil {
 		k.expiry.Reset(time.Until(k.safeUntil))
