@@ -1,6 +1,12 @@
 package lock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/redis/go-redis/v9"
+)
 
 // A plain mutex is one string key with the lease's TTL, "token:fence", as
 // lean as a lock can be: an uncontended Lock+Unlock costs Redis an INCR
@@ -125,14 +131,38 @@ return {-1 - t, ticket}
 
 // mutexRelease frees the lock if it holds our token, or reserves it for
 // the oldest waiting ticket, and, if someone waits, wakes one waiter per
-// process (payload "1", see wake.One).
-// KEYS: lock, wake channel. ARGV: token, PUBLISH or SPUBLISH, grace ms.
-var mutexRelease = redis.NewScript(releaseLib + `
+// process (payload "1", see wake.One) on the lock's channel, KEYS[1]..":wake"
+// (a channel, not a key: it shares the lock's hash tag, so its cluster
+// slot). ARGV[1] is the lock's value as our acquire set it,
+// "token:fence": the common case, a lock nobody marked, is one comparison
+// and a DEL; a value with a waiter's mark after it is ours too, and so is
+// any value if ARGV[1] is only "token:" (a rollback, which does not know
+// the fence). Each argument costs the server about as much as a Lua
+// statement or two, so there is one of each, and the publish command and
+// the grace are written into the script: one script per publish command
+// (see releaseScript). KEYS: lock. ARGV: "token:fence" or "token:".
+const mutexReleaseText = `
 local v = redis.call('GET', KEYS[1])
-if not v or string.sub(v, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return 0 end
-release(KEYS[1], KEYS[2], v, ARGV[2], ARGV[3])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if not v or string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
+` + releaseLib + `
+release(KEYS[1], KEYS[1] .. ':wake', v, '$PUBLISH', $GRACE)
 return 1
-`)
+`
+
+// mutexRelease holds mutexReleaseText for PUBLISH and for SPUBLISH.
+var mutexRelease = map[string]*redis.Script{
+	"PUBLISH":  releaseScript("PUBLISH"),
+	"SPUBLISH": releaseScript("SPUBLISH"),
+}
+
+func releaseScript(publish string) *redis.Script {
+	return redis.NewScript(strings.NewReplacer("$PUBLISH", publish,
+		"$GRACE", strconv.FormatInt(redisutil.Millis(handoffGrace), 10)).Replace(mutexReleaseText))
+}
 
 // releaseLib frees a lock whose value v we hold: reserved for the oldest
 // ticket that marked it, deleted otherwise; waiters are woken if any.
