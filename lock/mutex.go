@@ -128,12 +128,19 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	if wake.Waiting(m.client, m.channel) > 0 {
 		mark = awaitedMark
 	}
-	var t any = *ticket
-	if *ticket == 0 {
-		t = noTicket
-	}
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark, t).Result()
+	var res any
+	var err error
+	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
+		// The common call: the script's defaults, two arguments fewer.
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg).Result()
+	} else {
+		var t any = *ticket
+		if *ticket == 0 {
+			t = noTicket
+		}
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, t, mark, m.retentionArg).Result()
+	}
 	granted, v, err := acquireReply(res, err, ticket)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
 }

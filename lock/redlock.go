@@ -152,7 +152,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
-		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs, "", noWait).Result()
+		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
 		granted, v, err := acquireReply(res, err, &noWait)
 		if granted {
 			return []int64{1, v}, err
