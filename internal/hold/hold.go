@@ -56,7 +56,6 @@ type Clock struct {
 
 	mu        sync.Mutex
 	ttl       time.Duration
-	renewed   time.Time // when the request last granted or confirmed was sent
 	safeUntil time.Time
 	err       error         // why the lease ended; nil while held
 	done      chan struct{} // made by the first Done call
@@ -76,7 +75,6 @@ func (k *Clock) Start(c Config) {
 	k.acquired, k.maxHold, k.lost, k.extend = c.Sent, c.MaxHold, c.Lost, c.Extend
 	k.onLost, k.onExtend = c.OnLost, c.OnExtended
 	k.ttl = c.TTL
-	k.renewed = c.Sent
 	k.safeUntil = c.Sent.Add(c.TTL - Drift(c.TTL))
 	// No timer and no channel yet: most holders never call Done, and Err
 	// compares the deadline with the clock itself.
@@ -180,7 +178,6 @@ func (k *Clock) Confirm(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.ttl = ttl
-	k.renewed = sent
 	k.safeUntil = sent.Add(ttl - Drift(ttl))
 	if k.expiry != nil {
 		k.expiry.Reset(time.Until(k.safeUntil))

@@ -93,7 +93,8 @@ func (k *Clock) watch(ctx context.Context, done chan<- struct{}) {
 	// Due an interval after the last renewal (or the grant): a run resumed
 	// after a pause, or started for a grant whose reply was slow, does not
 	// wait a whole interval more.
-	first := time.Until(k.renewed.Add(interval))
+	// The last request confirmed was sent TTL-Drift before safeUntil.
+	first := time.Until(k.safeUntil.Add(interval - k.ttl + Drift(k.ttl)))
 	k.mu.Unlock()
 	t := time.NewTimer(first)
 	defer t.Stop()
