@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -16,21 +17,53 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
 	keys := []string{m.lock, m.fence}
-	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
+	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 0, "", 60000).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 60000, "", 0).Int64()
+	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 0, "", 60000).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first <= 0 || again != first {
 		t.Errorf("acquire = %v, retry = %v; want both the same fence", first, again)
 	}
-	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 60000, "", 0).Result()
+	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 0, "", 60000).Result()
 	var ticket int64
 	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= first {
 		t.Errorf("another owner's acquire = %v, %v; want busy with the holder's PTTL and a ticket", other, err)
+	}
+}
+
+// TestShortAcquireAndRelease: the common call's two-argument acquire is
+// idempotent too, and a release finds the lock ours by its exact value, by
+// its value with a waiter's mark after it (then reserving it for that
+// ticket), or by the token alone (a rollback).
+func TestShortAcquireAndRelease(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	m := NewMutex(rdb, "short")
+	keys := []string{m.lock, m.fence}
+	first, err := mutexAcquire.Run(ctx, rdb, keys, "tok", 1000).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := mutexAcquire.Run(ctx, rdb, keys, "tok", 1000).Int64(); err != nil || again != first {
+		t.Fatalf("short acquire = %v, retry = %v, %v; want both the same fence", first, again, err)
+	}
+	if ok, err := m.release(ctx, "tok", first+1); ok || err != nil {
+		t.Errorf("release with another fence = %v, %v; want not held", ok, err)
+	}
+	if ok, err := m.release(ctx, "tok", first); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
+		t.Errorf("release by exact value = %v, %v; want released, key gone", ok, err)
+	}
+	rdb.Set(ctx, m.lock, fmt.Sprintf("tok:%d+7", first), time.Second)
+	if ok, err := m.release(ctx, "tok", first); !ok || err != nil || rdb.Get(ctx, m.lock).Val() != "~7" {
+		t.Errorf("release of a marked lock = %v, %v, value %q; want released and reserved for ticket 7", ok, err, rdb.Get(ctx, m.lock).Val())
+	}
+	rdb.Set(ctx, m.lock, fmt.Sprintf("tok:%d", first), time.Second)
+	if ok, err := m.release(ctx, "tok", 0); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
+		t.Errorf("release by token alone = %v, %v; want released", ok, err)
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 // method runs one script that compares the whole token.
 type holder interface {
 	extend(ctx context.Context, token string, ttl time.Duration) (bool, error)
-	release(ctx context.Context, token string) (bool, error)
+	// release ends the lease of token, whose fencing number is fence, or 0
+	// where it is not known (a rollback of an acquire without a reply).
+	release(ctx context.Context, token string, fence int64) (bool, error)
 	// pttl returns the lease's remaining time to live in Redis, or
 	// ErrNotHeld.
 	pttl(ctx context.Context, token string) (time.Duration, error)
@@ -46,7 +48,10 @@ func newLease(h holder, name, token string, fence int64, sent time.Time, o *opti
 	l := &Lease{h: h, name: name, token: token, fence: fence, o: o}
 	c := hold.Config{
 		Sent: sent, TTL: o.ttl, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
-		Lost: ErrLost, Extend: l.extendOnce,
+		Lost: ErrLost,
+	}
+	if o.autoExtend { // no method value to allocate for a lease without a watchdog
+		c.Extend = l.extendOnce
 	}
 	if o.observer != nil || o.logger != nil { // no closures for a lease nobody watches
 		c.OnLost = func() { o.emit(context.Background(), Event{Kind: EventLost, Err: ErrLost}) }
@@ -139,9 +144,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var err error
 	if ctx.Err() != nil {
 		rctx, cancel := detached(ctx)
-		ok, err = l.h.release(rctx, l.token)
+		ok, err = l.h.release(rctx, l.token, l.fence)
 		cancel()
-	} else if ok, err = l.h.release(ctx, l.token); err != nil && ctx.Err() != nil {
+	} else if ok, err = l.h.release(ctx, l.token, l.fence); err != nil && ctx.Err() != nil {
 		releaseLater(ctx, l.h, l.token)
 	}
 	l.end(ErrNotHeld)

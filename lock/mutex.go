@@ -3,8 +3,10 @@ package lock
 import (
 	"context"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"strconv"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/redis/go-redis/v9"
@@ -30,8 +32,9 @@ type Mutex struct {
 
 	// Argument lists built once: go-redis copies them, and an acquire or a
 	// release should cost the caller no allocation it can avoid.
-	acquireKeys, releaseKeys, lockKeys []string
-	publishArg, ttlArg, retentionArg   any
+	acquireKeys, lockKeys []string
+	ttlArg, retentionArg  any
+	releaseScript         *redis.Script // mutexRelease for the publish command
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
@@ -47,7 +50,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		name:    name,
 		lock:    string(ks),
 		fence:   ks.key("fence"),
-		channel: ks.key("wake"),
+		channel: ks.key("wake"), // = lock+":wake", as mutexRelease publishes
 		publish: wake.PublishCommand(client),
 		opts:    buildOptions("mutex", name, opts),
 		invalid: checkName(name),
@@ -58,9 +61,8 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	}
 	m.fairKey = ks.key("h") // = m.fair.keys[0]
 	m.acquireKeys = []string{m.lock, m.fence}
-	m.releaseKeys = []string{m.lock, m.channel}
 	m.lockKeys = []string{m.lock}
-	m.publishArg = m.publish
+	m.releaseScript = mutexRelease[m.publish]
 	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
 	return m
 }
@@ -126,12 +128,19 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	if wake.Waiting(m.client, m.channel) > 0 {
 		mark = awaitedMark
 	}
-	var t any = *ticket
-	if *ticket == 0 {
-		t = noTicket
-	}
 	sent := time.Now()
-	res, err := mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, m.retentionArg, mark, t).Result()
+	var res any
+	var err error
+	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
+		// The common call: the script's defaults, two arguments fewer.
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg).Result()
+	} else {
+		var t any = *ticket
+		if *ticket == 0 {
+			t = noTicket
+		}
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, t, mark, m.retentionArg).Result()
+	}
 	granted, v, err := acquireReply(res, err, ticket)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
 }
@@ -181,9 +190,21 @@ func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ e
 
 func (m *Mutex) where() string { return keyList(m.lock) }
 
-func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := mutexRelease.Run(ctx, m.client, m.releaseKeys, token, m.publishArg, graceArg).Int64()
+func (m *Mutex) release(ctx context.Context, token string, fence int64) (bool, error) {
+	n, err := m.releaseScript.Run(ctx, m.client, m.lockKeys, lockValue(token, fence)).Int64()
 	return n == 1, err
+}
+
+// lockValue returns the value an acquire by token set, "token:fence", in
+// one allocation; or the prefix "token:" of any value that token set when
+// fence is 0 (not known).
+func lockValue(token string, fence int64) string {
+	var buf [64]byte
+	b := append(append(buf[:0], token...), ':')
+	if fence != 0 {
+		b = strconv.AppendInt(b, fence, 10)
+	}
+	return string(b)
 }
 
 func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {

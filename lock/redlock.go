@@ -152,7 +152,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
-		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), r.opts.retentionMs, "", noWait).Result()
+		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
 		granted, v, err := acquireReply(res, err, &noWait)
 		if granted {
 			return []int64{1, v}, err
@@ -229,9 +229,9 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 
 // release deletes the lock on every server; it reports true if a majority
 // still held it.
-func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
+func (r *Redlock) release(ctx context.Context, token string, _ int64) (bool, error) {
 	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
-		return mutexRelease.Run(ctx, c, []string{r.keys[0], r.keys[2]}, token, r.publish[i], graceArg).Int64()
+		return mutexRelease[r.publish[i]].Run(ctx, c, r.keys[:1], token+":").Int64() // each server has its own fence
 	})
 	// Servers that did not answer may still hold our key (a dead server
 	// cannot grant it to anyone else while down): the lease was held to the

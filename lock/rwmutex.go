@@ -130,11 +130,17 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 
 // Upgrade turns r, a read lease of rw, into a write lease in one atomic
 // step, if r's holder is the only reader. Otherwise it fails at once with
-// [ErrUpgrade] and r stays a read lease: two readers that both waited to
-// upgrade would wait for each other forever. On success r has ended (as if
-// unlocked) and the returned lease keeps r's fencing number. If Redis
-// fails to answer, Upgrade returns its error and r has ended too: the
-// upgrade may have run, so both leases are released in the background.
+// [ErrUpgrade] and r stays a read lease, renewed as before if it was: two
+// readers that both waited to upgrade would wait for each other forever.
+// On success r has ended (as if unlocked, without an [EventLost]) and the
+// returned lease keeps r's fencing number. If Redis fails to answer,
+// Upgrade returns its error and r has ended too: the upgrade may have run,
+// so both leases are released in the background. An error that stopped the
+// request before it was sent (a failed dial) leaves r as it was.
+//
+// r's watchdog ([WithAutoExtend]) pauses while the upgrade's round trip
+// lasts: a renewal of the read lease racing with the script would find it
+// gone and report it lost.
 func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	if r == nil || r.ended() {
 		return nil, ErrUpgrade
@@ -142,25 +148,26 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	if h, ok := r.h.(reader); !ok || h.rw.keys[0] != rw.keys[0] {
 		return nil, ErrUpgrade
 	}
+	r.clk.PauseWatchdog()
 	sent := time.Now()
 	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, redisutil.Millis(rw.opts.ttl)).Int64Slice()
-	if err != nil {
-		if !redisutil.NeverSent(err) {
-			// The script may have run with its reply lost: r's read may
-			// have become a write lock that nobody knows it holds. Undo
-			// both in the background (bounded), and end r: the caller
-			// holds nothing now, rather than a lease that may be gone.
-			r.stopWatchdog()
-			releaseLater(ctx, writer{rw}, r.token)
-			releaseLater(ctx, r.h, r.token)
-			r.end(ErrLost)
-		}
+	switch {
+	case err != nil && redisutil.NeverSent(err):
+		r.clk.ResumeWatchdog()
 		return nil, redisErr(ctx, "upgrade", rw.name, err)
-	}
-	if res[0] == 0 {
+	case err != nil:
+		// The script may have run with its reply lost: r's read may
+		// have become a write lock that nobody knows it holds. Undo
+		// both in the background (bounded), and end r: the caller
+		// holds nothing now, rather than a lease that may be gone.
+		releaseLater(ctx, writer{rw}, r.token)
+		releaseLater(ctx, r.h, r.token)
+		r.end(ErrLost)
+		return nil, redisErr(ctx, "upgrade", rw.name, err)
+	case res[0] == 0:
+		r.clk.ResumeWatchdog()
 		return nil, ErrUpgrade
 	}
-	r.stopWatchdog()
 	r.end(ErrNotHeld)
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
 }
@@ -198,7 +205,7 @@ type reader struct{ rw *RWMutex }
 
 func (h reader) where() string { return h.rw.where() }
 
-func (h reader) release(ctx context.Context, token string) (bool, error) {
+func (h reader) release(ctx context.Context, token string, _ int64) (bool, error) {
 	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr, h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }
@@ -221,7 +228,7 @@ func (rw *RWMutex) where() string {
 	return keyList(append(rw.keys[:4:4], rw.keys[5:]...)...) // all but the fence
 }
 
-func (h writer) release(ctx context.Context, token string) (bool, error) {
+func (h writer) release(ctx context.Context, token string, _ int64) (bool, error) {
 	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr, h.rw.keys[5], h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }

@@ -52,6 +52,8 @@ type Clock struct {
 	onLost   func()
 	onExtend func()
 
+	autoExtend bool // set by Start, then read-only
+
 	mu        sync.Mutex
 	ttl       time.Duration
 	safeUntil time.Time
@@ -59,8 +61,10 @@ type Clock struct {
 	done      chan struct{} // made by the first Done call
 	expiry    *time.Timer   // closes done at safeUntil; started with done
 
-	stopWatch context.CancelFunc // nil without a watchdog
-	watching  sync.WaitGroup
+	// The watchdog (see watchdog.go), if autoExtend.
+	run     *watchRun // the latest one started; it may have stopped
+	paused  int       // PauseWatchdog calls not yet resumed
+	stopped bool      // StopWatchdog was called: it never starts again
 }
 
 // Start starts the clock of a lease acquired by a request sent at c.Sent:
@@ -75,9 +79,8 @@ func (k *Clock) Start(c Config) {
 	// No timer and no channel yet: most holders never call Done, and Err
 	// compares the deadline with the clock itself.
 	if c.AutoExtend {
-		ctx, cancel := context.WithCancel(context.Background())
-		k.stopWatch = cancel
-		k.watching.Go(func() { k.watch(ctx) })
+		k.autoExtend = true
+		k.startWatchdog()
 	}
 }
 

@@ -83,3 +83,53 @@ func TestWatchdogRenewsUntilRefused(t *testing.T) {
 		t.Errorf("Err = %v; want the Lost cause", k.Err())
 	}
 }
+
+// TestWatchdogDueFromLastRenewal: a watchdog started for a grant whose
+// reply was slow (or resumed after a pause) renews an interval after the
+// request was sent, not a whole interval after it started.
+func TestWatchdogDueFromLastRenewal(t *testing.T) {
+	renewed := make(chan struct{}, 1)
+	var k Clock
+	k.Start(Config{Sent: time.Now().Add(-40 * time.Minute), TTL: time.Hour, AutoExtend: true, Lost: errLost,
+		Extend: func(context.Context, time.Duration) Outcome {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+			return Renewed
+		}})
+	defer k.StopWatchdog()
+	select {
+	case <-renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal 40 minutes into a 1-hour lease; want one at once (due at 20)")
+	}
+}
+
+// TestWatchdogPauseResumeStop: a paused watchdog stays stopped once
+// StopWatchdog is called (goleak would see a run that ResumeWatchdog
+// restarted), and nested pauses resume only at the last.
+func TestWatchdogPauseResumeStop(t *testing.T) {
+	var calls atomic.Int32
+	var k Clock
+	// A renewal is overdue from the start: a running watchdog makes one at
+	// once.
+	k.Start(Config{Sent: time.Now().Add(-40 * time.Minute), TTL: time.Hour, AutoExtend: true, Lost: errLost,
+		Extend: func(context.Context, time.Duration) Outcome { calls.Add(1); return Failed }})
+	k.PauseWatchdog()
+	k.PauseWatchdog()
+	k.ResumeWatchdog()
+	n := calls.Load()
+	time.Sleep(50 * time.Millisecond)
+	if calls.Load() != n {
+		t.Fatal("the watchdog renewed while one of two pauses was still on")
+	}
+	k.ResumeWatchdog()
+	for calls.Load() == n { // failing renewals are retried every few ms
+		time.Sleep(time.Millisecond)
+	}
+	k.PauseWatchdog()
+	k.StopWatchdog()
+	k.ResumeWatchdog()
+	k.End(errors.New("released"))
+}

@@ -5,13 +5,68 @@ import (
 	"time"
 )
 
-// StopWatchdog stops the watchdog, if any, and waits until it has stopped,
-// so that no extension runs after the caller's release.
+// A watchRun is one run of the watchdog: cancel stops it, done closes when
+// it has stopped.
+type watchRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startWatchdog starts a run of the watchdog. k.mu must be held, or k not
+// yet shared.
+func (k *Clock) startWatchdog() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &watchRun{cancel: cancel, done: make(chan struct{})}
+	k.run = r
+	go k.watch(ctx, r.done)
+}
+
+// StopWatchdog stops the watchdog, if any, for good, and waits until it
+// has stopped, so that no extension runs after the caller's release.
 func (k *Clock) StopWatchdog() {
-	if k.stopWatch != nil {
-		k.stopWatch()
-		k.watching.Wait()
+	if k.autoExtend {
+		k.halt(func() { k.stopped = true })
 	}
+}
+
+// PauseWatchdog stops the watchdog, if any, until ResumeWatchdog, and waits
+// until it has stopped: for a request that changes what the lease is in
+// the store (an upgrade), with which a renewal must not race, since it
+// would find the old lease gone and end it as lost.
+func (k *Clock) PauseWatchdog() {
+	if k.autoExtend {
+		k.halt(func() { k.paused++ })
+	}
+}
+
+// ResumeWatchdog undoes one PauseWatchdog: the watchdog runs again, unless
+// the lease has ended, StopWatchdog was called, or another pause is still
+// on. Its first renewal is due an interval after the last one, not after
+// the pause.
+func (k *Clock) ResumeWatchdog() {
+	if !k.autoExtend {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.paused == 0 {
+		return // not paused: a run is already on
+	}
+	k.paused--
+	if k.paused == 0 && !k.stopped && !k.expired() {
+		k.startWatchdog()
+	}
+}
+
+// halt records why the watchdog stops (mark runs with k.mu held), stops the
+// run on, and waits for it.
+func (k *Clock) halt(mark func()) {
+	k.mu.Lock()
+	mark()
+	r := k.run
+	k.mu.Unlock()
+	r.cancel()
+	<-r.done
 }
 
 // Renewal retries: after a failed round trip the watchdog tries again
@@ -31,11 +86,17 @@ const capped Outcome = -1
 // is retried promptly with backoff, so a blip or two costs nothing; only
 // when none succeeds before the safe deadline does the lease end as lost.
 // A refusal from the store (the token is gone) ends it at once.
-func (k *Clock) watch(ctx context.Context) {
+func (k *Clock) watch(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
 	k.mu.Lock()
 	interval := max(k.ttl/3, time.Millisecond)
+	// Due an interval after the last renewal (or the grant): a run resumed
+	// after a pause, or started for a grant whose reply was slow, does not
+	// wait a whole interval more.
+	// The last request confirmed was sent TTL-Drift before safeUntil.
+	first := time.Until(k.safeUntil.Add(interval - k.ttl + Drift(k.ttl)))
 	k.mu.Unlock()
-	t := time.NewTimer(interval)
+	t := time.NewTimer(first)
 	defer t.Stop()
 	backoff := time.Duration(0)
 	for {
