@@ -21,19 +21,9 @@ import (
 // old values for ever; A converges on the values B writes after the
 // failover, and never returns to the old ones.
 func TestNearCacheClusterFailover(t *testing.T) {
-	cl := redistest.StartClusterReplicas(t, 3, 1)
-	a := newNearCache[string](t, cl.Client(t), 1000)
-	bc := cl.Client(t)
-	b := New[string](bc, prefix(t))
+	f := startFailover(t)
+	cl, a, b, old, replica, keys := f.cl, f.a, f.b, f.old, f.replica, f.keys
 	ctx := t.Context()
-	old, replica := cl.Nodes[0], cl.Replicas[0][0]
-	keys := keysOn(t, b, bc, old, 5)
-	for _, k := range keys {
-		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		fetchNear(t, a, k)
-	}
 	stop := serveNear(t, a, keys, nil) // A keeps serving, from its near tier
 	cl.Failover(t, replica)
 	cutReplication(t, replica)
@@ -70,19 +60,9 @@ func TestNearCacheClusterFailover(t *testing.T) {
 // promotion A tracks the new master and serves near hits again, of the
 // values B writes there.
 func TestNearCacheClusterMasterKilled(t *testing.T) {
-	cl := redistest.StartClusterReplicas(t, 3, 1)
-	a := newNearCache[string](t, cl.Client(t), 1000)
-	bc := cl.Client(t)
-	b := New[string](bc, prefix(t))
+	f := startFailover(t)
+	cl, a, bc, b, old, replica, keys := f.cl, f.a, f.bc, f.b, f.old, f.replica, f.keys
 	ctx := t.Context()
-	old, replica := cl.Nodes[0], cl.Replicas[0][0]
-	keys := keysOn(t, b, bc, old, 5)
-	for _, k := range keys {
-		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		fetchNear(t, a, k)
-	}
 	flushes := a.Stats().NearFlushes
 	role := replica.Client(t)
 	var early, fetches atomic.Int64 // near hits before the promotion; Fetches
@@ -132,6 +112,34 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 }
 
 // keysOn returns n keys of c whose values live in the slots s owns.
+// A failoverFleet is a 3-master cluster with a replica each, process A
+// (a near-cached Cache) serving keys of master 0 from memory, and a writer
+// B on a client of its own.
+type failoverFleet struct {
+	cl           *redistest.Cluster
+	a, b         *Cache[string]
+	bc           *redis.ClusterClient
+	old, replica *redistest.Server // master 0 and its replica
+	keys         []string          // 5 keys of master 0, "v1", near-cached by A
+}
+
+func startFailover(t *testing.T) failoverFleet {
+	t.Helper()
+	f := failoverFleet{cl: redistest.StartClusterReplicas(t, 3, 1)}
+	f.a = newNearCache[string](t, f.cl.Client(t), 1000)
+	f.bc = f.cl.Client(t)
+	f.b = New[string](f.bc, prefix(t))
+	f.old, f.replica = f.cl.Nodes[0], f.cl.Replicas[0][0]
+	f.keys = keysOn(t, f.b, f.bc, f.old, 5)
+	for _, k := range f.keys {
+		if err := f.b.Set(t.Context(), k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fetchNear(t, f.a, k)
+	}
+	return f
+}
+
 func keysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
 	t.Helper()
 	var keys []string
