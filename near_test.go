@@ -94,7 +94,7 @@ func getCalls(t *testing.T, rdb redis.UniversalClient) int {
 }
 
 func TestNearCacheHitsSkipRedis(t *testing.T) {
-	rdb := redistest.Start(t)
+	rdb := redistest.StartServer(t).Client(t)
 	a := newNearCache[string](t, rdb, 100)
 	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 // the local copy before they return, without waiting for Redis's message
 // (held back here until each check is done).
 func TestNearCacheOwnWritesAtOnce(t *testing.T) {
-	a := newNearCache[string](t, redistest.Start(t), 100)
+	a := newNearCache[string](t, redistest.StartServer(t).Client(t), 100)
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestNearCacheExpires(t *testing.T) {
 }
 
 func TestNearCacheBounded(t *testing.T) {
-	a := newNearCache[int](t, redistest.Start(t), 50)
+	a := newNearCache[int](t, redistest.StartServer(t).Client(t), 50)
 	ctx := t.Context()
 	if err := a.Set(ctx, "warm", 1, time.Minute); err != nil {
 		t.Fatal(err)
@@ -466,7 +466,7 @@ func TestNearCacheTombstone(t *testing.T) {
 		}
 		return nil
 	}
-	a := newNearCache[string](t, redistest.Start(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
+	a := newNearCache[string](t, redistest.StartServer(t).Client(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
 	absent := func(context.Context) (string, error) { return "", ErrNotFound }
 	eventually(t, "a near hit on the tombstone", func() bool {
 		before := a.Stats().NearHits
