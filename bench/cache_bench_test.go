@@ -1,9 +1,7 @@
 package benchmarks
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -358,18 +356,10 @@ func runStampede(b *testing.B, addr string, lib cacheLib) {
 	for r, tag := range rounds {
 		key := fmt.Sprintf("stampede:%s:%d:%d", lib.name, time.Now().UnixNano(), r)
 		round := stampedeRound{Key: key, G: stampedeG, Start: time.Now().Add(50 * time.Millisecond).UnixNano()}
-		for _, c := range children {
-			if err := c.enc.Encode(round); err != nil {
-				b.Fatalf("send round: %v", err)
-			}
-		}
-		results := make([]stampedeResult, len(children))
+		results := exchange[stampedeResult](b, children, round)
 		var firstStart, firstEnd time.Duration // of any compute, relative to Start
-		for i, c := range children {
+		for i := range results {
 			res := &results[i]
-			if err := c.dec.Decode(res); err != nil {
-				b.Fatalf("read result: %v", err)
-			}
 			if res.Err != "" {
 				b.Fatalf("child: %s", res.Err)
 			}
@@ -496,13 +486,7 @@ func TestStampedeChild(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_STAMPEDE_REDIS"), PoolSize: 2 * stampedeG})
 	defer rdb.Close()
 	f := cacheLibs[i].newFetcher(rdb)
-	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
-	enc := json.NewEncoder(os.Stdout)
-	for {
-		var r stampedeRound
-		if err := dec.Decode(&r); err != nil {
-			return // the parent closed stdin
-		}
+	serveRounds(t, func(r stampedeRound) stampedeResult {
 		res := stampedeResult{
 			Latency:  make([]time.Duration, r.G),
 			Computed: make([]bool, r.G),
@@ -544,8 +528,6 @@ func TestStampedeChild(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if err := enc.Encode(res); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return res
+	})
 }

@@ -1,9 +1,7 @@
 package benchmarks
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -54,16 +52,10 @@ func runManyMiss(b *testing.B, addr, lib string) {
 	for r := range b.N + 1 { // round 0 warms connections and scripts
 		round := manyMissRound{Prefix: fmt.Sprintf("manymiss:%d:%d:", time.Now().UnixNano(), r), Lib: lib,
 			Start: time.Now().Add(50 * time.Millisecond).UnixNano()}
-		for _, c := range children {
-			if err := c.enc.Encode(round); err != nil {
-				b.Fatal(err)
-			}
-		}
 		var wall time.Duration
-		for _, c := range children {
-			var res manyMissResult
-			if err := c.dec.Decode(&res); err != nil || res.Err != "" {
-				b.Fatalf("child: %v %s", err, res.Err)
+		for _, res := range exchange[manyMissResult](b, children, round) {
+			if res.Err != "" {
+				b.Fatalf("child: %s", res.Err)
 			}
 			if r > 0 {
 				keys += res.Keys
@@ -92,12 +84,7 @@ func TestManyMissChild(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c := dogpile.New[item](rdb, dogpile.WithPrefix("manymiss:"))
-	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
-	for {
-		var r manyMissRound
-		if err := dec.Decode(&r); err != nil {
-			return // the parent closed stdin
-		}
+	serveRounds(t, func(r manyMissRound) manyMissResult {
 		var res manyMissResult
 		var nkeys, ncalls atomic.Int64
 		compute := func(ctx context.Context, missing []string) (map[string]item, error) {
@@ -143,8 +130,6 @@ func TestManyMissChild(t *testing.T) {
 		}
 		res.Wall = time.Since(start)
 		res.Keys, res.Calls = nkeys.Load(), ncalls.Load()
-		if err := enc.Encode(res); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return res
+	})
 }

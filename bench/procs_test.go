@@ -43,3 +43,36 @@ func startJSONChildren(b *testing.B, n int, test string, env ...string) []jsonCh
 	}
 	return children
 }
+
+// exchange sends round to every child and returns their answers, in the
+// children's order.
+func exchange[R any](b *testing.B, children []jsonChild, round any) []R {
+	b.Helper()
+	for _, c := range children {
+		if err := c.enc.Encode(round); err != nil {
+			b.Fatalf("send round: %v", err)
+		}
+	}
+	res := make([]R, len(children))
+	for i, c := range children {
+		if err := c.dec.Decode(&res[i]); err != nil {
+			b.Fatalf("read a child's result: %v", err)
+		}
+	}
+	return res
+}
+
+// serveRounds is the child's side of exchange: it answers each round the
+// parent sends with do's result, until the parent closes stdin.
+func serveRounds[Q, R any](t *testing.T, do func(Q) R) {
+	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
+	for {
+		var q Q
+		if err := dec.Decode(&q); err != nil {
+			return // the parent closed stdin
+		}
+		if err := enc.Encode(do(q)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,9 +1,7 @@
 package benchmarks
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -97,17 +95,8 @@ func runRolling(b *testing.B, addr string, lib rollingLib) {
 	for r := range b.N {
 		round := rollingRound{Prefix: fmt.Sprintf("rolling:%s:%d:%d:", lib.name, time.Now().UnixNano(), r),
 			Start: time.Now().Add(100 * time.Millisecond).UnixNano(), Duration: *rollingDuration}
-		for _, c := range children {
-			if err := c.enc.Encode(round); err != nil {
-				b.Fatal(err)
-			}
-		}
 		var starts [rollingKeys][]int64
-		for _, c := range children {
-			var res rollingResult
-			if err := c.dec.Decode(&res); err != nil {
-				b.Fatalf("child: %v", err)
-			}
+		for _, res := range exchange[rollingResult](b, children, round) {
 			total.add(res)
 			for k := range starts {
 				starts[k] = append(starts[k], res.Starts[k]...)
@@ -198,16 +187,7 @@ func TestRollingChild(t *testing.T) {
 	if stale == nil {
 		stale = func() uint64 { return 0 }
 	}
-	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
-	for {
-		var r rollingRound
-		if err := dec.Decode(&r); err != nil {
-			return // the parent closed stdin
-		}
-		if err := enc.Encode(rollingLoad(f, stale, r)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	serveRounds(t, func(r rollingRound) rollingResult { return rollingLoad(f, stale, r) })
 }
 
 // rollingLoad is one child's part of a round.

@@ -1,9 +1,7 @@
 package benchmarks
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -60,16 +58,10 @@ func runStoreLag(b *testing.B, addr string, n int) {
 	for r := range b.N + 1 { // round 0 warms connections and scripts
 		round := storeLagRound{Prefix: fmt.Sprintf("storelag:%d:%d:", time.Now().UnixNano(), r), N: n,
 			Start: time.Now().Add(50 * time.Millisecond).UnixNano()}
-		for _, c := range children {
-			if err := c.enc.Encode(round); err != nil {
-				b.Fatal(err)
-			}
-		}
 		var wall time.Duration
-		for _, c := range children {
-			var res storeLagResult
-			if err := c.dec.Decode(&res); err != nil || res.Err != "" {
-				b.Fatalf("child: %v %s", err, res.Err)
+		for _, res := range exchange[storeLagResult](b, children, round) {
+			if res.Err != "" {
+				b.Fatalf("child: %s", res.Err)
 			}
 			if r > 0 {
 				lags = append(lags, res.StoreLag...)
@@ -101,12 +93,7 @@ func TestStoreLagChild(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	c := dogpile.New[item](rdb, dogpile.WithPrefix("storelag:"))
-	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
-	for {
-		var r storeLagRound
-		if err := dec.Decode(&r); err != nil {
-			return // the parent closed stdin
-		}
+	serveRounds(t, func(r storeLagRound) storeLagResult {
 		before := c.Stats().Computes
 		var res storeLagResult
 		var mu sync.Mutex
@@ -135,8 +122,6 @@ func TestStoreLagChild(t *testing.T) {
 		}
 		wg.Wait()
 		res.Computes = c.Stats().Computes - before
-		if err := enc.Encode(res); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return res
+	})
 }
