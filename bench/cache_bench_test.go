@@ -256,22 +256,39 @@ func runHit(b *testing.B, addr string, lib cacheLib, nkeys, g int) {
 		}
 	}
 
+	timedLoad(b, addr, &cmds, g, "ops/s", func(i int) func() bool {
+		rng := rand.New(rand.NewPCG(uint64(i), 42))
+		return func() bool {
+			if _, err := f(ctx, keys[rng.IntN(nkeys)], miss); err != nil {
+				b.Error(err)
+				return false
+			}
+			return true
+		}
+	})
+}
+
+// timedLoad runs g goroutines that together make b.N calls of the op
+// newOp(i) makes for goroutine i (a goroutine stops at its op's first
+// false), all released at once, and reports the calls per second as unit
+// and, per call, the commands counted on t and the CPU time of this
+// process and of the server at addr.
+func timedLoad(b *testing.B, addr string, t *traffic, g int, unit string, newOp func(i int) func() bool) {
 	var tickets atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range g {
+		op := newOp(i)
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 42))
 			<-start
 			for tickets.Add(1) <= int64(b.N) {
-				if _, err := f(ctx, keys[rng.IntN(nkeys)], miss); err != nil {
-					b.Error(err)
+				if !op() {
 					return
 				}
 			}
 		})
 	}
-	cmds0, cpu0, cli0 := cmds.cmds.Load(), serverCPU(b, addr), processCPU()
+	cmds0, cpu0, cli0 := t.cmds.Load(), serverCPU(b, addr), processCPU()
 	b.ReportAllocs()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -279,8 +296,8 @@ func runHit(b *testing.B, addr string, lib cacheLib, nkeys, g int) {
 	wg.Wait()
 	elapsed := time.Since(t0)
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), unit)
+	b.ReportMetric(float64(t.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
 	b.ReportMetric(float64(processCPU()-cli0)/float64(time.Microsecond)/float64(b.N), "cli-µs/op")
 	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,29 +143,5 @@ func runManyHit(b *testing.B, addr string, lib batchLib, g int) {
 	if b.Failed() {
 		b.FailNow()
 	}
-	var tickets atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range g {
-		wg.Go(func() {
-			<-start
-			for tickets.Add(1) <= int64(b.N) {
-				if !check() {
-					return
-				}
-			}
-		})
-	}
-	cmds0, cpu0, cli0 := cmds.cmds.Load(), serverCPU(b, addr), processCPU()
-	b.ReportAllocs()
-	b.ResetTimer()
-	t0 := time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "batches/s")
-	b.ReportMetric(float64(cmds.cmds.Load()-cmds0)/float64(b.N), "cmds/op")
-	b.ReportMetric(float64(processCPU()-cli0)/float64(time.Microsecond)/float64(b.N), "cli-µs/op")
-	b.ReportMetric(float64(serverCPU(b, addr)-cpu0)/float64(time.Microsecond)/float64(b.N), "srv-µs/op")
+	timedLoad(b, addr, &cmds, g, "batches/s", func(int) func() bool { return check })
 }
