@@ -43,21 +43,13 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 			// then computed by a second taker).
 			lease := leaseEnv + "=2s"
 			holder := startChild(t, "batchholder", addrs, prefix, lease)
-			holder.expect(t, "computing")
-			kids := goChildren(t, 3, "batch", addrs, prefix, lease, workersEnv+"=8")
-			for _, k := range kids {
-				k.expect(t, "waiting")
-			}
-			if err := holder.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			var takeovers uint64
-			for i, k := range kids {
-				r := k.result(t)
+			results, takeovers := killHolder(t, holder, func() []*child {
+				return goChildren(t, 3, "batch", addrs, prefix, lease, workersEnv+"=8")
+			})
+			for i, r := range results {
 				if r.Values != 8*120 || len(r.Errors) > 0 {
 					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
 				}
-				takeovers += r.Stats.Takeovers
 			}
 			got := computesPerKey(t, rdb, prefix)
 			for i := range 200 {

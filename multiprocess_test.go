@@ -216,6 +216,28 @@ func TestMultiProcessManyKeys(t *testing.T) {
 	}
 }
 
+// killHolder waits until holder computes, starts the waiters with start,
+// SIGKILLs holder once each of them waits for it, and returns the waiters'
+// results and how many takeovers they made in all.
+func killHolder(t *testing.T, holder *child, start func() []*child) ([]childResult, uint64) {
+	t.Helper()
+	holder.expect(t, "computing")
+	kids := start()
+	for _, k := range kids {
+		k.expect(t, "waiting")
+	}
+	if err := holder.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	results := make([]childResult, len(kids))
+	var takeovers uint64
+	for i, k := range kids {
+		results[i] = k.result(t)
+		takeovers += results[i].Stats.Takeovers
+	}
+	return results, takeovers
+}
+
 // TestMultiProcessHolderKilled: the computing process is SIGKILLed mid
 // compute; every other caller still gets the value, after one takeover.
 func TestMultiProcessHolderKilled(t *testing.T) {
@@ -223,21 +245,11 @@ func TestMultiProcessHolderKilled(t *testing.T) {
 	const prefix = "hk:"
 	lease := "DOGPILE_TEST_LEASE=500ms"
 	holder := startChild(t, "holder", addrs, prefix, lease, workersEnv+"=5")
-	holder.expect(t, "computing")
-	kids := goChildren(t, 3, "one", addrs, prefix, lease)
-	for _, k := range kids {
-		k.expect(t, "waiting")
-	}
-	if err := holder.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	var takeovers uint64
-	for i, k := range kids {
-		r := k.result(t)
+	results, takeovers := killHolder(t, holder, func() []*child { return goChildren(t, 3, "one", addrs, prefix, lease) })
+	for i, r := range results {
 		if r.Values != 50 || len(r.Errors) > 0 {
 			t.Errorf("child %d: %d good values, errors %q; want 50, none", i, r.Values, r.Errors)
 		}
-		takeovers += r.Stats.Takeovers
 	}
 	if got := computesPerKey(t, rdb, prefix); got["k"] != "2" {
 		t.Errorf("computes = %v; want k: 2 (the killed holder and one takeover)", got)
