@@ -34,14 +34,7 @@ func testManyJoinsFetch(t *testing.T, b backend) {
 	}()
 	<-started
 	e := &echo{}
-	mres := make(chan map[string]string, 1)
-	go func() {
-		got, err := c.FetchMany(ctx, []string{"a", "b"}, time.Minute, e.compute)
-		if err != nil {
-			t.Error(err)
-		}
-		mres <- got
-	}()
+	mres := goFetchMany(t, c, []string{"a", "b"}, e.compute)
 	// FetchMany computes b and waits for a's flight.
 	for len(e.keys()) == 0 {
 		time.Sleep(time.Millisecond)
@@ -63,14 +56,7 @@ func testManyFetchJoinsMany(t *testing.T, b backend) {
 	c := New[string](b.client(t), prefix(t))
 	other := New[string](b.client(t), prefix(t))
 	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
-	mres := make(chan map[string]string, 1)
-	go func() {
-		got, err := c.FetchMany(ctx, []string{"a", "b"}, time.Minute, e.compute)
-		if err != nil {
-			t.Error(err)
-		}
-		mres <- got
-	}()
+	mres := goFetchMany(t, c, []string{"a", "b"}, e.compute)
 	<-e.started
 	hook, waiting := waitSignal()
 	other.onWait = hook
@@ -161,4 +147,18 @@ func testManyStale(t *testing.T, b backend) {
 			t.Errorf("Get(%s) after the refresh = %q, %v", k, v, err)
 		}
 	}
+}
+
+// goFetchMany calls c.FetchMany(keys, compute) on a goroutine of its own
+// and sends its values on the channel it returns (an error fails t).
+func goFetchMany(t *testing.T, c *Cache[string], keys []string, compute func(context.Context, []string) (map[string]string, error)) <-chan map[string]string {
+	res := make(chan map[string]string, 1)
+	go func() {
+		got, err := c.FetchMany(t.Context(), keys, time.Minute, compute)
+		if err != nil {
+			t.Error(err)
+		}
+		res <- got
+	}()
+	return res
 }
