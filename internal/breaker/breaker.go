@@ -184,7 +184,9 @@ func (b *Breaker) reportClosed(err error) Change {
 
 // Open reports whether calls fail fast now (the circuit is open or only
 // lets its probe through).
-func (b *Breaker) Open() bool { return b.cb.State() != gobreaker.StateClosed }
+// While the circuit is closed it costs one atomic load, as Allow does
+// (gobreaker's State takes its mutex).
+func (b *Breaker) Open() bool { return !b.closed.Load() && b.cb.State() != gobreaker.StateClosed }
 
 // Unreachable reports whether err means Redis could not be reached: a
 // network error (refused, reset, a timeout on the socket, a closed
