@@ -15,26 +15,24 @@ import (
 
 // TestDeadlineHoldsWhileRedisPaused: Redis is SIGSTOPped for 2 s under a
 // load of every primitive's blocking acquire (and Unlock), each call with a
-// 500 ms deadline, on a client with ContextTimeoutEnabled. No call may wait
-// for Redis past its deadline: a rollback after a timed-out acquire must not
-// run inline on a detached context. Such a call returns only once Redis is
-// back (or after the rollback's own 3 s timeout), so every call whose
-// deadline passed at least a second before the pause ended must have
-// returned before it ended. Once Redis is back, the rollbacks finish and
-// leave no lock behind.
+// 500 ms deadline, on a client with ContextTimeoutEnabled. Every call
+// returns within lateBound of its deadline: a rollback after a timed-out
+// acquire runs in the background, and the caller does not wait for it once
+// its deadline has passed (it used to wait a 5 ms grace per rollback, and
+// before that for the whole rollback). Once Redis is back, the rollbacks
+// finish and leave no lock behind.
 //
-// How late calls return past their deadline is logged, not asserted:
-// under load (-race, other packages' tests, other processes on 2 cores) a
-// call's one script came back 40-350 ms past its deadline, while a bare
-// goroutine noticed the same deadline within a few ms and a plain EVAL on
-// the same client was 8 ms late, so no control predicted it (a bound of
-// 50 ms plus twice such a control failed 1 run in 20 to 25). Speed is for
-// benchmarks; what this test proves is that no call waits for Redis.
+// An Unlock called with a context that is already done is not timed: it
+// waits for its release on purpose (see Lease.Unlock), and the test calls
+// Unlock with the acquire's context, which may have ended in between.
 func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 	const (
 		deadline = 500 * time.Millisecond
 		pause    = 2 * time.Second
 		margin   = time.Second // between a deadline and the pause's end
+		// lateBound is the bound. A plain GET on a paused server
+		// returns 0.2-1 ms past its deadline on an idle machine.
+		lateBound = 50 * time.Millisecond
 	)
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
@@ -87,8 +85,11 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 					record(name, ctx)
 					if err == nil {
 						time.Sleep(time.Millisecond)
+						timed := ctx.Err() == nil
 						_ = l.Unlock(ctx)
-						record(name+" Unlock", ctx)
+						if timed {
+							record(name+" Unlock", ctx)
+						}
 					}
 					cancel()
 				}
@@ -108,13 +109,11 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 	defer mu.Unlock()
 	bit := 0 // calls whose deadline came well within the pause
 	for _, c := range late {
-		if c.deadline.After(resumed.Add(-margin)) {
-			continue
+		if late := c.since.Sub(c.deadline); late > lateBound {
+			t.Errorf("%s returned %v past its deadline; want ≤ %v", c.op, late.Round(time.Millisecond), lateBound)
 		}
-		bit++
-		if c.since.After(resumed) {
-			t.Errorf("%s: deadline %v before Redis came back, returned %v after it: it waited for Redis",
-				c.op, resumed.Sub(c.deadline).Round(time.Millisecond), c.since.Sub(resumed).Round(time.Millisecond))
+		if !c.deadline.After(resumed.Add(-margin)) {
+			bit++
 		}
 	}
 	if bit == 0 {

@@ -12,24 +12,29 @@ import (
 // leaving it would block everyone for a whole TTL.
 //
 // Rollbacks run in the background, so that no call outlives its context
-// waiting for one while Redis is slow or stopped: the caller waits for its
-// rollback only rollbackGrace, which a healthy Redis needs a fraction of,
-// so that normally the state is clean when the call returns. They are
+// waiting for one while Redis is slow or stopped: a caller whose context
+// is still live waits for its rollback at most rollbackGrace, which a
+// healthy Redis needs a fraction of, so that normally the state is clean
+// when the call returns (say, after a broken connection); a caller whose
+// context is done does not wait at all. (Waiting the grace after a
+// deadline made every timed-out acquire return 5 ms late, a semaphore's
+// two rollbacks 10 ms, and more on a busy machine.) They are
 // bounded twice: each by rollbackTimeout, and at most maxRollbacks at a
 // time per process. Past that many Redis is clearly not answering, and
 // further rollbacks are dropped: what they would undo expires within one
 // TTL anyway.
 const (
-	rollbackGrace   = 5 * time.Millisecond
 	rollbackTimeout = 3 * time.Second
 	maxRollbacks    = 256
 )
+
+var rollbackGrace = 5 * time.Millisecond // a variable for a test to lengthen
 
 var rollbackSlots = make(chan struct{}, maxRollbacks)
 
 // rollback runs undo in the background on a context detached from ctx's
 // cancellation (it keeps ctx's values), bounded by rollbackTimeout, and
-// waits for it at most rollbackGrace.
+// waits for it at most rollbackGrace, and not once ctx is done.
 func rollback(ctx context.Context, undo func(ctx context.Context)) {
 	select {
 	case rollbackSlots <- struct{}{}:
@@ -49,6 +54,7 @@ func rollback(ctx context.Context, undo func(ctx context.Context)) {
 	select {
 	case <-done:
 	case <-t.C:
+	case <-ctx.Done(): // the caller's time is up: it does not wait at all
 	}
 }
 
