@@ -13,57 +13,63 @@ import (
 
 func TestAcquireRetryIsIdempotent(t *testing.T) {
 	// go-redis resends a script whose reply was lost. The resent acquire
-	// must see its own token as success with the same fence, not as busy.
+	// must see its own token as success, with a new, larger fence (the
+	// lost reply's never reached the caller), not as busy.
 	rdb := redistest.Start(t)
 	m := NewMutex(rdb, "retried")
 	keys := []string{m.lock, m.fence}
-	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 0, "", 60000).Int64()
+	first, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok:", 1000, 0, "", 60000).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok", 1000, 0, "", 60000).Int64()
+	again, err := mutexAcquire.Run(t.Context(), rdb, keys, "tok:", 1000, 0, "", 60000).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first <= 0 || again != first {
-		t.Errorf("acquire = %v, retry = %v; want both the same fence", first, again)
+	if first <= 0 || again <= first {
+		t.Errorf("acquire = %v, retry = %v; want a fence, then a larger one", first, again)
 	}
-	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other", 1000, 0, "", 60000).Result()
+	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other:", 1000, 0, "", 60000).Result()
 	var ticket int64
-	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= first {
+	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= again {
 		t.Errorf("another owner's acquire = %v, %v; want busy with the holder's PTTL and a ticket", other, err)
 	}
 }
 
 // TestShortAcquireAndRelease: the common call's two-argument acquire is
-// idempotent too, and a release finds the lock ours by its exact value, by
-// its value with a waiter's mark after it (then reserving it for that
-// ticket), or by the token alone (a rollback).
+// idempotent too; it sets the value "token:" and restarts a new counter
+// from the server's clock. A release finds the lock ours by its exact
+// value, by its value with a waiter's mark after it (then reserving it for
+// that ticket), or with a fence after the colon (a MultiMutex's value).
 func TestShortAcquireAndRelease(t *testing.T) {
 	rdb := redistest.Start(t)
 	ctx := t.Context()
 	m := NewMutex(rdb, "short")
 	keys := []string{m.lock, m.fence}
-	first, err := mutexAcquire.Run(ctx, rdb, keys, "tok", 1000).Int64()
+	first, err := mutexAcquire.Run(ctx, rdb, keys, "tok:", 1000).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := mutexAcquire.Run(ctx, rdb, keys, "tok", 1000).Int64(); err != nil || again != first {
-		t.Fatalf("short acquire = %v, retry = %v, %v; want both the same fence", first, again, err)
+	if first < 1e15 || rdb.Get(ctx, m.lock).Val() != "tok:" || rdb.PTTL(ctx, m.fence).Val() <= 0 {
+		t.Fatalf("short acquire = %v, value %q, counter's PTTL %v; want a fence from the clock, value \"tok:\", a counter that expires",
+			first, rdb.Get(ctx, m.lock).Val(), rdb.PTTL(ctx, m.fence).Val())
 	}
-	if ok, err := m.release(ctx, "tok", first+1); ok || err != nil {
-		t.Errorf("release with another fence = %v, %v; want not held", ok, err)
+	if again, err := mutexAcquire.Run(ctx, rdb, keys, "tok:", 1000).Int64(); err != nil || again <= first {
+		t.Fatalf("short acquire = %v, retry = %v, %v; want a larger fence", first, again, err)
+	}
+	if ok, err := m.release(ctx, "to", 0); ok || err != nil {
+		t.Errorf("release by a token's prefix = %v, %v; want not held", ok, err)
 	}
 	if ok, err := m.release(ctx, "tok", first); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
 		t.Errorf("release by exact value = %v, %v; want released, key gone", ok, err)
 	}
-	rdb.Set(ctx, m.lock, fmt.Sprintf("tok:%d+7", first), time.Second)
-	if ok, err := m.release(ctx, "tok", first); !ok || err != nil || rdb.Get(ctx, m.lock).Val() != "~7" {
+	rdb.Set(ctx, m.lock, "tok:+7", time.Second)
+	if ok, err := m.release(ctx, "tok", 0); !ok || err != nil || rdb.Get(ctx, m.lock).Val() != "~7" {
 		t.Errorf("release of a marked lock = %v, %v, value %q; want released and reserved for ticket 7", ok, err, rdb.Get(ctx, m.lock).Val())
 	}
 	rdb.Set(ctx, m.lock, fmt.Sprintf("tok:%d", first), time.Second)
 	if ok, err := m.release(ctx, "tok", 0); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
-		t.Errorf("release by token alone = %v, %v; want released", ok, err)
+		t.Errorf("release of a value with a fence = %v, %v; want released", ok, err)
 	}
 }
 

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -21,7 +20,7 @@ import (
 type Mutex struct {
 	client  redis.UniversalClient
 	name    string
-	lock    string // "token:fence", with the lease TTL (see mutex_scripts.go)
+	lock    string // "token:", with the lease TTL (see mutex_scripts.go)
 	fence   string // fencing counter, kept for the retention (WithRetention)
 	channel string // wake-ups on release
 	publish string
@@ -121,7 +120,8 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 // mutex_scripts.go): 0 before its first attempt, which draws it; -1 for
 // an attempt that will not wait (TryLock).
 func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, error) {
-	token := redisutil.Token()
+	value := redisutil.TokenWith(':') // the lock's value (see mutex_scripts.go)
+	token := value[:len(value)-1]
 	// A waiter of this process that takes the lock while others of this
 	// process still wait marks it, so that its release wakes them.
 	mark := noMark
@@ -132,14 +132,14 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	var res any
 	var err error
 	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
-		// The common call: the script's defaults, two arguments fewer.
-		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg).Result()
+		// The common call: the script's defaults, three arguments fewer.
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, value, m.ttlArg).Result()
 	} else {
 		var t any = *ticket
 		if *ticket == 0 {
 			t = noTicket
 		}
-		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, token, m.ttlArg, t, mark, m.retentionArg).Result()
+		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
 	}
 	granted, v, err := acquireReply(res, err, ticket)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
@@ -190,21 +190,11 @@ func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ e
 
 func (m *Mutex) where() string { return keyList(m.lock) }
 
-func (m *Mutex) release(ctx context.Context, token string, fence int64) (bool, error) {
-	n, err := m.releaseScript.Run(ctx, m.client, m.lockKeys, lockValue(token, fence)).Int64()
+// release ends token's hold. The fence is not needed: the lock's value
+// is "token:", with a waiter's mark after it if one marked it.
+func (m *Mutex) release(ctx context.Context, token string, _ int64) (bool, error) {
+	n, err := m.releaseScript.Run(ctx, m.client, m.lockKeys, token+":").Int64()
 	return n == 1, err
-}
-
-// lockValue returns the value an acquire by token set, "token:fence", in
-// one allocation; or the prefix "token:" of any value that token set when
-// fence is 0 (not known).
-func lockValue(token string, fence int64) string {
-	var buf [64]byte
-	b := append(append(buf[:0], token...), ':')
-	if fence != 0 {
-		b = strconv.AppendInt(b, fence, 10)
-	}
-	return string(b)
 }
 
 func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {

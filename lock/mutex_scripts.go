@@ -8,44 +8,44 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A plain mutex is one string key with the lease's TTL, "token:fence", as
-// lean as a lock can be: an uncontended Lock+Unlock costs Redis an INCR
-// and a SET NX PX, then a GET and a DEL. A "+" appended to the value marks
-// that someone waits for the lock, so the release publishes a wake-up only
-// then. A fair holder (WithFair) sets the same key, so a plain acquirer
-// needs no second look to find the lock busy.
+// A plain mutex is one string key with the lease's TTL, "token:", as
+// lean as a lock can be: an uncontended Lock+Unlock costs Redis a SET NX
+// PX and an INCR (the fence), then a GET and a DEL. The fence is not in
+// the value: the caller keeps it, and the release needs only the token.
+// A "+" appended to the value marks that someone waits for the lock, so
+// the release publishes a wake-up only then. A fair holder (WithFair)
+// sets the same key ("token:fence"), so a plain acquirer needs no second
+// look to find the lock busy.
 //
-// Hand-off: every attempt draws a number from the fencing counter, and a
-// waiter keeps the number of its first attempt as its ticket. Waiters mark
-// the lock with the smallest ticket among them ("token:fence+ticket"). The
-// release of a lock so marked does not free it but reserves it for that
-// ticket for a short grace ("~ticket", PX grace) and wakes the waiters:
-// only a waiter holding that ticket (or an older one) may take it. So the
-// releaser, which would otherwise win every race by one round trip, and
-// waiters that came later queue behind the longest waiter, across
-// processes, at the cost of a key and a number per waiter. If that waiter
-// is gone, the reservation lapses after the grace.
+// Hand-off: every attempt that finds the lock busy draws a number from
+// the fencing counter, and a waiter keeps the number of its first attempt
+// as its ticket. Waiters mark the lock with the smallest ticket among them
+// ("token:+ticket"). The release of a lock so marked does not free it but
+// reserves it for that ticket for a short grace ("~ticket", PX grace) and
+// wakes the waiters: only a waiter holding that ticket (or an older one)
+// may take it. So the releaser, which would otherwise win every race by
+// one round trip, and waiters that came later queue behind the longest
+// waiter, across processes, at the cost of a key and a number per waiter.
+// If that waiter is gone, the reservation lapses after the grace.
 
-// fenceLib mints fencing numbers (mutexAcquire has its own copy inline). A lock's counter expires keep ms after
+// fenceLib mints fencing numbers. A lock's counter expires keep ms after
 // it was created (WithRetention), so that per-request lock names do not
 // fill Redis, and is then created anew by the next acquisition. A new
 // counter starts from the server's clock in microseconds instead of 1:
 // above every number the expired counter gave, since that counter started
 // from a clock reading at least keep ms earlier and grew by one per
 // acquisition (far fewer than one per microsecond), unless the server's
-// clock went back by more than the retention. A counter below 10^15 (no
-// clock reading) predates retention: it gets one.
+// clock went back by more than the retention. Any counter below 10^15 (no
+// clock reading) restarts from the clock: one INCR just created it, or a
+// crash came between that INCR and the restart, or it predates retention.
 const fenceLib = `
 local function nextfence(key, keep)
   local f = redis.call('INCR', key)
-  if f == 1 then
-    local t = redis.call('TIME')
-    local us = t[1] .. string.sub('00000' .. t[2], -6)
-    redis.call('SET', key, us, 'PX', keep)
-    return tonumber(us)
-  end
-  if f < 1e15 then redis.call('PEXPIRE', key, keep) end
-  return f
+  if f > 1e15 then return f end
+  local t = redis.call('TIME')
+  local us = t[1] .. string.sub('00000' .. t[2], -6)
+  redis.call('SET', key, us, 'PX', keep)
+  return tonumber(us)
 end
 -- digits formats a fence: Lua's own number to string gives 1.79e+15.
 local function digits(n) return string.format('%d', n) end
@@ -61,85 +61,64 @@ end
 `
 
 // mutexAcquire takes the lock if it is free, or reserved for the caller's
-// ticket or a later one, returning the new fence; if the lock is already
+// ticket or a later one, returning a new fence; if the lock is already
 // ours (a retried request whose first reply was lost: go-redis retries on
-// network errors), it returns the fence it got then. Otherwise it marks
-// the lock with the caller's ticket, unless an older one marks it, and
-// returns {-1 - the holder's PTTL, the caller's ticket}; or 0 for a key
-// without TTL, which no lock of ours ever is (foreign data). A busy attempt
-// wastes a fencing number: fences increase, with gaps.
-// KEYS: lock, fence counter. ARGV: token, ttl ms[, ticket (0 for a first
-// attempt, -1 for one that will not wait: it neither marks nor takes a
-// reserved lock), mark ("+" when more waiters of this process wait, else
+// network errors), it returns a new fence too, larger than the one the
+// lost reply carried. Otherwise it marks the lock with the caller's
+// ticket, unless an older one marks it, and returns {-1 - the holder's
+// PTTL, the caller's ticket}; or 0 for a key without TTL, which no lock of
+// ours ever is (foreign data). Fences increase, with gaps: tickets are
+// drawn from the same counter.
+// KEYS: lock, fence counter. ARGV: "token:", ttl ms[, ticket (0 for a
+// first attempt, -1 for one that will not wait: it neither marks nor takes
+// a reserved lock), mark ("+" when more waiters of this process wait, else
 // ""), retention ms].
 //
 // The common call, a first attempt with no mark and the default retention,
-// sends only the token and the TTL, and finds a free lock in the first
+// sends only the value and the TTL, and is over in the script's first
 // lines: every argument, every global the script reads (ARGV, redis,
-// string) and every statement it runs costs the server about a thousand
-// instructions, a third of what an uncontended Lock+Unlock costs beyond
-// bsm/redislock's SET NX. The fence is minted inline rather than through
-// fenceLib for the same reason: a script's functions are built anew on
-// every call. A counter that is new (1) or predates retention (below
-// 10^15) goes on to the full path, which mends it.
+// string), every statement it runs and every function it defines costs
+// the server about a thousand instructions, so the rest of the script,
+// and fenceLib's functions, come only after it. (A value with the fence
+// in it, "token:fence", cost the common call a string.format and two
+// concatenations: 18 % of the server's instructions per Lock+Unlock.) A
+// new counter (below 10^15) goes on to the rest, which finds the lock ours
+// and restarts the counter from the clock.
 //
 // A waiter's retry (ticket > 0) looks before it draws a number: most
 // retries find the lock taken by the waiter it was reserved for, and then
 // cost neither a fence nor a failed SET.
-var mutexAcquire = redis.NewScript(strings.ReplaceAll(`
-local v, f = false, nil
-if not ARGV[3] then
-  f = redis.call('INCR', KEYS[2])
-  if f > 1e15 then
-    if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f), 'NX', 'PX', ARGV[2]) then return f end
-    v = redis.call('GET', KEYS[1])
-  end
+var mutexAcquire = redis.NewScript(`
+if not ARGV[3] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local f = redis.call('INCR', KEYS[2])
+  if f > 1e15 then return f end
 end
+` + fenceLib + strings.ReplaceAll(`
+local keep = ARGV[5] or '$RETENTION'
 local ticket = tonumber(ARGV[3] or 0)
-local mark = ARGV[4] or ''
-if ticket > 0 then
-  v = redis.call('GET', KEYS[1])
-  if v and string.sub(v, 1, 1) == '~' and ticket <= (tonumber(string.sub(v, 2)) or 0) then v = false end
+local value = ARGV[1] .. (ARGV[4] or '')
+local v = redis.call('GET', KEYS[1])
+if v and ticket > 0 and string.sub(v, 1, 1) == '~' and ticket <= (tonumber(string.sub(v, 2)) or 0) then
+  v = false -- reserved for us, or for a later ticket
 end
 if not v then
-  if not f then f = redis.call('INCR', KEYS[2]) end
-  local keep = ARGV[5] or '$RETENTION'
-  if f == 1 then
-    local t = redis.call('TIME')
-    local us = t[1] .. string.sub('00000' .. t[2], -6)
-    redis.call('SET', KEYS[2], us, 'PX', keep)
-    f = tonumber(us)
-  elseif f < 1e15 then
-    redis.call('PEXPIRE', KEYS[2], keep)
-  end
-  local nv = ARGV[1] .. ':' .. string.format('%d', f) .. mark
-  if ticket > 0 then
-    redis.call('SET', KEYS[1], nv, 'PX', ARGV[2]) -- free, or reserved for us
-    return f
-  end
-  if redis.call('SET', KEYS[1], nv, 'NX', 'PX', ARGV[2]) then return f end
-  v = redis.call('GET', KEYS[1])
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  return nextfence(KEYS[2], keep)
 end
-if type(v) == 'string' and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then
+if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(string.match(v, ':(%d+)'))
+  return nextfence(KEYS[2], keep)
 end
 local t = redis.call('PTTL', KEYS[1])
 if t < 0 then return 0 end
 if ticket < 0 then return {-1 - t, 0} end
-if ticket == 0 then ticket = f end
-if string.sub(v, 1, 1) == '~' then
-  if ticket <= (tonumber(string.sub(v, 2)) or 0) then
-    redis.call('SET', KEYS[1], ARGV[1] .. ':' .. string.format('%d', f) .. mark, 'PX', ARGV[2])
-    return f
-  end
-  return {-1 - t, ticket}
-end
+if ticket == 0 then ticket = nextfence(KEYS[2], keep) end
+if string.sub(v, 1, 1) == '~' then return {-1 - t, ticket} end
 local plus = string.find(v, '+', 1, true)
 local oldest = plus and tonumber(string.sub(v, plus + 1))
 if not oldest or ticket < oldest then
   local held = plus and string.sub(v, 1, plus - 1) or v
-  redis.call('SET', KEYS[1], held .. '+' .. string.format('%d', ticket), 'KEEPTTL', 'XX')
+  redis.call('SET', KEYS[1], held .. '+' .. digits(ticket), 'KEEPTTL', 'XX')
 end
 return {-1 - t, ticket}
 `, "$RETENTION", strconv.FormatInt(redisutil.Millis(DefaultRetention), 10)))
@@ -148,14 +127,14 @@ return {-1 - t, ticket}
 // the oldest waiting ticket, and, if someone waits, wakes one waiter per
 // process (payload "1", see wake.One) on the lock's channel, KEYS[1]..":wake"
 // (a channel, not a key: it shares the lock's hash tag, so its cluster
-// slot). ARGV[1] is the lock's value as our acquire set it,
-// "token:fence": the common case, a lock nobody marked, is one comparison
-// and a DEL; a value with a waiter's mark after it is ours too, and so is
-// any value if ARGV[1] is only "token:" (a rollback, which does not know
-// the fence). Each argument costs the server about as much as a Lua
-// statement or two, so there is one of each, and the publish command and
-// the grace are written into the script: one script per publish command
-// (see releaseScript). KEYS: lock. ARGV: "token:fence" or "token:".
+// slot). ARGV[1] is "token:", the lock's value as our acquire set it: the
+// common case, a lock nobody marked, is one comparison and a DEL; a value
+// with a waiter's mark after it is ours too, and so is a value with a
+// fence after the colon (a MultiMutex's, or one an earlier version set).
+// Each argument costs the server about as much as a Lua statement or two,
+// so there is one, and the publish command and the grace are written into
+// the script: one script per publish command (see releaseScript).
+// KEYS: lock. ARGV: "token:".
 const mutexReleaseText = `
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then

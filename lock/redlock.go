@@ -148,11 +148,12 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 }
 
 func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
-	token := redisutil.Token()
+	value := redisutil.TokenWith(':') // a plain mutex's value on each server
+	token := value[:len(value)-1]
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
-		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], token, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
+		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], value, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
 		granted, v, err := acquireReply(res, err, &noWait)
 		if granted {
 			return []int64{1, v}, err

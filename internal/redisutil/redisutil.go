@@ -37,11 +37,26 @@ func Key(prefix, name string) string {
 	return prefix + "{" + name + "}"
 }
 
-// Token returns 128 random bits, unguessable by other owners.
+// Token returns 128 random bits, unguessable by other owners, as 22
+// characters.
 func Token() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand doc)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	var b [tokenLen]byte
+	return string(appendToken(b[:0]))
+}
+
+// TokenWith returns a new Token with suffix after it, in one allocation:
+// the token is all but the last byte.
+func TokenWith(suffix byte) string {
+	var b [tokenLen + 1]byte
+	return string(append(appendToken(b[:0]), suffix))
+}
+
+const tokenLen = 22 // base64 characters of 16 bytes, unpadded
+
+func appendToken(b []byte) []byte {
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)
+	return base64.RawURLEncoding.AppendEncode(b, r[:])
 }
 
 // Millis converts d to whole milliseconds for PX and PEXPIRE, rounding up
