@@ -165,7 +165,7 @@ func (b *Breaker) Allow() (done func(error) Change, err error) {
 	}
 	return func(err error) Change {
 		report(err)
-		return Change(b.changed.Swap(int32(None)))
+		return b.claim()
 	}, nil
 }
 
@@ -178,6 +178,16 @@ func (b *Breaker) reportClosed(err error) Change {
 		if report, aerr := b.cb.Allow(); aerr == nil {
 			report(err)
 		}
+	}
+	return b.claim()
+}
+
+// claim returns the Change not yet claimed, if any, and clears it. It
+// reads before it writes: every call of every goroutine comes here, and a
+// write on each would bounce the word between cores.
+func (b *Breaker) claim() Change {
+	if b.changed.Load() == int32(None) {
+		return None
 	}
 	return Change(b.changed.Swap(int32(None)))
 }
