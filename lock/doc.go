@@ -35,8 +35,8 @@
 // leave nothing behind. A counter created anew starts from the Redis
 // server's clock in microseconds, so numbers keep increasing across the
 // reset as long as the server's clock does not go back by more than the
-// retention. Fencing numbers increase with gaps: an attempt on a busy
-// mutex uses one up.
+// retention. Fencing numbers increase with gaps: a waiter's ticket (see
+// below) and a retried request use one up.
 //
 // # Waiting
 //
@@ -66,7 +66,11 @@
 // request may still take the lock in Redis; the lock is then released in
 // the background (bounded, at most 3 s each) instead of while the caller
 // waits, so a stalled Redis costs the caller nothing past its deadline and
-// leaves no lock behind once it answers again.
+// leaves no lock behind once it answers again. (A caller whose context is
+// still live, after a broken connection say, waits up to 5 ms for that
+// release; one whose context is done does not wait, so a TryLock at once
+// after it may still find the lock taken, for as long as the release
+// takes.)
 //
 // When an acquire finds Redis unreachable, the acquires that follow on the
 // same client fail at once with [ErrUnavailable] (a circuit breaker shared

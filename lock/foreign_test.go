@@ -87,3 +87,36 @@ func TestRedlockForeignDataIsNoDeadServer(t *testing.T) {
 		t.Errorf("TryLock with foreign data on 3 of 5 = %v, %v, %v; want an error naming %s, no dead servers", l, ok, err, key)
 	}
 }
+
+// TestForeignDataAtFenceCounter: another program writes a hash where a
+// lock's fencing counter lives. An acquire fails at once with an error, and
+// leaves no lock behind: the fence is drawn before the lock is set (with
+// the lock set first, the lock stayed taken for a whole TTL).
+func TestForeignDataAtFenceCounter(t *testing.T) {
+	rdb := redistest.Start(t)
+	ctx := t.Context()
+	counter := func(kind, name string) string { return "dogpile:" + kind + ":{" + name + "}:fence" }
+	for _, c := range []struct {
+		name, key, lockKey string
+		lock               func(ctx context.Context) (*lock.Lease, error)
+	}{
+		{"Mutex", counter("mutex", "alien-fence"), "dogpile:mutex:{alien-fence}",
+			lock.NewMutex(rdb, "alien-fence", lock.WithTTL(time.Minute)).Lock},
+		{"MultiMutex", counter("mutex", "alien-multi2"), "dogpile:mutex:{alien-multi1}",
+			lock.NewMultiMutex(rdb, []string{"alien-multi1", "alien-multi2"}, lock.WithTTL(time.Minute)).Lock},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rdb.HSet(ctx, c.key, "not", "a counter")
+			defer rdb.Del(ctx, c.key)
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := c.lock(wctx); err == nil || errors.Is(err, lock.ErrNotObtained) {
+				t.Errorf("Lock = %v; want an error at once", err)
+			}
+			lock.WaitRollbacks()
+			if n := rdb.Exists(ctx, c.lockKey).Val(); n != 0 {
+				t.Errorf("%s exists after the failed acquire; want nothing left behind", c.lockKey)
+			}
+		})
+	}
+}

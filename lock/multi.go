@@ -130,8 +130,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 		}
 		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs).Int64Slice()
 		if foreign(err) {
-			// Refused before it wrote anything: undo the groups before it.
-			mm.releaseLater(ctx, token, mm.groups[:gi])
+			// Refused: by a lock key holding foreign data before anything
+			// was written, or by a counter holding foreign data after this
+			// group's earlier locks were set. Undo this group with the
+			// groups before it.
+			mm.releaseLater(ctx, token, mm.groups[:gi+1])
 			return nil, 0, "", foreignErr("acquire", mm.label, mm, err)
 		}
 		if err != nil {
