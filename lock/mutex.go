@@ -34,6 +34,7 @@ type Mutex struct {
 	acquireKeys, lockKeys []string
 	ttlArg, retentionArg  any
 	releaseScript         *redis.Script // mutexRelease for the publish command
+	batch                 *batcher      // the client's: overlapping calls share round trips
 }
 
 // NewMutex returns the mutex called name in client's Redis. It does no I/O.
@@ -62,6 +63,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	m.acquireKeys = []string{m.lock, m.fence}
 	m.lockKeys = []string{m.lock}
 	m.releaseScript = mutexRelease[m.publish]
+	m.batch = batcherFor(client)
 	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
 	return m
 }
@@ -133,13 +135,13 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	var err error
 	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
 		// The common call: the script's defaults, three arguments fewer.
-		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, value, m.ttlArg).Result()
+		res, err = m.batch.run(ctx, mutexAcquire, m.acquireKeys, value, m.ttlArg).Result()
 	} else {
 		var t any = *ticket
 		if *ticket == 0 {
 			t = noTicket
 		}
-		res, err = mutexAcquire.Run(ctx, m.client, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
+		res, err = m.batch.run(ctx, mutexAcquire, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
 	}
 	granted, v, err := acquireReply(res, err, ticket)
 	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
@@ -193,7 +195,7 @@ func (m *Mutex) where() string { return keyList(m.lock) }
 // release ends token's hold. The fence is not needed: the lock's value
 // is "token:", with a waiter's mark after it if one marked it.
 func (m *Mutex) release(ctx context.Context, token string, _ int64) (bool, error) {
-	n, err := m.releaseScript.Run(ctx, m.client, m.lockKeys, token+":").Int64()
+	n, err := m.batch.run(ctx, m.releaseScript, m.lockKeys, token+":").Int64()
 	return n == 1, err
 }
 

@@ -86,6 +86,7 @@ func TestMutex(t *testing.T) {
 		clients := b.Clients(t, 3)
 		rdb := clients[0]
 		t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, clients, 100, 3) })
+		t.Run("OverlappingCallsShareRoundTrips", func(t *testing.T) { testOverlappingCallsShareRoundTrips(t, b.Client(t)) })
 		for name, f := range map[string]func(*testing.T, redis.UniversalClient){
 			"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
 			"FencingOutlivesLocks":               testFencingOutlivesLocks,

@@ -1,0 +1,154 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Calls that overlap share round trips. A plain mutex's acquire or
+// release that is alone on its client goes straight to Redis, so an
+// uncontended Lock pays nothing for this. One that starts while others
+// are in progress on the same client joins a queue, and one goroutine
+// sends each queue as a single pipeline: with many goroutines locking
+// (each its own name, say), the client's and the server's system calls,
+// which are most of what a call costs, are shared by the batch.
+//
+// A caller still returns by its context's deadline: it waits for its
+// batch or for its context, whichever ends first. Its request may then
+// still run, as when a direct request times out, and the caller rolls it
+// back the same way (see rollback). A batch is sent on a context
+// detached from its callers' cancellation, bounded by the latest of
+// their deadlines; a caller whose context is done before its batch is
+// sent is dropped from it.
+type batcher struct {
+	client   redis.UniversalClient
+	calls    atomic.Int32 // calls in progress on the client, direct or queued
+	flushing atomic.Bool  // a goroutine sends the queue; set and cleared under mu
+
+	mu    sync.Mutex
+	queue []*batched
+}
+
+// A batched call waits in a queue for its pipeline.
+type batched struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd    // set before done is closed
+	done   chan struct{} // closed once cmd is set
+}
+
+var batchers sync.Map // redis.UniversalClient → *batcher
+
+// batcherFor returns client's batcher, shared by every mutex on it.
+func batcherFor(client redis.UniversalClient) *batcher {
+	if b, ok := batchers.Load(client); ok {
+		return b.(*batcher)
+	}
+	b, _ := batchers.LoadOrStore(client, &batcher{client: client})
+	return b.(*batcher)
+}
+
+// run runs script as Script.Run does: on its own if no other call is in
+// progress, else in the next batch.
+func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	n := b.calls.Add(1)
+	defer b.calls.Add(-1)
+	if n == 1 && !b.flushing.Load() {
+		return script.Run(ctx, b.client, keys, args...)
+	}
+	c := &batched{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	start := !b.flushing.Load()
+	b.flushing.Store(true)
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
+		return failed(ctx, ctx.Err())
+	}
+}
+
+// flush sends the queue, batch after batch, until it finds it empty.
+func (b *batcher) flush() {
+	for {
+		b.mu.Lock()
+		q := b.queue
+		b.queue = nil
+		if len(q) == 0 {
+			b.flushing.Store(false)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.send(q)
+	}
+}
+
+// send runs q's calls in one pipeline, all but those whose caller has
+// gone, and hands each its reply.
+func (b *batcher) send(q []*batched) {
+	live := make([]*batched, 0, len(q))
+	for _, c := range q {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd = failed(c.ctx, err) // never sent: nothing to roll back
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range live {
+			c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	for _, c := range live {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			// Flushed from the server's script cache (a restart, a
+			// failover, SCRIPT FLUSH): EVAL loads it again.
+			c.cmd = c.script.Run(ctx, b.client, c.keys, c.args...)
+		}
+		close(c.done)
+	}
+}
+
+// batchContext returns the context of a batch: the first call's values,
+// none of its callers' cancellation, and the latest of their deadlines,
+// or none if one of them has none.
+func batchContext(q []*batched) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(q[0].ctx)
+	var latest time.Time
+	for _, c := range q {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return base, func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(base, latest)
+}
+
+// failed returns a reply that carries err.
+func failed(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}

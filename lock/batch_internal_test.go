@@ -1,0 +1,104 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestBatchDropsCallersThatLeft: with Redis stopped, a call that joins a
+// batch and whose caller gives up before the batch is sent is never sent:
+// it takes nothing, so nothing waits on a rollback for it.
+func TestBatchDropsCallersThatLeft(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var hook acquires
+	rdb.AddHook(&hook)
+	ctx := t.Context()
+	for _, name := range []string{"a", "b", "c"} { // load the scripts
+		l, err := NewMutex(rdb, name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Unlock(ctx)
+	}
+	hook.reset()
+
+	srv.Pause()
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} { // a goes straight to Redis; b's batch waits behind it
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			l, err := NewMutex(rdb, name).Lock(lctx)
+			if err != nil {
+				t.Errorf("Lock(%s) after the pause = %v", name, err)
+				return
+			}
+			l.Unlock(lctx)
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := NewMutex(rdb, "c").Lock(gone); !errors.Is(err, context.Canceled) {
+		t.Errorf("Lock(c) with its context done = %v; want context.Canceled", err)
+	}
+	srv.Resume()
+	wg.Wait()
+	WaitRollbacks()
+	if keys := hook.keys(); slices.Contains(keys, NewMutex(rdb, "c").lock) {
+		t.Errorf("acquires sent for %v; want none for c, whose caller had gone", keys)
+	}
+}
+
+// acquires records the lock keys of the acquire scripts a client sends.
+type acquires struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (h *acquires) reset() {
+	h.mu.Lock()
+	h.sent = nil
+	h.mu.Unlock()
+}
+
+func (h *acquires) keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.sent)
+}
+
+func (h *acquires) record(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 3 && a[1] == mutexAcquire.Hash() {
+			h.sent = append(h.sent, a[3].(string))
+		}
+	}
+}
+
+func (*acquires) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *acquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *acquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.record(cmds...)
+		return next(ctx, cmds)
+	}
+}
