@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,9 +11,9 @@ import (
 )
 
 // Calls that overlap share round trips. A plain mutex's acquire or
-// release that is alone on its client goes straight to Redis, so an
-// uncontended Lock pays nothing for this. One that starts while others
-// are in progress on the same client joins a queue, and one goroutine
+// release goes straight to Redis while few calls are in progress on its
+// client (directCalls), so an uncontended Lock pays nothing for this. One
+// that starts while more are in progress joins a queue, and one goroutine
 // sends each queue as a single pipeline: with many goroutines locking
 // (each its own name, say), the client's and the server's system calls,
 // which are most of what a call costs, are shared by the batch.
@@ -45,6 +46,17 @@ type batched struct {
 
 var batchers sync.Map // redis.UniversalClient → *batcher
 
+// directCalls is how many calls in progress on one client go straight to
+// Redis: as long as no more than that are in progress, each keeps its own
+// round trip, since a batch waits for the one before it. Twice the
+// processors: below about that many callers (2 cores: 4 goroutines), a
+// queue's hand-offs cost more than shared system calls save; at 8 they
+// save 15 %, at 16 a third of each call's time (see bench/README.md).
+// A variable for tests.
+var directCalls atomic.Int32
+
+func init() { directCalls.Store(int32(2 * runtime.GOMAXPROCS(0))) }
+
 // batcherFor returns client's batcher, shared by every mutex on it.
 func batcherFor(client redis.UniversalClient) *batcher {
 	if b, ok := batchers.Load(client); ok {
@@ -59,7 +71,7 @@ func batcherFor(client redis.UniversalClient) *batcher {
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	n := b.calls.Add(1)
 	defer b.calls.Add(-1)
-	if n == 1 && !b.flushing.Load() {
+	if n <= directCalls.Load() && !b.flushing.Load() {
 		return script.Run(ctx, b.client, keys, args...)
 	}
 	c := &batched{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}

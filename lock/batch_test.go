@@ -48,17 +48,25 @@ func testOverlappingCallsShareRoundTrips(t *testing.T, rdb redis.UniversalClient
 	t.Logf("%d of 1600 calls went in %d pipelines", hook.shared.Load(), hook.sent.Load())
 }
 
-// pipelines counts the pipelines a client sends, and the commands in
-// those of two or more.
+// pipelines counts the pipelines of scripts a client sends, and the
+// scripts in those of two or more.
 type pipelines struct{ sent, shared atomic.Int64 }
 
 func (*pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (*pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.sent.Add(1)
-		if len(cmds) > 1 {
-			p.shared.Add(int64(len(cmds)))
+		scripts := 0
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				scripts++
+			}
+		}
+		if scripts > 0 {
+			p.sent.Add(1)
+		}
+		if scripts > 1 {
+			p.shared.Add(int64(scripts))
 		}
 		return next(ctx, cmds)
 	}
