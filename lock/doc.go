@@ -77,6 +77,17 @@
 // with the dogpile caches on that client) until a probe, one per 250 ms,
 // reaches Redis again. A Redlock bounds each server's round trip instead.
 //
+// # Many goroutines
+//
+// While more than twice GOMAXPROCS acquires and releases of plain
+// mutexes are in progress on one client, the next ones queue and one
+// goroutine sends each queue as a pipeline, so that the client's and the
+// server's system calls, most of what a call costs, are shared. Fewer go
+// straight to Redis, as every other call does. A queued caller still
+// returns by its context's deadline; one that gives up before its batch
+// is sent is left out of it. go-redis hooks (tracing, metrics) see such
+// calls as pipelines, traced under the first caller's context.
+//
 // # Observing
 //
 // [WithObserver] receives each acquisition (obtained or not, with its
