@@ -26,12 +26,12 @@ import (
 // their deadlines; a caller whose context is done before its batch is
 // sent is dropped from it.
 type batcher struct {
-	client   redis.UniversalClient
-	calls    atomic.Int32 // calls in progress on the client, direct or queued
-	flushing atomic.Bool  // a goroutine sends the queue; set and cleared under mu
+	client redis.UniversalClient
+	calls  atomic.Int32 // calls in progress on the client, direct or queued
 
-	mu    sync.Mutex
-	queue []*batched
+	mu       sync.Mutex
+	queue    []*batched
+	flushing bool // a goroutine sends the queue
 }
 
 // A batched call waits in a queue for its pipeline.
@@ -47,12 +47,12 @@ type batched struct {
 var batchers sync.Map // redis.UniversalClient → *batcher
 
 // directCalls is how many calls in progress on one client go straight to
-// Redis: as long as no more than that are in progress, each keeps its own
-// round trip, since a batch waits for the one before it. Twice the
-// processors: below about that many callers (2 cores: 4 goroutines), a
-// queue's hand-offs cost more than shared system calls save; at 8 they
-// save 15 %, at 16 a third of each call's time (see bench/README.md).
-// A variable for tests.
+// Redis: up to that many, each keeps its own round trip, since a batch
+// waits for the one before it. Twice the processors (read once, at
+// start): with fewer callers than that (2 cores: 4 goroutines) a queue's
+// hand-offs cost more than shared system calls save; at 8 goroutines they
+// save 15 % of each call's time, at 16 a third to a half (see
+// bench/README.md). A variable for tests.
 var directCalls atomic.Int32
 
 func init() { directCalls.Store(int32(2 * runtime.GOMAXPROCS(0))) }
@@ -66,19 +66,19 @@ func batcherFor(client redis.UniversalClient) *batcher {
 	return b.(*batcher)
 }
 
-// run runs script as Script.Run does: on its own if no other call is in
-// progress, else in the next batch.
+// run runs script as Script.Run does: on its own while at most
+// directCalls calls are in progress, else in the next batch.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	n := b.calls.Add(1)
 	defer b.calls.Add(-1)
-	if n <= directCalls.Load() && !b.flushing.Load() {
+	if n <= directCalls.Load() {
 		return script.Run(ctx, b.client, keys, args...)
 	}
 	c := &batched{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	start := !b.flushing.Load()
-	b.flushing.Store(true)
+	start := !b.flushing
+	b.flushing = true
 	b.mu.Unlock()
 	if start {
 		go b.flush()
@@ -98,7 +98,7 @@ func (b *batcher) flush() {
 		q := b.queue
 		b.queue = nil
 		if len(q) == 0 {
-			b.flushing.Store(false)
+			b.flushing = false
 			b.mu.Unlock()
 			return
 		}
@@ -113,7 +113,7 @@ func (b *batcher) send(q []*batched) {
 	live := make([]*batched, 0, len(q))
 	for _, c := range q {
 		if err := c.ctx.Err(); err != nil {
-			c.cmd = failed(c.ctx, err) // never sent: nothing to roll back
+			c.cmd = failed(c.ctx, err) // never sent
 			close(c.done)
 			continue
 		}
@@ -124,20 +124,32 @@ func (b *batcher) send(q []*batched) {
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
+	b.pipeline(ctx, live, (*redis.Script).EvalSha)
+	// A script flushed from the server's cache (a restart, a failover,
+	// SCRIPT FLUSH) ran for no one: its calls go again, as EVAL, which
+	// loads it, in one more pipeline; not those whose caller has gone.
+	var again []*batched
+	for _, c := range live {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") && c.ctx.Err() == nil {
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		b.pipeline(ctx, again, (*redis.Script).Eval)
+	}
+	for _, c := range live {
+		close(c.done)
+	}
+}
+
+// pipeline sends q's calls with send (EvalSha or Eval) in one pipeline.
+func (b *batcher) pipeline(ctx context.Context, q []*batched, send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range live {
-			c.cmd = c.script.EvalSha(ctx, p, c.keys, c.args...)
+		for _, c := range q {
+			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
 		}
 		return nil
 	})
-	for _, c := range live {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			// Flushed from the server's script cache (a restart, a
-			// failover, SCRIPT FLUSH): EVAL loads it again.
-			c.cmd = c.script.Run(ctx, b.client, c.keys, c.args...)
-		}
-		close(c.done)
-	}
 }
 
 // batchContext returns the context of a batch: the first call's values,

@@ -17,7 +17,7 @@ import (
 // it takes nothing, so nothing waits on a rollback for it.
 func TestBatchDropsCallersThatLeft(t *testing.T) {
 	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(1) // b and c queue behind a
+	directCalls.Store(1) // b and c queue; c behind b's batch
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
@@ -35,7 +35,7 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 
 	srv.Pause()
 	var wg sync.WaitGroup
-	for _, name := range []string{"a", "b"} { // a goes straight to Redis; b's batch waits behind it
+	for _, name := range []string{"a", "b"} { // a goes straight to Redis, b in a batch; both wait
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

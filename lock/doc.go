@@ -86,7 +86,9 @@
 // straight to Redis, as every other call does. A queued caller still
 // returns by its context's deadline; one that gives up before its batch
 // is sent is left out of it. go-redis hooks (tracing, metrics) see such
-// calls as pipelines, traced under the first caller's context.
+// calls as pipelines, under the context of the first caller still waiting
+// when the batch is sent: its values, not its cancellation, and the latest
+// of its callers' deadlines.
 //
 // # Observing
 //

@@ -134,7 +134,9 @@ func (l *Lease) Err() error { return l.clk.Err() }
 // If the connection fails after Redis released the lock but before the
 // reply arrived, go-redis resends the release, which then finds nothing to
 // release and Unlock reports ErrNotHeld although the lease was held to the
-// end. The lock is released either way.
+// end; so can a release that shared a pipeline (see "Many goroutines" in
+// the package doc) with another caller's request whose failure made
+// go-redis resend the batch. The lock is released either way.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
