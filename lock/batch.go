@@ -13,8 +13,9 @@ import (
 // Calls that overlap share round trips. A plain mutex's acquire or
 // release goes straight to Redis while few calls are in progress on its
 // client (directCalls), so an uncontended Lock pays nothing for this. One
-// that starts while more are in progress joins a queue, and one goroutine
-// sends each queue as a single pipeline: with many goroutines locking
+// that starts while more are in progress joins the queue of the server it
+// is for, and one goroutine per queue sends it as a pipeline at a time:
+// with many goroutines locking
 // (each its own name, say), the client's and the server's system calls,
 // which are most of what a call costs, are shared by the batch.
 //
@@ -28,7 +29,15 @@ import (
 type batcher struct {
 	client redis.UniversalClient
 	calls  atomic.Int32 // calls in progress on the client, direct or queued
+	// node names the server a key lives on (a Cluster's master, a Ring's
+	// shard), nil for a client of one server: each server has a lane of
+	// its own, so that a stopped master holds up only its own calls.
+	node  func(ctx context.Context, key string) any
+	lanes sync.Map // node → *lane
+}
 
+// A lane is the queue of one server's batched calls.
+type lane struct {
 	mu       sync.Mutex
 	queue    []*batched
 	flushing bool // a goroutine sends the queue
@@ -62,26 +71,53 @@ func batcherFor(client redis.UniversalClient) *batcher {
 	if b, ok := batchers.Load(client); ok {
 		return b.(*batcher)
 	}
-	b, _ := batchers.LoadOrStore(client, &batcher{client: client})
-	return b.(*batcher)
+	b := &batcher{client: client}
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		b.node = func(ctx context.Context, key string) any {
+			if n, err := c.MasterForKey(ctx, key); err == nil {
+				return n
+			}
+			return nil // no slot map yet: the lane of unknown servers
+		}
+	case *redis.Ring:
+		b.node = func(_ context.Context, key string) any {
+			if n, err := c.GetShardClientForKey(key); err == nil {
+				return n
+			}
+			return nil
+		}
+	}
+	v, _ := batchers.LoadOrStore(client, b)
+	return v.(*batcher)
 }
 
 // run runs script as Script.Run does: on its own while at most
-// directCalls calls are in progress, else in the next batch.
+// directCalls calls are in progress, else in the next batch of the lane
+// of the server its first key lives on.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	n := b.calls.Add(1)
 	defer b.calls.Add(-1)
 	if n <= directCalls.Load() {
 		return script.Run(ctx, b.client, keys, args...)
 	}
+	var node any
+	if b.node != nil {
+		node = b.node(ctx, keys[0])
+	}
+	v, ok := b.lanes.Load(node)
+	if !ok {
+		v, _ = b.lanes.LoadOrStore(node, &lane{})
+	}
+	l := v.(*lane)
 	c := &batched{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
-	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	start := !b.flushing
-	b.flushing = true
-	b.mu.Unlock()
+	l.mu.Lock()
+	l.queue = append(l.queue, c)
+	start := !l.flushing
+	l.flushing = true
+	l.mu.Unlock()
 	if start {
-		go b.flush()
+		go b.flush(l)
 	}
 	select {
 	case <-c.done:
@@ -91,18 +127,18 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	}
 }
 
-// flush sends the queue, batch after batch, until it finds it empty.
-func (b *batcher) flush() {
+// flush sends l's queue, batch after batch, until it finds it empty.
+func (b *batcher) flush(l *lane) {
 	for {
-		b.mu.Lock()
-		q := b.queue
-		b.queue = nil
+		l.mu.Lock()
+		q := l.queue
+		l.queue = nil
 		if len(q) == 0 {
-			b.flushing = false
-			b.mu.Unlock()
+			l.flushing = false
+			l.mu.Unlock()
 			return
 		}
-		b.mu.Unlock()
+		l.mu.Unlock()
 		b.send(q)
 	}
 }

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -103,4 +104,67 @@ func (h *acquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		h.record(cmds...)
 		return next(ctx, cmds)
 	}
+}
+
+// TestBatchLanePerMaster: on a Cluster with one master stopped, calls
+// batched for the other masters go on: each master has a lane of its own.
+// (In one queue, they waited behind a batch bound for the stopped master.)
+func TestBatchLanePerMaster(t *testing.T) {
+	defer directCalls.Store(directCalls.Load())
+	directCalls.Store(1) // every call but one is batched
+	cl := redistest.StartCluster(t, 3)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	defer cc.Close()
+	ctx := t.Context()
+	var stopped, running []string
+	for i := 0; len(stopped) < 4 || len(running) < 8; i++ {
+		name := fmt.Sprintf("lane%d", i)
+		m := NewMutex(cc, name)
+		node, err := cc.MasterForKey(ctx, m.lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr == cl.Nodes[0].Addr() {
+			stopped = append(stopped, name)
+		} else {
+			running = append(running, name)
+		}
+		l, err := m.Lock(ctx) // loads the scripts on every master
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Unlock(ctx)
+	}
+
+	cl.Nodes[0].Pause()
+	var wg sync.WaitGroup
+	for _, name := range stopped[:4] {
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			NewMutex(cc, name).Lock(lctx) // held up until its deadline
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, name := range running[:8] {
+		wg.Go(func() {
+			m := NewMutex(cc, name)
+			for range 5 {
+				lctx, cancel := context.WithTimeout(ctx, time.Second)
+				l, err := m.Lock(lctx)
+				if err == nil {
+					err = l.Unlock(lctx)
+				}
+				cancel()
+				if err != nil {
+					t.Errorf("%s on a running master: %v", name, err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cl.Nodes[0].Resume()
+	wg.Wait()
+	WaitRollbacks()
 }

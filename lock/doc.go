@@ -80,9 +80,11 @@
 // # Many goroutines
 //
 // While more than twice GOMAXPROCS acquires and releases of plain
-// mutexes are in progress on one client, the next ones queue and one
-// goroutine sends each queue as a pipeline, so that the client's and the
-// server's system calls, most of what a call costs, are shared. Fewer go
+// mutexes are in progress on one client, the next ones queue, one queue
+// per server (a Cluster's master, a Ring's shard, so that a stopped
+// master holds up only its own calls), and one goroutine per queue sends
+// it as a pipeline, so that the client's and the server's system calls,
+// most of what a call costs, are shared. Fewer go
 // straight to Redis, as every other call does. A queued caller still
 // returns by its context's deadline; one that gives up before its batch
 // is sent is left out of it. go-redis hooks (tracing, metrics) see such
