@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -25,7 +27,7 @@ import (
 // back the same way (see rollback). A batch is sent on a context
 // detached from its callers' cancellation, bounded by the latest of
 // their deadlines; a caller whose context is done before its batch is
-// sent is dropped from it.
+// sent is dropped from it, and has nothing to roll back.
 type batcher struct {
 	client redis.UniversalClient
 	calls  atomic.Int32 // calls in progress on the client, direct or queued
@@ -51,7 +53,21 @@ type batched struct {
 	args   []any
 	cmd    *redis.Cmd    // set before done is closed
 	done   chan struct{} // closed once cmd is set
+	state  atomic.Int32  // queued, then sent or left
 }
+
+// A batched call's state: it leaves the queue once, either sent or left
+// behind by its caller, whichever comes first.
+const (
+	queued = iota
+	sent
+	left
+)
+
+// errNotSent marks the error of a call whose caller left while it was
+// still queued: it never reached Redis, so there is nothing to roll back
+// (and no rollback slot to hold while Redis is stalled).
+var errNotSent = errors.New("lock: request not sent")
 
 var batchers sync.Map // redis.UniversalClient → *batcher
 
@@ -123,7 +139,10 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	case <-c.done:
 		return c.cmd
 	case <-ctx.Done():
-		return failed(ctx, ctx.Err())
+		if c.state.CompareAndSwap(queued, left) || c.state.Load() == left {
+			return failed(ctx, fmt.Errorf("%w: %w", ctx.Err(), errNotSent))
+		}
+		return failed(ctx, ctx.Err()) // sent: it may run
 	}
 }
 
@@ -148,12 +167,13 @@ func (b *batcher) flush(l *lane) {
 func (b *batcher) send(q []*batched) {
 	live := make([]*batched, 0, len(q))
 	for _, c := range q {
-		if err := c.ctx.Err(); err != nil {
-			c.cmd = failed(c.ctx, err) // never sent
-			close(c.done)
+		if c.ctx.Err() == nil && c.state.CompareAndSwap(queued, sent) {
+			live = append(live, c)
 			continue
 		}
-		live = append(live, c)
+		c.state.Store(left) // its caller has gone, or goes now: never sent
+		c.cmd = failed(c.ctx, errNotSent)
+		close(c.done)
 	}
 	if len(live) == 0 {
 		return

@@ -15,7 +15,8 @@ import (
 
 // TestBatchDropsCallersThatLeft: with Redis stopped, a call that joins a
 // batch and whose caller gives up before the batch is sent is never sent:
-// it takes nothing, so nothing waits on a rollback for it.
+// it takes nothing, and no rollback holds a slot for it while Redis is
+// stalled.
 func TestBatchDropsCallersThatLeft(t *testing.T) {
 	defer directCalls.Store(directCalls.Load())
 	directCalls.Store(1) // b and c queue; c behind b's batch
@@ -53,6 +54,9 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 	cancel()
 	if _, err := NewMutex(rdb, "c").Lock(gone); !errors.Is(err, context.Canceled) {
 		t.Errorf("Lock(c) with its context done = %v; want context.Canceled", err)
+	}
+	if n := Rollbacks(); n != 0 {
+		t.Errorf("%d rollbacks in flight; want none: c's request was never sent", n)
 	}
 	srv.Resume()
 	wg.Wait()

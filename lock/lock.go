@@ -86,7 +86,7 @@ func grant(ctx context.Context, h holder, op, name, token string, sent time.Time
 		return nil, 0, foreignErr(op, name, h, err) // nothing was taken
 	}
 	if err != nil {
-		if !redisutil.NeverSent(err) {
+		if !redisutil.NeverSent(err) && !errors.Is(err, errNotSent) {
 			releaseLater(ctx, h, token)
 		}
 		return nil, 0, redisErr(ctx, op, name, err)
