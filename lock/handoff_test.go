@@ -20,6 +20,10 @@ func TestReleaserDoesNotBarge(t *testing.T) {
 	})
 }
 
+// handoffGrace is how long a release reserves the lock for its oldest
+// waiter (lock's handoffGrace).
+const handoffGrace = 10 * time.Millisecond
+
 func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) {
 	ctx := t.Context()
 	m := lock.NewMutex(mine, "handoff", lock.WithTTL(time.Minute))
@@ -36,12 +40,20 @@ func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) 
 		got <- l
 	}()
 	waitForWaiter(t, theirs, "dogpile:mutex:{handoff}:wake")
+	start := time.Now()
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if l, ok, err := m.TryLock(ctx); ok || err != nil {
+		took := time.Since(start)
 		l.Unlock(ctx)
-		t.Fatalf("TryLock right after Unlock, with another process waiting = %v, %v; want false: handed to the waiter", ok, err)
+		if ok && took > handoffGrace {
+			// The reservation lapses after the grace, by design (a waiter
+			// that is gone must not hold the lock up), and the waiter did
+			// not come in time: a stalled machine, not a barge.
+			t.Skipf("Unlock and TryLock took %v, past the %v hand-off grace, and the waiter was slower: no verdict", took, handoffGrace)
+		}
+		t.Fatalf("TryLock right after Unlock, with another process waiting = %v, %v (%v after the Unlock began); want false: handed to the waiter", ok, err, took)
 	}
 	again := make(chan *lock.Lease, 1)
 	go func() {
