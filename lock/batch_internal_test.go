@@ -37,7 +37,7 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 
 	srv.Pause()
 	var wg sync.WaitGroup
-	for _, name := range []string{"a", "b"} { // a goes straight to Redis, b in a batch; both wait
+	for i, name := range []string{"a", "b"} { // a goes straight to Redis, b in a batch; both wait
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -48,7 +48,7 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 			}
 			l.Unlock(lctx)
 		})
-		time.Sleep(100 * time.Millisecond)
+		waitCalls(t, rdb, int32(i+1))
 	}
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
@@ -141,15 +141,15 @@ func TestBatchLanePerMaster(t *testing.T) {
 	}
 
 	cl.Nodes[0].Pause()
-	var wg sync.WaitGroup
+	var held, wg sync.WaitGroup
 	for _, name := range stopped[:4] {
-		wg.Go(func() {
+		held.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			NewMutex(cc, name).Lock(lctx) // held up until its deadline
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitCalls(t, cc, 4) // one sent straight, three in the stopped master's batch
 	for _, name := range running[:8] {
 		wg.Go(func() {
 			m := NewMutex(cc, name)
@@ -167,8 +167,19 @@ func TestBatchLanePerMaster(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	wg.Wait() // all while the stopped master's calls still wait
 	cl.Nodes[0].Resume()
-	wg.Wait()
+	held.Wait()
 	WaitRollbacks()
+}
+
+// waitCalls waits until n calls are in progress on client's batcher.
+func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
+	t.Helper()
+	b := batcherFor(client)
+	for deadline := time.Now().Add(5 * time.Second); b.calls.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls in progress after 5 s; want %d", b.calls.Load(), n)
+		}
+	}
 }

@@ -11,3 +11,7 @@ func WaitRollbacks() {
 
 // Rollbacks is how many background rollbacks are in flight.
 func Rollbacks() int { return len(rollbackSlots) }
+
+// HandoffGrace is how long a release reserves the lock for its oldest
+// waiter.
+const HandoffGrace = handoffGrace

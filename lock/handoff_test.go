@@ -20,10 +20,6 @@ func TestReleaserDoesNotBarge(t *testing.T) {
 	})
 }
 
-// handoffGrace is how long a release reserves the lock for its oldest
-// waiter (lock's handoffGrace).
-const handoffGrace = 10 * time.Millisecond
-
 func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) {
 	ctx := t.Context()
 	m := lock.NewMutex(mine, "handoff", lock.WithTTL(time.Minute))
@@ -47,11 +43,11 @@ func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) 
 	if l, ok, err := m.TryLock(ctx); ok || err != nil {
 		took := time.Since(start)
 		l.Unlock(ctx)
-		if ok && took > handoffGrace {
+		if ok && took > lock.HandoffGrace {
 			// The reservation lapses after the grace, by design (a waiter
 			// that is gone must not hold the lock up), and the waiter did
 			// not come in time: a stalled machine, not a barge.
-			t.Skipf("Unlock and TryLock took %v, past the %v hand-off grace, and the waiter was slower: no verdict", took, handoffGrace)
+			t.Skipf("Unlock and TryLock took %v, past the %v hand-off grace, and the waiter was slower: no verdict", took, lock.HandoffGrace)
 		}
 		t.Fatalf("TryLock right after Unlock, with another process waiting = %v, %v (%v after the Unlock began); want false: handed to the waiter", ok, err, took)
 	}
