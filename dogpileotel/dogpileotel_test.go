@@ -105,22 +105,13 @@ func TestCache(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := collect(rm)
-	for name, want := range map[string]int64{
+	wantCounts(t, reader, map[string]int64{
 		"dogpile.cache.requests{key_prefix=users:,result=miss}":                       2,
 		"dogpile.cache.requests{key_prefix=users:,result=hit}":                        1,
 		"dogpile.cache.computes{error=false,key_prefix=users:,refresh=false}":         1,
 		"dogpile.cache.compute.duration{error=false,key_prefix=users:,refresh=false}": 1,
 		"dogpile.cache.wait.duration{key_prefix=users:,wake=push}":                    1,
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
-		}
-	}
+	})
 }
 
 // TestLock: acquisitions, a busy TryLock and a release are counted by
@@ -140,20 +131,27 @@ func TestLock(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := collect(rm)
-	for name, want := range map[string]int64{
+	wantCounts(t, reader, map[string]int64{
 		"dogpile.lock.events{event=obtained,lock=mutex}":           1,
 		"dogpile.lock.events{event=not_obtained,lock=mutex}":       1,
 		"dogpile.lock.events{event=released,lock=mutex}":           1,
 		"dogpile.lock.acquire.duration{lock=mutex,obtained=true}":  1,
 		"dogpile.lock.acquire.duration{lock=mutex,obtained=false}": 1,
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
+	})
+}
+
+// wantCounts collects reader's metrics and checks each of want's counts
+// (see collect).
+func wantCounts(t *testing.T, reader *sdkmetric.ManualReader, want map[string]int64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(rm)
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], n, got)
 		}
 	}
 }
@@ -205,19 +203,10 @@ func TestNearInvalidations(t *testing.T) {
 	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:", Key: "u1"})
 	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:", Key: "u2"})
 	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventInvalidate, Prefix: "users:"})
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := collect(rm)
-	for name, want := range map[string]int64{
+	wantCounts(t, reader, map[string]int64{
 		"dogpile.cache.near.invalidations{flush=false,key_prefix=users:}": 2,
 		"dogpile.cache.near.invalidations{flush=true,key_prefix=users:}":  1,
-	} {
-		if got[name] != want {
-			t.Errorf("%s = %d; want %d (all: %v)", name, got[name], want, got)
-		}
-	}
+	})
 }
 
 // TestNearHit: a hit from the near tier is counted with result=near.
@@ -226,15 +215,8 @@ func TestNearHit(t *testing.T) {
 	ctx := context.Background()
 	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventHit, Prefix: "users:", Near: true})
 	obs.Cache(ctx, dogpile.Event{Kind: dogpile.EventHit, Prefix: "users:"})
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := collect(rm)
-	for _, result := range []string{"near", "hit"} {
-		name := "dogpile.cache.requests{key_prefix=users:,result=" + result + "}"
-		if got[name] != 1 {
-			t.Errorf("%s = %d; want 1 (all: %v)", name, got[name], got)
-		}
-	}
+	wantCounts(t, reader, map[string]int64{
+		"dogpile.cache.requests{key_prefix=users:,result=near}": 1,
+		"dogpile.cache.requests{key_prefix=users:,result=hit}":  1,
+	})
 }
