@@ -21,10 +21,11 @@ func testOverlappingCallsShareRoundTrips(t *testing.T, rdb redis.UniversalClient
 	var hook pipelines
 	rdb.AddHook(&hook)
 	ctx := t.Context()
-	var wg sync.WaitGroup
+	var wg, flusher sync.WaitGroup
 	stop := make(chan struct{})
+	defer flusher.Wait()
 	defer close(stop)
-	go func() {
+	flusher.Go(func() {
 		for {
 			select {
 			case <-stop:
@@ -33,7 +34,7 @@ func testOverlappingCallsShareRoundTrips(t *testing.T, rdb redis.UniversalClient
 				rdb.ScriptFlush(ctx)
 			}
 		}
-	}()
+	})
 	for g := range 16 {
 		m := lock.NewMutex(rdb, fmt.Sprintf("overlap%d", g))
 		wg.Go(func() {
