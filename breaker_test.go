@@ -145,8 +145,12 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 	if _, err := strict.Get(t.Context(), "k"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Get with the circuit open = %v; want ErrUnavailable", err)
 	}
+	before := strict.Stats().Unavailable
 	if _, err := strict.Refresh(t.Context(), "k", time.Minute, nil2[int]); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Refresh with the circuit open = %v; want ErrUnavailable", err)
+	}
+	if n := strict.Stats().Unavailable - before; n != 1 {
+		t.Errorf("Stats.Unavailable grew by %d for one Refresh turned away; want 1", n)
 	}
 	for _, f := range []func() (int, error){
 		func() (int, error) {

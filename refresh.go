@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -92,9 +93,15 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 	// circuit is open it fails fast, or computes without the cache; when
 	// the circuit lets a probe through, a PING is that probe (else a
 	// process that only refreshes would never see Redis come back).
-	down := c.breaker.Open() && c.guard(ctx, func() error { return c.client.Ping(ctx).Err() }) != nil
+	var probe error
+	if c.breaker.Open() {
+		probe = c.guard(ctx, func() error { return c.client.Ping(ctx).Err() })
+	}
+	down := probe != nil
 	if down && !c.opts.computeIfDown {
-		c.stats.unavailable.Add(1)
+		if !errors.Is(probe, ErrUnavailable) { // else guard counted it
+			c.stats.unavailable.Add(1)
+		}
 		var zero T
 		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
 	}
