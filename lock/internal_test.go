@@ -57,18 +57,18 @@ func TestShortAcquireAndRelease(t *testing.T) {
 	if again, err := mutexAcquire.Run(ctx, rdb, keys, "tok:", 1000).Int64(); err != nil || again <= first {
 		t.Fatalf("short acquire = %v, retry = %v, %v; want a larger fence", first, again, err)
 	}
-	if ok, err := m.release(ctx, "to", 0); ok || err != nil {
+	if ok, err := m.release(ctx, "to"); ok || err != nil {
 		t.Errorf("release by a token's prefix = %v, %v; want not held", ok, err)
 	}
-	if ok, err := m.release(ctx, "tok", first); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
+	if ok, err := m.release(ctx, "tok"); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
 		t.Errorf("release by exact value = %v, %v; want released, key gone", ok, err)
 	}
 	rdb.Set(ctx, m.lock, "tok:+7", time.Second)
-	if ok, err := m.release(ctx, "tok", 0); !ok || err != nil || rdb.Get(ctx, m.lock).Val() != "~7" {
+	if ok, err := m.release(ctx, "tok"); !ok || err != nil || rdb.Get(ctx, m.lock).Val() != "~7" {
 		t.Errorf("release of a marked lock = %v, %v, value %q; want released and reserved for ticket 7", ok, err, rdb.Get(ctx, m.lock).Val())
 	}
 	rdb.Set(ctx, m.lock, fmt.Sprintf("tok:%d", first), time.Second)
-	if ok, err := m.release(ctx, "tok", 0); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
+	if ok, err := m.release(ctx, "tok"); !ok || err != nil || rdb.Exists(ctx, m.lock).Val() != 0 {
 		t.Errorf("release of a value with a fence = %v, %v; want released", ok, err)
 	}
 }

@@ -12,9 +12,9 @@ import (
 // method runs one script that compares the whole token.
 type holder interface {
 	extend(ctx context.Context, token string, ttl time.Duration) (bool, error)
-	// release ends the lease of token, whose fencing number is fence, or 0
-	// where it is not known (a rollback of an acquire without a reply).
-	release(ctx context.Context, token string, fence int64) (bool, error)
+	// release ends the lease of token (a rollback of an acquire without a
+	// reply too).
+	release(ctx context.Context, token string) (bool, error)
 	// pttl returns the lease's remaining time to live in Redis, or
 	// ErrNotHeld.
 	pttl(ctx context.Context, token string) (time.Duration, error)
@@ -146,9 +146,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var err error
 	if ctx.Err() != nil {
 		rctx, cancel := detached(ctx)
-		ok, err = l.h.release(rctx, l.token, l.fence)
+		ok, err = l.h.release(rctx, l.token)
 		cancel()
-	} else if ok, err = l.h.release(ctx, l.token, l.fence); err != nil && ctx.Err() != nil {
+	} else if ok, err = l.h.release(ctx, l.token); err != nil && ctx.Err() != nil {
 		releaseLater(ctx, l.h, l.token)
 	}
 	l.end(ErrNotHeld)

@@ -214,7 +214,7 @@ func (mm *MultiMutex) where() string {
 }
 
 // release frees every name; it reports true only if all were still held.
-func (mm *MultiMutex) release(ctx context.Context, token string, _ int64) (bool, error) {
+func (mm *MultiMutex) release(ctx context.Context, token string) (bool, error) {
 	n, err := mm.releaseCount(ctx, token, mm.groups)
 	return n == len(mm.names), err
 }

@@ -192,9 +192,9 @@ func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ e
 
 func (m *Mutex) where() string { return keyList(m.lock) }
 
-// release ends token's hold. The fence is not needed: the lock's value
-// is "token:", with a waiter's mark after it if one marked it.
-func (m *Mutex) release(ctx context.Context, token string, _ int64) (bool, error) {
+// release ends token's hold: the lock's value is "token:", with a
+// waiter's mark after it if one marked it.
+func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 	n, err := m.batch.run(ctx, m.releaseScript, m.lockKeys, token+":").Int64()
 	return n == 1, err
 }

@@ -61,7 +61,7 @@ func rollback(ctx context.Context, undo func(ctx context.Context)) {
 
 // releaseLater rolls back token's acquire of h in the background.
 func releaseLater(ctx context.Context, h holder, token string) {
-	rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token, 0) })
+	rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token) })
 }
 
 // leftBehind reports whether an acquire that failed with err may have left

@@ -205,7 +205,7 @@ type reader struct{ rw *RWMutex }
 
 func (h reader) where() string { return h.rw.where() }
 
-func (h reader) release(ctx context.Context, token string, _ int64) (bool, error) {
+func (h reader) release(ctx context.Context, token string) (bool, error) {
 	n, err := rwRUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[1], h.rw.keys[2], h.rw.wr, h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }
@@ -228,7 +228,7 @@ func (rw *RWMutex) where() string {
 	return keyList(append(rw.keys[:4:4], rw.keys[5:]...)...) // all but the fence
 }
 
-func (h writer) release(ctx context.Context, token string, _ int64) (bool, error) {
+func (h writer) release(ctx context.Context, token string) (bool, error) {
 	n, err := rwUnlock.Run(ctx, h.rw.client, []string{h.rw.keys[0], h.rw.keys[3], h.rw.rd, h.rw.wr, h.rw.keys[5], h.rw.keys[6]}, token, h.rw.publish).Int64()
 	return n == 1, err
 }

@@ -161,7 +161,7 @@ func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string)
 
 func (s *Semaphore) where() string { return keyList(s.keys[:4]...) }
 
-func (s *Semaphore) release(ctx context.Context, token string, _ int64) (bool, error) {
+func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
 	n, err := semRelease.Run(ctx, s.client, s.releaseKeys, token, s.permits, s.prefix, s.publish, s.fairArg).Int64()
 	return n == 1, err
 }
