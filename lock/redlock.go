@@ -32,13 +32,13 @@ import (
 // A Redlock holds no state of its own and is safe for concurrent use. The
 // zero value is not usable; create one with [NewRedlock].
 type Redlock struct {
-	clients []redis.UniversalClient
-	publish []string
-	name    string
-	keys    []string // lock, fence counter (fences unused), wake channel
-	quorum  int
-	opts    options
-	invalid error // an empty name (see checkName)
+	clients  []redis.UniversalClient
+	releases []*redis.Script // per client: mutexRelease for its publish command
+	name     string
+	keys     []string // lock, fence counter (fences unused)
+	quorum   int
+	opts     options
+	invalid  error // an empty name (see checkName)
 }
 
 // NewRedlock returns the Redlock called name over clients, each a separate
@@ -53,7 +53,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 	r := &Redlock{
 		clients: slices.Clone(clients),
 		name:    name,
-		keys:    []string{string(ks), ks.key("fence"), ks.key("wake")},
+		keys:    []string{string(ks), ks.key("fence")},
 		quorum:  len(clients)/2 + 1,
 		opts:    buildOptions("redlock", name, opts),
 		invalid: checkName(name),
@@ -62,7 +62,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 		if c == nil {
 			panic("lock: nil redis client (a programmer error)")
 		}
-		r.publish = append(r.publish, wake.PublishCommand(c))
+		r.releases = append(r.releases, mutexRelease[wake.PublishCommand(c)])
 	}
 	return r
 }
@@ -230,9 +230,10 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 
 // release deletes the lock on every server; it reports true if a majority
 // still held it.
-func (r *Redlock) release(ctx context.Context, token string, _ int64) (bool, error) {
+func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
+	value := token + ":"
 	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
-		return mutexRelease[r.publish[i]].Run(ctx, c, r.keys[:1], token+":").Int64() // each server has its own fence
+		return r.releases[i].Run(ctx, c, r.keys[:1], value).Int64()
 	})
 	// Servers that did not answer may still hold our key (a dead server
 	// cannot grant it to anyone else while down): the lease was held to the
