@@ -125,8 +125,10 @@ func TestWatchdogPauseResumeStop(t *testing.T) {
 		t.Fatal("the watchdog renewed while one of two pauses was still on")
 	}
 	k.ResumeWatchdog()
-	for calls.Load() == n { // failing renewals are retried every few ms
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() == n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // failing renewals are retried every few ms
+			t.Fatal("no renewal 10 s after the last pause was lifted")
+		}
 	}
 	k.PauseWatchdog()
 	k.StopWatchdog()
