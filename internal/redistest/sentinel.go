@@ -77,19 +77,7 @@ func (s *Sentinel) settle(ctx context.Context) error {
 	defer replica.Close()
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr()})
 	defer sentinel.Close()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := s.settled(ctx, replica, sentinel)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (%v)", err, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return poll(ctx, func() error { return s.settled(ctx, replica, sentinel) })
 }
 
 func (s *Sentinel) settled(ctx context.Context, replica *redis.Client, sentinel *redis.SentinelClient) error {
