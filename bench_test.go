@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func BenchmarkCodec(b *testing.B) {

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // An answer is one Fetch under load: when it returned, how long it took,
@@ -24,11 +25,18 @@ type answer struct {
 // load runs goroutines that Fetch key in a loop until stop is closed, and
 // returns every answer.
 func load(c *Cache[int], key string, goroutines int, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
+	return loadKeys(c, []string{key}, goroutines, 10*time.Second, compute, stop)
+}
+
+// loadKeys is load over several keys (goroutine i Fetches keys[i%len]),
+// each call with deadline.
+func loadKeys(c *Cache[int], keys []string, goroutines int, deadline time.Duration, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
 	start := time.Now()
 	var mu sync.Mutex
 	var all []answer
 	var wg sync.WaitGroup
-	for range goroutines {
+	for i := range goroutines {
+		key := keys[i%len(keys)]
 		wg.Go(func() {
 			for {
 				select {
@@ -36,7 +44,7 @@ func load(c *Cache[int], key string, goroutines int, compute func(context.Contex
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				t0 := time.Now()
 				_, err := c.Fetch(ctx, key, time.Minute, compute)
 				cancel()
@@ -242,4 +250,84 @@ func TestBreakerFollowsClusterFailover(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestOutageUnderLoad kills a real redis-server under load (16 goroutines
+// on 8 keys) with the client options people use: go-redis's defaults, and
+// ContextTimeoutEnabled with a 200 ms deadline per call. The circuit opens
+// at the first refused dial, so calls fail fast with ErrUnavailable right
+// after the kill in both (issue 20: about 3 s with the defaults; with
+// short deadlines every call timed out for 2 s and the circuit never
+// opened), and the cache answers again soon after the restart (go-redis's
+// pool never stops dialling: it counted no failed dial). The benchmarks
+// report the figures; the bounds here only tell the two behaviours apart.
+func TestOutageUnderLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     func(addr string) *redis.Options
+		deadline time.Duration
+	}{
+		{"default", func(addr string) *redis.Options { return &redis.Options{Addr: addr} }, 10 * time.Second},
+		{"short deadlines", func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+		}, 200 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.StartServer(t)
+			rdb := redis.NewClient(tc.opts(s.Addr()))
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := New[int](rdb, prefix(t))
+			compute := func(context.Context) (int, error) { return 1, nil }
+			keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+			stop := make(chan struct{})
+			answers := loadKeys(c, keys, 16, tc.deadline, compute, stop)
+			start := time.Now()
+			time.Sleep(200 * time.Millisecond)
+			s.Kill()
+			killed := time.Since(start)
+			time.Sleep(2 * time.Second)
+			s.Restart()
+			restarted := time.Since(start)
+			time.Sleep(time.Second)
+			close(stop)
+			o := outageOf(answers(), killed, restarted)
+			t.Logf("first ErrUnavailable %v after the kill; p99 of calls while down %v; first success %v after the restart",
+				o.firstFast, o.downP99, o.recovered)
+			if o.firstFast < 0 || o.firstFast > 500*time.Millisecond {
+				t.Errorf("first ErrUnavailable %v after the kill; want within a few ms (the first refused dial)", o.firstFast)
+			}
+			if o.downP99 > 100*time.Millisecond {
+				t.Errorf("p99 of calls while down = %v; want no dial, no wait", o.downP99)
+			}
+			if o.recovered < 0 || o.recovered > time.Second {
+				t.Errorf("first success %v after the restart; want within a cooldown or two", o.recovered)
+			}
+		})
+	}
+}
+
+// An outage is what the answers of a load saw of a server killed at killed
+// and restarted (ready) at restarted: when the first call failed fast, the
+// p99 of the calls that ended while it was down (after the first failed
+// fast), and when the first call succeeded after the restart.
+type outage struct{ firstFast, downP99, recovered time.Duration }
+
+func outageOf(all []answer, killed, restarted time.Duration) outage {
+	o := outage{firstFast: -1, recovered: -1}
+	var down []answer
+	for _, a := range all {
+		switch {
+		case errors.Is(a.err, ErrUnavailable) && o.firstFast < 0 && a.at > killed:
+			o.firstFast = a.at - killed
+		case a.err == nil && a.at > restarted && o.recovered < 0:
+			o.recovered = a.at - restarted
+		}
+		if o.firstFast >= 0 && a.at-a.took > killed+o.firstFast && a.at < restarted {
+			down = append(down, a)
+		}
+	}
+	if len(down) > 0 {
+		o.downP99 = p99(down)
+	}
+	return o
 }

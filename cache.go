@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/wake"
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -45,8 +45,9 @@ func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) 
 
 // Defaults of the options.
 const (
-	defaultPrefix = "dogpile:"
-	defaultLease  = 5 * time.Second
+	defaultPrefix   = "dogpile:"
+	defaultLease    = 5 * time.Second
+	defaultMaxValue = 64 << 20 // see WithMaxValueSize
 )
 
 // A Cache is a typed read-through cache of values of type T in Redis, shared
@@ -61,11 +62,11 @@ type Cache[T any] struct {
 	flights group
 	stats   counters
 
-	// attempts bounds the lock attempts in flight (see lockAttempts).
-	attempts chan struct{}
+	attempts turns            // bounds the lock attempts in flight
 	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
-	near     *near[T]         // WithNearCache; nil: none
+	near     *nearTier[T]     // WithNearCache; nil: none
+	life     life             // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -86,94 +87,18 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		client:   client,
 		opts:     buildOptions(opts),
 		publish:  wake.PublishCommand(client),
-		attempts: make(chan struct{}, lockAttempts(client)),
+		attempts: newTurns(client),
 		breaker:  breaker.For(client),
 	}
 	c.flights.m = map[flightID]*call{}
+	c.life.init()
+	if c.opts.logger != nil {
+		c.breaker.AddLogger(c.opts.logger) // it logs the client's outages
+	}
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(c)
 	}
 	return c
-}
-
-// lockAttempts is how many lock attempts (fetch and refresh scripts) a
-// Cache sends at once: half its client's connection pool. When many keys
-// miss at once, the store of a finished compute, the one command that wakes
-// every waiting process, must not queue in the pool behind lock attempts for
-// keys that missed later (head-of-line blocking: measured at 108 ms p50 per
-// store with 1000 keys in flight across 4 processes). Lock attempts wait
-// for their turn in the Cache instead; hits, stores and releases are not
-// limited, and always find a connection.
-func lockAttempts(client redis.UniversalClient) int {
-	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
-	switch c := client.(type) {
-	case *redis.Client:
-		size = c.Options().PoolSize
-	case *redis.ClusterClient:
-		size = c.Options().PoolSize
-	case *redis.Ring:
-		size = c.Options().PoolSize
-	}
-	return max(1, size/2)
-}
-
-// admit waits for a turn to send a lock attempt; done gives it back.
-func (c *Cache[T]) admit(ctx context.Context) error {
-	select {
-	case c.attempts <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (c *Cache[T]) done() { <-c.attempts }
-
-// Stats are counters of a Cache since New. All counts are per process.
-type Stats struct {
-	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
-	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
-	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
-	Waits         uint64 // flights that waited for another process's compute
-	PushWakeups   uint64 // waits ended by a pub/sub message
-	PollWakeups   uint64 // waits ended by the holder's lease running out (no message)
-	Takeovers     uint64 // compute locks won after the previous holder vanished without a result
-	DecodeErrors  uint64 // stored values that did not decode (treated as misses)
-	ComputeErrors uint64 // compute calls that returned an error or panicked
-	Shared        uint64 // Fetch calls that joined a flight already running in this process
-	RemoteErrors  uint64 // flights told that another process's compute failed
-	Stale         uint64 // hits answered with a value past its TTL (WithStale)
-	Refreshes     uint64 // background refreshes (stale or early) this process computed
-	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
-
-	// The near tier (see WithNearCache).
-	NearHits          uint64 // hits answered from process memory (counted in Hits too)
-	NearInvalidations uint64 // keys Redis reported written, expired or evicted
-	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
-	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
-}
-
-type counters struct {
-	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, refreshes, unavailable, nearHits atomic.Uint64
-	nearOff atomic.Bool
-}
-
-// Stats returns a snapshot of the Cache's counters.
-func (c *Cache[T]) Stats() Stats {
-	s := &c.stats
-	st := Stats{
-		Hits: s.hits.Load(), Misses: s.misses.Load(), Computes: s.computes.Load(),
-		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
-		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
-		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
-		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearOff: s.nearOff.Load(),
-	}
-	if c.near != nil {
-		st.NearInvalidations, st.NearFlushes = c.near.x.invalidations.Load(), c.near.x.flushes.Load()
-	}
-	return st
 }
 
 // keys are the Redis names of one cache key. They share the hash tag
@@ -210,7 +135,7 @@ func (c *Cache[T]) valueKey(key string) string {
 // is, and refreshes nothing.
 func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	var zero T
-	if err := checkKey(key); err != nil {
+	if err := c.checkKey(key); err != nil {
 		return zero, err
 	}
 	var b []byte
@@ -223,7 +148,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, ErrMiss
 	case err != nil:
-		return zero, redisErr(ctx, "get", key, err)
+		return zero, redisutil.Failed(ctx, "dogpile", "get", key, err)
 	}
 	v, m, err := c.decodeEntry(b)
 	if err != nil {
@@ -231,7 +156,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key})
+	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.notFound})
 	if m.notFound {
 		return zero, notFound(key)
 	}
@@ -241,11 +166,18 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 // Set stores v under key for ttl. A compute of key running anywhere at that
 // moment loses its lock: its result is not stored over v (it is still
 // returned to its own callers), and processes waiting for it read v at
-// once. With [WithStale], v stays in Redis for ttl plus the stale window,
+// once. Once Set returns, no call of this Cache that starts later returns
+// the value v replaced: it does not join a Fetch, FetchMany or Refresh of
+// key that read Redis or began its compute before the Set. With [WithStale], v stays in Redis for ttl plus the stale window,
 // like a computed value. An empty key or a ttl below a millisecond returns
 // an error matching [ErrInvalid].
 func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) error {
-	if err := checkTTL(key, ttl); err != nil {
+	return c.set(ctx, key, v, ttl, nil)
+}
+
+// set is Set, and SetTagged with tags.
+func (c *Cache[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
+	if err := c.checkTTL(key, ttl); err != nil {
 		return err
 	}
 	ks := c.keys(key)
@@ -253,12 +185,19 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	if err != nil {
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
+	stored := c.jittered(ttl) + c.opts.stale
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{setScript, []string{ks.value, ks.lock, ks.channel},
+		[]any{b, redisutil.Millis(stored), c.publish}})
+	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
 	err = c.guard(ctx, func() error {
-		return c.run(ctx, setScript, []string{ks.value, ks.lock, ks.channel}, b, redisutil.Millis(ttl+c.opts.stale), c.publish).Err()
+		if len(calls) == 1 {
+			return c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
+		}
+		return firstErr(c.runPipelined(ctx, calls))
 	})
-	c.nearForget(ks.value)
+	c.forget(ks.value)
 	if err != nil {
-		return redisErr(ctx, "set", key, err)
+		return redisutil.Failed(ctx, "dogpile", "set", key, err)
 	}
 	return nil
 }
@@ -266,35 +205,50 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 // Delete removes the value cached under key, if any. Like [Cache.Set], it
 // also takes the compute lock away from a compute of key running at that
 // moment, so a value computed from data older than the Delete is not
-// stored; processes waiting for that compute start a new one. An empty key
-// returns an error matching [ErrInvalid].
+// stored; processes waiting for that compute start a new one. As after
+// Set, no call of this Cache that starts after Delete returns the value it
+// removed. An empty key returns an error matching [ErrInvalid].
 func (c *Cache[T]) Delete(ctx context.Context, key string) error {
-	if err := checkKey(key); err != nil {
+	if err := c.checkKey(key); err != nil {
 		return err
 	}
 	ks := c.keys(key)
 	err := c.guard(ctx, func() error {
 		return c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	})
-	c.nearForget(ks.value)
+	c.forget(ks.value)
 	if err != nil {
-		return redisErr(ctx, "delete", key, err)
+		return redisutil.Failed(ctx, "dogpile", "delete", key, err)
 	}
 	return nil
 }
 
-// checkKey and checkTTL reject arguments that may come from data with an
-// error matching ErrInvalid, not a panic: a server must not crash on a
-// request's input.
-func checkKey(key string) error {
-	if key == "" {
+// forget makes this process read vk afresh after it wrote vk (Set, Delete,
+// Refresh): once the write has returned, no later call joins a flight
+// whose read or compute may predate it, and the near tier drops its copy
+// before Redis's invalidation arrives. Called after the write's reply (or
+// failure: it may have been applied), so that a flight started after
+// forget reads after the write.
+func (c *Cache[T]) forget(vk string) {
+	c.flights.forget(vk)
+	c.nearForget(vk)
+}
+
+// checkKey and checkTTL reject a call on a closed Cache (ErrClosed), and
+// arguments that may come from data with an error matching ErrInvalid, not
+// a panic: a server must not crash on a request's input.
+func (c *Cache[T]) checkKey(key string) error {
+	switch {
+	case c.life.done():
+		return ErrClosed
+	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}
 	return nil
 }
 
-func checkTTL(key string, ttl time.Duration) error {
-	if err := checkKey(key); err != nil {
+func (c *Cache[T]) checkTTL(key string, ttl time.Duration) error {
+	if err := c.checkKey(key); err != nil {
 		return err
 	}
 	if ttl < time.Millisecond {
@@ -303,11 +257,9 @@ func checkTTL(key string, ttl time.Duration) error {
 	return nil
 }
 
-// redisErr reports a failed round trip. A done context wins, unwrapped, so
-// callers can compare it with ==, as with the standard library.
-func redisErr(ctx context.Context, op, key string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("dogpile: %s %q: %w", op, key, err)
+// oneNode reports whether every key lives on one server, so that one
+// script may touch a value's keys and its tags' together.
+func (c *Cache[T]) oneNode() bool {
+	_, ok := c.client.(*redis.Client)
+	return ok
 }

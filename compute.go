@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -26,6 +27,11 @@ type job[T any] struct {
 	cl      *call // the flight the result goes to
 	refresh bool  // a background refresh (see refreshLater)
 	first   []any // FetchMany's lock reply for key (never "locked"), to start the miss from
+
+	// How the miss starts (see Cache.runMiss).
+	bad   string // SHA1 of stored bytes that did not decode, or ""
+	down  bool   // Redis is unreachable and WithComputeWhenDown is set: compute without it
+	force bool   // Refresh's: compute even if a value is there
 }
 
 // errComputeTooLong is the cause that ends compute's context after the
@@ -36,21 +42,14 @@ var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
 // compute lock was lost.
 var errLeaseLost = errors.New("dogpile: compute lock lost")
 
-// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
-const earlyFloor = 2
-
-// cleanupTimeout bounds a release or store that runs after the callers may
-// have left.
-const cleanupTimeout = 3 * time.Second
-
 // computeHeld runs j's compute while holding the lock with token, acquired
 // by a request sent at sent, and stores the result. again reports that the
 // lease was lost and compute failed: the caller should start over.
-func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (b []byte, err error, again bool) {
+func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	c.flights.setBusy(j.cl)
-	cctx, cancel, ro, stop := c.computeContext(ctx)
+	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
-	r := c.renew(ctx, sent, cancel, c.extendOne(j.ks, token))
+	lease := c.holdLease(sent, cancel, c.extendOne(j.ks, token))
 	start := time.Now()
 	var v T
 	cerr := c.runCompute(cctx, Event{Key: j.key, Refresh: j.refresh}, func(ctx context.Context) (err error) {
@@ -60,32 +59,53 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 	// What an early refresh must start ahead of expiry: the lock's round
 	// trip, the compute, and the store's round trip (about the lock's).
 	took := time.Since(start) + 2*start.Sub(sent)
-	lost := r.end()
+	lost := endLease(lease, cctx)
 
-	b, ttl, cerr := c.entry(j, v, cerr, took, ro)
-	if cerr != nil {
-		if lost && errors.Is(context.Cause(cctx), errLeaseLost) {
-			c.release(ctx, j.ks, token)
-			return nil, nil, true
-		}
-		c.fail(ctx, j, token, cerr)
-		return nil, cerr, false
+	b, ttl, err := c.entry(j, v, cerr, took, ro)
+	switch {
+	case err != nil && lost:
+		c.release(ctx, j.ks, token)
+		return outcome{}, true
+	case err != nil && errors.Is(context.Cause(cctx), ErrClosed):
+		c.release(ctx, j.ks, token) // another process takes over at once
+		return outcome{err: ErrClosed}, false
+	case err != nil:
+		c.fail(ctx, j, token, err)
+		return c.unstored(v, cerr, err), false
 	}
-	return b, c.store(ctx, j, token, b, ttl), false
+	r = outcome{b: b, err: c.store(ctx, j, token, b, ttl, ro)}
+	if errors.Is(cerr, ErrNotFound) { // a tombstone: this process answers with compute's own error
+		r.err = errors.Join(cerr, r.err)
+	}
+	return r, false
 }
 
-// computeContext returns the context compute runs with: cancelled with a
-// cause when the lease is lost (cancel) and after WithMaxCompute, and
-// carrying what compute may say about its result (SetTTL). stop releases it.
-func (c *Cache[T]) computeContext(ctx context.Context) (cctx context.Context, cancel context.CancelCauseFunc, ro *resultOpts, stop func()) {
+// unstored is the outcome of a compute whose answer (v, or cerr) could not
+// be stored for err: compute's own error, or v with an error naming why
+// (it did not encode), as Fetch documents.
+func (c *Cache[T]) unstored(v T, cerr, err error) outcome {
+	if cerr != nil {
+		return outcome{err: err}
+	}
+	return outcome{v: v, err: err}
+}
+
+// computeContext returns the context compute runs with, for locks
+// acquired by a request sent at sent: cancelled with a cause when the lease
+// is lost (cancel) and once WithMaxCompute's bound has passed, and carrying
+// what compute may say about its result (SetTTL). stop releases it. The
+// bound ends compute's context just before the lease, capped at the same
+// bound (see holdLease), stops being safe: the cause says why.
+func (c *Cache[T]) computeContext(ctx context.Context, sent time.Time) (cctx context.Context, cancel context.CancelCauseFunc, ro *resultOpts, stop func()) {
 	cctx, cancel = context.WithCancelCause(ctx)
 	stop = func() { cancel(nil) }
 	if c.opts.maxCompute > 0 {
 		var tcancel context.CancelFunc
-		cctx, tcancel = context.WithTimeoutCause(cctx, c.opts.maxCompute, errComputeTooLong)
+		end := sent.Add(c.opts.maxCompute - hold.Drift(c.opts.lease))
+		cctx, tcancel = context.WithDeadlineCause(cctx, end, errComputeTooLong)
 		stop = func() { tcancel(); cancel(nil) }
 	}
-	ro = &resultOpts{}
+	ro = &resultOpts{vouch: true, epochs: c.readEpochs}
 	return context.WithValue(cctx, resultKey{}, ro), cancel, ro, stop
 }
 
@@ -95,11 +115,12 @@ func (c *Cache[T]) computeContext(ctx context.Context) (cctx context.Context, ca
 // value took to get, round trips included. It returns an error if there is
 // nothing to store: compute failed, or the value does not encode.
 func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
-	ttl, m := c.storeTTL(j.ttl, ro), meta{}
+	fresh, ttl := c.storeTTL(j.ttl, ro)
+	m := meta{}
 	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
-		cerr, ttl, m = nil, c.opts.negativeTTL, meta{notFound: true, took: took}
-	} else if c.opts.beta > 0 {
-		m = meta{took: took, early: c.earlyGap(took, j.ttl)}
+		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), meta{notFound: true, took: took}
+	} else if c.opts.beta > 0 && fresh > 0 {
+		m = meta{took: took, early: c.earlyGap(took, fresh)}
 	}
 	if cerr != nil {
 		return nil, 0, cerr
@@ -110,27 +131,28 @@ func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *res
 	return b, ttl, nil
 }
 
-// storeTTL is how long a computed value stays in Redis: the TTL compute set
-// (see SetTTL) or the caller's, plus the stale window; 0 stores nothing.
-func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) time.Duration {
+// storeTTL is how long a computed value is fresh, the TTL compute set (see
+// SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
+// in Redis: that plus the stale window. 0 stores nothing.
+func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
 	if d, ok := ro.get(); ok {
 		if d <= 0 {
-			return 0
+			return 0, 0
 		}
 		ttl = d
 	}
-	return ttl + c.opts.stale
+	fresh = c.jittered(ttl)
+	return fresh, fresh + c.opts.stale
 }
 
-// earlyGap draws, once per stored value, how long before its TTL runs out
-// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
-// refresh started only took before expiry has no room for a late start (the
-// hit that notices, the goroutine, the lock's round trip) or a compute
-// slower than the last, and callers then wait at expiry.
-func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
-	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
-	gap := time.Duration(float64(took) * c.opts.beta * draw)
-	return min(gap, ttl/3)
+// jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
+// below a millisecond (Redis's resolution).
+func (c *Cache[T]) jittered(ttl time.Duration) time.Duration {
+	if c.opts.jitter == 0 {
+		return ttl
+	}
+	spread := c.opts.jitter * (2*rand.Float64() - 1)
+	return max(time.Millisecond, ttl+time.Duration(float64(ttl)*spread))
 }
 
 // store writes b, computed under the lock with token, for ttl (0: it hands
@@ -139,11 +161,17 @@ func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
 // lost its lock (it was paused past its lease and another process took
 // over, or the key was Set or Deleted) must not overwrite what is newer;
 // its callers still get the value it computed.
-func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration) error {
-	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+//
+// With tags (see Tag) the store is made as storeCallFor says.
+func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration, ro *resultOpts) error {
+	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
-	sc := c.storeCall(j.ks, token, b, ttl)
-	return c.stored(ctx, j, token, c.run(dctx, sc.s, sc.keys, sc.args...).Err())
+	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
+	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
+	if err == nil && n == 1 && split {
+		c.addTags(dctx, ro, []taggedStore{{j.ks, b, ttl}})
+	}
+	return c.stored(ctx, j, token, err)
 }
 
 // storeCall is the script call of store.
@@ -158,7 +186,7 @@ func (c *Cache[T]) stored(ctx context.Context, j *job[T], token string, err erro
 	if err == nil || c.opts.computeIfDown && unreachable(err) {
 		return nil
 	}
-	c.release(ctx, j.ks, token)
+	c.rollback(ctx, releaseCall(j.ks, token, c.publish))
 	return fmt.Errorf("dogpile: store %q: %w", j.key, err)
 }
 
@@ -171,7 +199,7 @@ const notFoundMark = "\x00not found: "
 // no process refreshes the key in the background for the retry interval. A
 // value found not to exist any more is deleted rather than served stale.
 func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) {
-	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc := c.failCall(j.ks, token, cerr)
 	_ = c.run(dctx, sc.s, sc.keys, sc.args...).Err()
@@ -193,7 +221,7 @@ func (c *Cache[T]) failCall(ks keys, token string, cerr error) scriptCall {
 
 // computeLocal runs j's compute without the cache, when Redis is
 // unreachable and WithComputeWhenDown is set.
-func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) {
+func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 	c.flights.setBusy(j.cl)
 	var v T
 	err := c.runCompute(ctx, Event{Key: j.key}, func(ctx context.Context) (err error) {
@@ -201,13 +229,13 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) ([]byte, error) 
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return outcome{err: err}
 	}
 	b, err := c.encode(v)
 	if err != nil {
-		return nil, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
+		return c.unstored(v, nil, fmt.Errorf("dogpile: encode %q: %w", j.key, err))
 	}
-	return b, nil
+	return outcome{b: b}
 }
 
 // runCompute calls f, a compute, turning a panic into an error (its stack
@@ -223,7 +251,7 @@ func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Conte
 			c.log(ctx, slog.LevelError, "dogpile: compute panicked", e.Key, slog.Any("panic", r), slog.String("stack", string(p.stack)))
 			err = p
 		}
-		e.Kind, e.Took, e.Err = EventComputeEnd, time.Since(start), err
+		e.Kind, e.Took, e.Err, e.NotFound = EventComputeEnd, time.Since(start), err, errors.Is(err, ErrNotFound)
 		c.emit(ctx, e)
 	}()
 	return f(ctx)
@@ -239,24 +267,12 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("dogpile: compute panicked: %v", e.value) }
 
-// release gives up the lock if it still holds token, and wakes waiters.
-func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	sc := releaseCall(ks, token, c.publish)
-	_ = c.run(ctx, sc.s, sc.keys, sc.args...).Err()
-}
-
-// releaseCall is the script call of release.
-func releaseCall(ks keys, token, publish string) scriptCall {
-	return scriptCall{releaseScript, []string{ks.lock, ks.channel}, []any{token, publish}}
-}
-
 // errText is the text of a failed compute that waiting processes receive,
-// cut to a size that is reasonable to keep in Redis.
+// cut to a size that is reasonable to keep in Redis, without a leading
+// "dogpile: " (they wrap it in an error of their own that has one).
 func errText(err error) string {
 	const maxLen = 512
-	s := err.Error()
+	s := strings.TrimPrefix(err.Error(), "dogpile: ")
 	if len(s) > maxLen {
 		s = s[:maxLen]
 	}

@@ -2,19 +2,24 @@ package dogpile
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 )
 
 // ErrUnavailable is returned, wrapped, by calls that did not go to Redis
-// because Redis was found unreachable moments ago: once a call fails to
-// reach it (after go-redis's own retries), every Cache and lock on the
-// same client fails at once (well under a millisecond) instead of spending go-redis's dial
-// retries (about 1.7 s) per call. One call in a while (every 250 ms) goes
-// through as a probe; the first that reaches Redis ends the outage for all.
-// With [WithComputeWhenDown], Fetch computes instead, deduplicated in the
-// process. lock.ErrUnavailable is the same error.
+// because Redis was found unreachable moments ago. The client's first
+// failed dial, or a call that fails to reach Redis, opens the client's
+// circuit: from then on every Cache and lock on that client, and every
+// command the program sends on it, fails at once instead of spending
+// go-redis's dial retries (about 1.7 s) per call or the caller's whole
+// deadline. One call every 100 ms goes through as a probe; the first that
+// reaches Redis ends the outage for all, so calls succeed again within
+// about a tenth of a second of Redis's return, whatever the outage's
+// length. Each outage is logged when it begins and when it ends (and once
+// a minute while it lasts) to every logger given to the client's caches
+// and locks ([WithLogger], lock.WithLogger). With [WithComputeWhenDown],
+// Fetch computes instead, deduplicated in the process.
+// lock.ErrUnavailable is the same error.
 var ErrUnavailable = breaker.ErrUnavailable
 
 // guard runs f, the first round trip of a call, through the client's
@@ -26,14 +31,14 @@ func (c *Cache[T]) guard(ctx context.Context, f func() error) error {
 		return err
 	}
 	err = f()
-	c.report(ctx, done, err)
+	c.report(done, err)
 	return err
 }
 
 // allow asks the client's breaker whether a call may go to Redis (see
 // Breaker.Allow), counting the calls it turns away. read and readMany use
 // it and report directly, with no closure on the hit path.
-func (c *Cache[T]) allow() (func(error) breaker.Change, error) {
+func (c *Cache[T]) allow() (func(error), error) {
 	done, err := c.breaker.Allow()
 	if err != nil {
 		c.stats.unavailable.Add(1)
@@ -41,11 +46,9 @@ func (c *Cache[T]) allow() (func(error) breaker.Change, error) {
 	return done, err
 }
 
-// report hands the outcome of an allowed call's round trip to the breaker
-// and logs the outage it began or ended, if any.
-func (c *Cache[T]) report(ctx context.Context, done func(error) breaker.Change, err error) {
-	done(err).Log(ctx, c.opts.logger, "dogpile", err, slog.String("prefix", c.opts.prefix))
-}
+// report hands the outcome of an allowed call's round trip to the breaker,
+// which logs the outage it began or ended, if any.
+func (c *Cache[T]) report(done func(error), err error) { done(err) }
 
 // unreachable reports whether err means Redis could not be reached, as
 // opposed to an error reply from a server that works.

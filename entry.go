@@ -1,11 +1,19 @@
 package dogpile
 
 import (
+	"context"
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/klauspost/compress/s2"
 )
 
 // An entry is what a value key holds: a header, then the codec's bytes.
@@ -18,7 +26,8 @@ import (
 // ones store during a rolling deploy. Version 2 adds what early refresh and
 // negative caching need: how long the compute took and the early-refresh gap
 // drawn for this value (both in µs), and flags (a not-found tombstone has no
-// payload). Bytes without a header this code knows
+// payload; a compressed payload is S2, see WithCompression, which a reader
+// that does not know the flag treats as unreadable). Bytes without a header this code knows
 // (written by another library, or by a newer dogpile) are a miss: counted,
 // overwritten, and never handed to the codec.
 const (
@@ -31,15 +40,17 @@ const (
 // Flags of a version 2 entry. Bits this code does not know make the entry
 // unreadable, like an unknown version: a newer writer meant something by them.
 const (
-	flagNotFound = 1 << 0 // a tombstone: compute reported ErrNotFound
-	knownFlags   = flagNotFound
+	flagNotFound   = 1 << 0 // a tombstone: compute reported ErrNotFound
+	flagCompressed = 1 << 1 // the payload is S2-compressed (WithCompression)
+	knownFlags     = flagNotFound | flagCompressed
 )
 
 // meta is what an entry records besides the value.
 type meta struct {
-	notFound bool          // a tombstone
-	took     time.Duration // how long the compute ran; 0 if not recorded
-	early    time.Duration // refresh once the remaining TTL is below this; 0: never early
+	notFound   bool          // a tombstone
+	compressed bool          // the payload is S2-compressed
+	took       time.Duration // how long the compute ran; 0 if not recorded
+	early      time.Duration // refresh once the remaining TTL is below this; 0: never early
 }
 
 // maxMicros is the longest duration an entry can record, in µs.
@@ -53,32 +64,78 @@ var (
 // encode encodes v as a plain (version 1) entry.
 func (c *Cache[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
 
-// encodeEntry encodes v with m; a tombstone carries no value.
+// encodeEntry encodes v with m; a tombstone carries no value. With
+// WithCompression, a payload longer than its threshold is compressed, if
+// that makes it shorter.
 func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("codec panicked: %v", r)
 		}
 	}()
-	if m == (meta{}) {
-		b = append(make([]byte, 0, 64), magic0, magic1, formatVersion)
-	} else {
-		var flags byte
-		if m.notFound {
-			flags |= flagNotFound
+	var p []byte
+	if !m.notFound {
+		if p, err = c.opts.codec.Marshal(v); err != nil {
+			return nil, err
 		}
-		b = append(make([]byte, 0, 64), magic0, magic1, formatMeta, flags)
+		if c.opts.compressMin > 0 && len(p) > c.opts.compressMin {
+			if z := s2.Encode(nil, p); len(z) < len(p) {
+				p, m.compressed = z, true
+			}
+		}
+	}
+	if m == (meta{}) {
+		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
+	} else {
+		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta, m.flags())
 		b = binary.AppendUvarint(b, uint64(max(m.took, 0)/time.Microsecond))
 		b = binary.AppendUvarint(b, uint64(max(m.early, 0)/time.Microsecond))
-		if m.notFound {
-			return b, nil
-		}
 	}
-	p, err := c.opts.codec.Marshal(v)
-	if err != nil {
-		return nil, err
+	if n := len(b) + len(p); n > c.opts.maxValue {
+		return nil, tooLarge{n, c.opts.maxValue}
 	}
 	return append(b, p...), nil
+}
+
+// flags are m's flags in a version 2 header.
+func (m meta) flags() byte {
+	var f byte
+	if m.notFound {
+		f |= flagNotFound
+	}
+	if m.compressed {
+		f |= flagCompressed
+	}
+	return f
+}
+
+// tooLarge is the error of an encoded value above WithMaxValueSize. It
+// matches ErrInvalid without repeating its prefix after the caller's.
+type tooLarge struct{ n, max int }
+
+func (e tooLarge) Error() string {
+	return fmt.Sprintf("value of %d bytes is above the limit of %d (see WithMaxValueSize)", e.n, e.max)
+}
+
+func (tooLarge) Is(target error) bool { return target == ErrInvalid }
+
+// decompress returns the S2 payload p decompressed, refusing one that
+// would exceed WithMaxValueSize (bytes crafted to exhaust memory).
+func (c *Cache[T]) decompress(p []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(p)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("compressed payload: %w", err)
+	case n > c.opts.maxValue:
+		return nil, tooLarge{n, c.opts.maxValue}
+	}
+	return s2.Decode(nil, p)
+}
+
+// isTombstone reports whether b is a well-formed entry that says "not
+// found", without decoding anything.
+func isTombstone(b []byte) bool {
+	return len(b) > headerLen && b[0] == magic0 && b[1] == magic1 && b[2] == formatMeta && b[headerLen]&flagNotFound != 0
 }
 
 // decode decodes the value of an entry; a tombstone is an error.
@@ -103,6 +160,11 @@ func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
 		if p, m, err = readMeta(p); err != nil || m.notFound {
 			return v, m, err
 		}
+		if m.compressed {
+			if p, err = c.decompress(p); err != nil {
+				return v, m, err
+			}
+		}
 	default:
 		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
 	}
@@ -123,7 +185,7 @@ func readMeta(p []byte) ([]byte, meta, error) {
 	if len(p) < 1 || p[0]&^knownFlags != 0 {
 		return nil, m, fmt.Errorf("%w: flags %x", errVersion, p[:min(len(p), 1)])
 	}
-	m.notFound = p[0]&flagNotFound != 0
+	m.notFound, m.compressed = p[0]&flagNotFound != 0, p[0]&flagCompressed != 0
 	rest := p[1:]
 	for _, d := range []*time.Duration{&m.took, &m.early} {
 		us, n := binary.Uvarint(rest)
@@ -137,3 +199,30 @@ func readMeta(p []byte) ([]byte, meta, error) {
 	}
 	return rest, m, nil
 }
+
+// decodeError counts and logs stored bytes of key that did not decode.
+func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
+	c.stats.decodeErrors.Add(1)
+	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
+}
+
+func sha1hex(b []byte) string {
+	sum := sha1.Sum(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// A Codec turns values into bytes and back. Unmarshal receives a pointer to
+// a value of the Cache's type T. A Codec must be safe for concurrent use.
+type Codec interface {
+	Marshal(v any) ([]byte, error)
+	Unmarshal(b []byte, v any) error
+}
+
+// MsgPack is the default [Codec]: MessagePack, by
+// github.com/vmihailenco/msgpack/v5.
+var MsgPack Codec = msgpackCodec{}
+
+type msgpackCodec struct{}
+
+func (msgpackCodec) Marshal(v any) ([]byte, error)   { return msgpack.Marshal(v) }
+func (msgpackCodec) Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile"
@@ -131,4 +132,78 @@ func ExampleWithEarlyRefresh() {
 	// Output:
 	// served: Pils #1
 	// refreshed early: Pils #2
+}
+
+// Values filled together (after a deploy, by one FetchMany) expire over a
+// spread of times instead of all at once.
+func ExampleWithTTLJitter() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	prices := dogpile.New[int](rdb, dogpile.WithPrefix("price:"), dogpile.WithTTLJitter(0.1))
+
+	seen := map[time.Duration]bool{}
+	for i := range 20 {
+		key := fmt.Sprint(i)
+		if err := prices.Set(ctx, key, i, time.Hour); err != nil {
+			panic(err)
+		}
+		ttl := m.TTL("price:{" + key + "}")
+		if ttl < 54*time.Minute || ttl > 66*time.Minute {
+			panic(ttl)
+		}
+		seen[ttl.Round(time.Second)] = true
+	}
+	fmt.Println("TTLs within an hour ± 10%; distinct:", len(seen) > 10)
+	// Output:
+	// TTLs within an hour ± 10%; distinct: true
+}
+
+// Large values are stored compressed; reads decompress them.
+func ExampleWithCompression() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	pages := dogpile.New[string](rdb, dogpile.WithPrefix("page:"), dogpile.WithCompression(1024))
+
+	html := strings.Repeat("<li>a row of a long, repetitive listing</li>\n", 2000)
+	if err := pages.Set(ctx, "home", html, time.Hour); err != nil {
+		panic(err)
+	}
+	stored, _ := m.Get("page:{home}")
+	page, _ := pages.Get(ctx, "home")
+	fmt.Println("value", len(page), "bytes; stored in under a tenth:", len(stored) < len(html)/10)
+	// Output:
+	// value 90000 bytes; stored in under a tenth: true
+}
+
+// Tag the values computed from a user's rows with the user; when the user
+// changes, InvalidateTag drops every one of them, in every process.
+func ExampleTag() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	pages := dogpile.New[string](rdb, dogpile.WithPrefix("page:"))
+
+	render := func(page string) func(context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			dogpile.Tag(ctx, "user:42") // before reading the user's rows
+			return page + " of user 42", nil
+		}
+	}
+	for _, page := range []string{"profile", "orders"} {
+		if _, err := pages.Fetch(ctx, page+":42", time.Hour, render(page)); err != nil {
+			panic(err)
+		}
+	}
+	if err := pages.InvalidateTag(ctx, "user:42"); err != nil { // the user changed
+		panic(err)
+	}
+	_, err := pages.Get(ctx, "orders:42")
+	fmt.Println("orders page after the invalidation:", err)
+	// Output:
+	// orders page after the invalidation: dogpile: miss
 }

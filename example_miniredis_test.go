@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/dogpile-go/dogpile"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile"
 )
 
 // These examples run against miniredis, an in-memory Redis for tests, so
@@ -174,4 +175,26 @@ func ExampleCache_FetchMany() {
 	// 3 Bock true
 	// 4  false
 	// <nil>
+}
+
+// Clear drops every value of a Cache, in every process, after an import
+// that changed everything, say.
+func ExampleCache_Clear() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	prices := dogpile.New[int](rdb, dogpile.WithPrefix("price:"))
+	for _, sku := range []string{"a", "b", "c"} {
+		if err := prices.Set(ctx, sku, 100, time.Hour); err != nil {
+			panic(err)
+		}
+	}
+	if err := prices.Clear(ctx); err != nil {
+		panic(err)
+	}
+	_, err := prices.Get(ctx, "a")
+	fmt.Println(errors.Is(err, dogpile.ErrMiss), "keys left:", len(m.Keys()))
+	// Output:
+	// true keys left: 0
 }

@@ -29,10 +29,9 @@ func ExampleWithNearCache() {
 		fmt.Println(b.Name)
 	}
 	// B's write reaches A's tier as an invalidation message (on a real
-	// server, on loopback: 86 µs p99 measured for a reader that was idle,
-	// 2.8 ms for one spinning on one of 2 cores); a Fetch of A that starts
-	// after it arrived never returns the old value. Here, on miniredis,
-	// the tier is off and A reads Redis.
+	// server, well under a millisecond on loopback: see bench/README.md);
+	// a Fetch of A that starts after it arrived never returns the old value.
+	// Here, on miniredis, the tier is off and A reads Redis.
 	_ = admin.Set(ctx, "42", Beer{Name: "Pils (new recipe)", ABV: 5.0}, time.Hour)
 	b, _ := web.Fetch(ctx, "42", time.Hour, load)
 	fmt.Println(b.Name)

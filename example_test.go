@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile"
 )
 
 type Beer struct {

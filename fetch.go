@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // Fetch returns the value cached under key. On a miss it calls compute,
@@ -55,7 +57,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
 	}
-	if err := checkTTL(key, ttl); err != nil {
+	if err := c.checkTTL(key, ttl); err != nil {
 		var zero T
 		return zero, err
 	}
@@ -80,7 +82,7 @@ var errRetry = errors.New("dogpile: retry")
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
 func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
-	id := flightID{fetchFlight, key}
+	id := flightID{fetchFlight, vk}
 	cl, lead := c.flights.join(id)
 	if !lead {
 		c.stats.shared.Add(1)
@@ -97,10 +99,12 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case err == nil:
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
-			r := outcome{b: b, hit: true, stale: c.stale(pttl)}
-			c.flights.end(id, cl, r)
+			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
+			// Into the near tier before the flight ends: a caller that got
+			// b must not find an older value there at its next Fetch.
 			c.nearPut(vk, tk, b, m, pttl)
-			c.count(ctx, key, r)
+			c.flights.end(id, cl, r)
+			c.count(ctx, key, r, m.notFound)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
@@ -118,12 +122,11 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case c.opts.computeIfDown && unreachable(err):
 		down = true
 	default:
-		err = redisErr(ctx, "get", key, err)
+		err = redisutil.Failed(ctx, "dogpile", "get", key, err)
 		c.flights.end(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	j := &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}
-	c.startFlight(ctx, j, bad, down, false)
+	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down})
 	return c.await(ctx, key, id, cl)
 }
 
@@ -138,7 +141,7 @@ func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Dur
 		return nil, -1, err
 	}
 	b, pttl, err = c.readRedis(ctx, vk)
-	c.report(ctx, done, err)
+	c.report(done, err)
 	return b, pttl, err
 }
 
@@ -165,10 +168,9 @@ func (c *Cache[T]) readRedis(ctx context.Context, vk string) (b []byte, pttl tim
 
 // startFlight runs the miss path of j in its own goroutine, on a context
 // detached from the leader's, so that the leader may leave on its own ctx
-// like the other callers (see Fetch). force is Refresh's: compute even if a
-// value is there.
-func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down, force bool) {
-	base := context.WithoutCancel(ctx)
+// like the other callers (see Fetch).
+func (c *Cache[T]) startFlight(ctx context.Context, j *job[T]) {
+	base, stop := c.life.detach(ctx)
 	var wctx context.Context
 	var cancel context.CancelFunc
 	if c.opts.waitTimeout > 0 {
@@ -177,11 +179,20 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], bad string, down,
 		wctx, cancel = context.WithCancel(base)
 	}
 	c.flights.detach(j.cl, cancel)
-	go func() {
+	started := c.life.goBackground(func() {
+		defer stop()
 		defer cancel()
-		b, err := c.flight(base, wctx, j, bad, down, force)
-		c.flights.end(j.flight, j.cl, outcome{b: b, err: err})
-	}()
+		r := c.runMiss(base, wctx, j)
+		if r.err != nil && c.life.done() {
+			r = outcome{err: ErrClosed} // whatever the cancellation made of it
+		}
+		c.flights.end(j.flight, j.cl, r)
+	})
+	if !started {
+		cancel()
+		stop()
+		c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+	}
 }
 
 // await waits for the flight cl of key (flight is its name in the group),
@@ -197,56 +208,57 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 	if cl.err == errRetry {
 		return v, nil, true
 	}
-	c.count(ctx, key, cl.outcome)
 	if cl.b == nil {
+		c.count(ctx, key, cl.outcome, errors.Is(cl.err, ErrNotFound))
+		if u, ok := cl.v.(T); ok {
+			v = u // computed but not stored: it did not encode
+		}
 		return v, cl.err, false
 	}
 	v, m, derr := c.decodeEntry(cl.b)
+	c.count(ctx, key, cl.outcome, m.notFound)
 	switch {
 	case derr != nil: // cannot happen: the flight decoded b already
 		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
+	case m.notFound && errors.Is(cl.err, ErrNotFound):
+		return v, cl.err, false // compute's own error, in the process that computed
 	case m.notFound:
 		return v, notFound(key), false
 	}
 	return v, cl.err, false
 }
 
-// count reports a caller's answer: a hit, stale or not, or a miss.
-func (c *Cache[T]) count(ctx context.Context, key string, r outcome) {
+// count reports a caller's answer: a hit, stale or not, or a miss; either
+// may be "not found".
+func (c *Cache[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
-		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale})
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
 	} else {
-		c.emit(ctx, Event{Kind: EventMiss, Key: key})
+		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}
 }
 
-// decodeError counts and logs stored bytes of key that did not decode.
-func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
-	c.stats.decodeErrors.Add(1)
-	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
-}
-
-// flight is the miss path of one process for one key: it looks across the
+// runMiss is the miss path of one process for one key: it looks across the
 // fleet (see miss) and computes when it wins the lock. ctx is detached from
 // the callers; wctx also ends when every caller left or the wait timeout
-// passed. bad is the SHA1 of stored bytes that did not decode.
-func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down, force bool) (b []byte, err error) {
+// passed.
+func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 	defer func() {
-		if r := recover(); r != nil { // a bug here must not crash the caller's process
-			b, err = nil, fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, r, debug.Stack())
+		if p := recover(); p != nil { // a bug here must not crash the caller's process
+			r = outcome{err: fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, p, debug.Stack())}
 		}
 	}()
-	if down {
+	if j.down {
 		return c.computeLocal(ctx, j)
 	}
-	m := c.newMiss(j.key, j.ks, bad, force)
+	m := c.newMiss(j.key, j.ks, j.bad, j.force)
 	m.first = j.first
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)
 		switch {
 		case err != nil || end == missValue:
-			return b, err
+			return outcome{b: b, err: err}
 		case end == missDown:
 			return c.computeLocal(ctx, j)
 		}
@@ -254,22 +266,13 @@ func (c *Cache[T]) flight(ctx, wctx context.Context, j *job[T], bad string, down
 			c.stats.takeovers.Add(1)
 			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
 		}
-		b, err, again := c.computeHeld(ctx, j, m.token, m.sent)
+		r, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {
-			return b, err
+			return r
 		}
 		// Our lease was lost while compute ran (the key was Set or Deleted,
 		// or Redis was unreachable for a lease) and compute gave up: look
 		// again, as a newcomer.
 		m.restart()
 	}
-}
-
-// waitErr is the error of a flight whose wait context ended: the wait
-// timeout (see WithWaitTimeout), or every caller left.
-func waitErr(wctx context.Context, key string) error {
-	if errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("dogpile: wait for %q: %w", key, context.DeadlineExceeded)
-	}
-	return wctx.Err()
 }

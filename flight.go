@@ -26,6 +26,7 @@ type call struct {
 // An outcome is how a flight ended.
 type outcome struct {
 	b     []byte // the encoded entry, if any
+	v     any    // a computed T that could not be encoded (with err), else nil
 	err   error
 	hit   bool // found by the first GET
 	stale bool // past its TTL: served while a refresh runs (WithStale)
@@ -33,10 +34,11 @@ type outcome struct {
 
 // A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
 // Refresh's, or a background refresh's. The kind keeps them apart whatever
-// the key holds: keys come from data.
+// the key holds: keys come from data. vk is the key's value key (see
+// valueKey), the name that writes and invalidations come with.
 type flightID struct {
 	kind flightKind
-	key  string
+	vk   string
 }
 
 type flightKind uint8
@@ -51,6 +53,10 @@ const (
 type group struct {
 	mu sync.Mutex
 	m  map[flightID]*call
+
+	// onEnd, if set, is called after a flight ended (tests hold a flight
+	// there, between its end and what its goroutine does next).
+	onEnd func(flightID)
 }
 
 // join returns the flight of key and whether the caller leads it: a leader
@@ -126,13 +132,40 @@ func (g *group) start(key flightID) (*call, bool) {
 	return cl, true
 }
 
+// forget makes the flights of vk that callers may join (Fetch's and
+// Refresh's) unjoinable: their read of Redis, or their compute, may
+// predate a write of vk that has just returned (Set, Delete, Refresh) or
+// whose invalidation has just arrived (the near tier). Later callers start
+// a fresh flight, which reads after the write; the callers already in a
+// forgotten flight still get its answer, as concurrent callers of a write
+// may. A background refresh is not forgotten: nobody joins it, its store
+// is fenced, and forgetting it would let a second one compute meanwhile.
+func (g *group) forget(vk string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, flightID{fetchFlight, vk})
+	delete(g.m, flightID{refreshFlight, vk})
+}
+
+// forgetAll forgets the joinable flights of every key (see forget): the
+// near tier lost track of what was written (FLUSHALL, tracking lost).
+func (g *group) forgetAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id := range g.m {
+		if id.kind != laterFlight {
+			delete(g.m, id)
+		}
+	}
+}
+
 // end ends the flight cl with r and wakes its waiting callers. Only the
 // first end counts: after a recovered panic, FetchMany ends every flight
 // of its batch, some of which may be ended later by their own goroutine.
 func (g *group) end(key flightID, cl *call, r outcome) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if cl.ended {
+		g.mu.Unlock()
 		return
 	}
 	cl.ended = true
@@ -144,5 +177,9 @@ func (g *group) end(key flightID, cl *call, r outcome) {
 	cl.outcome = r
 	if cl.done != nil {
 		close(cl.done)
+	}
+	g.mu.Unlock()
+	if g.onEnd != nil {
+		g.onEnd(key)
 	}
 }

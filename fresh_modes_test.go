@@ -175,7 +175,7 @@ func procRefresh(p *proc) {
 			p.check(v, "held", err)
 		})
 	}
-	for !p.joined(flightID{refreshFlight, "k"}) || p.c.Stats().Waits == 0 {
+	for !p.joined(flightID{refreshFlight, p.c.valueKey("k")}) || p.c.Stats().Waits == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	p.say("waiting")

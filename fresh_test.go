@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // The freshness behaviour (stale serving, background and forced refresh,

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/near"
 )
 
 func TestMain(m *testing.M) {
@@ -14,7 +16,7 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain(mode))
 	}
 	// Trackers notice a silent connection, and an idle Cache, sooner.
-	nearPing, nearIdle = 100*time.Millisecond, time.Second
+	near.Ping, near.Idle = 100*time.Millisecond, time.Second
 	// After failed dials to a killed server, go-redis keeps one goroutine
 	// per pool probing the address once a second, even past Close; it is
 	// the client's, not ours (as in lock's tests).

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // FetchMany returns the values cached under keys, computing the missing
@@ -16,11 +19,13 @@ import (
 // fleet-wide guarantee per key (each missing key is computed once across
 // every process that shares the Redis server or cluster).
 //
-// The hits are read in one round trip (on a cluster, one per node, sent in
-// parallel: an MGET per hash slot); unlike Fetch's, they are not shared
-// with concurrent calls in the process, which would make batches queue
-// behind one another's reads. The missing keys take the compute lock in one
-// more round trip (a script per cluster slot). compute is then called once, with exactly
+// With [WithNearCache], keys held in the near tier are answered from it,
+// and the others fill it. The others are read in one round trip (on a
+// cluster, one per node, sent in parallel: an MGET per hash slot); unlike
+// Fetch's reads, they are not shared with concurrent calls in the process,
+// which would make batches queue behind one another's reads. The missing
+// keys take the compute lock in one more round trip (a script per cluster
+// slot). compute is then called once, with exactly
 // the keys this process won: never a key that another process is computing,
 // nor one that a Fetch or FetchMany of this process is computing (those
 // are awaited, as Fetch awaits them: woken by Redis when the value is
@@ -56,6 +61,9 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
 	}
+	if c.life.done() {
+		return nil, ErrClosed
+	}
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("%w: ttl %v is below 1ms", ErrInvalid, ttl)
 	}
@@ -89,8 +97,8 @@ func uniqueKeys(keys []string) ([]string, error) {
 	seen := make(map[string]struct{}, len(keys))
 	out := make([]string, 0, len(keys))
 	for i, k := range keys {
-		if err := checkKey(k); err != nil {
-			return nil, fmt.Errorf("key %d of %d: %w", i, len(keys), err)
+		if k == "" { // see checkKey; counted from 1, as a reader counts
+			return nil, fmt.Errorf("%w: key %d of %d is empty", ErrInvalid, i+1, len(keys))
 		}
 		if _, dup := seen[k]; !dup {
 			seen[k] = struct{}{}
@@ -107,15 +115,20 @@ type missing struct {
 	down    bool   // Redis is unreachable and WithComputeWhenDown is set
 }
 
-// hits reads every key in one round trip (per node) and puts the values
-// found into out, starting background refreshes where due. It returns the
+// hits answers every key it can from the near tier, reads the others in
+// one round trip (per node) and puts the values found into out (and into
+// the near tier), starting background refreshes where due. It returns the
 // keys to compute or wait for, and the errors of keys that failed. Hits do
 // not join the in-process flights (so concurrent batches of the same hot
 // keys never queue behind one another's reads); only misses do.
 func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T], out map[string]T) ([]missing, []error, error) {
-	vks := make([]string, len(keys))
-	for i, k := range keys {
-		vks[i] = c.valueKey(k)
+	keys, vks := c.nearMany(ctx, keys, out)
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	tks := make([]near.Ticket, len(vks))
+	for i, vk := range vks {
+		tks[i] = c.nearTicket(vk) // before the read: an invalidation during it bars the value
 	}
 	rs := c.readMany(ctx, vks)
 	var misses []missing
@@ -130,12 +143,13 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 				bad = sha1hex(r.b)
 				break
 			}
-			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: c.stale(r.pttl)})
+			c.nearPut(vks[i], tks[i], r.b, m, r.pttl)
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.notFound && c.stale(r.pttl), NotFound: m.notFound})
 			if !m.notFound {
 				out[k] = v
 			}
 			if limit, ok := c.due(r.pttl, m); ok {
-				c.refreshLater(ctx, &job[T]{flight: flightID{fetchFlight, k}, key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
+				c.refreshLater(ctx, &job[T]{key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
 			}
 			continue
 		case r.err == redis.Nil:
@@ -144,12 +158,36 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 		case c.opts.computeIfDown && unreachable(r.err):
 			down = true
 		default:
-			errs = append(errs, redisErr(ctx, "get", k, r.err))
+			errs = append(errs, redisutil.Failed(ctx, "dogpile", "get", k, r.err))
 			continue
 		}
 		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down})
 	}
 	return misses, errs, nil
+}
+
+// nearMany answers the keys it can from the near tier into out, and
+// returns the others with their value keys.
+func (c *Cache[T]) nearMany(ctx context.Context, keys []string, out map[string]T) (rest, vks []string) {
+	vks = make([]string, 0, len(keys))
+	if c.near == nil {
+		for _, k := range keys {
+			vks = append(vks, c.valueKey(k))
+		}
+		return keys, vks
+	}
+	rest = make([]string, 0, len(keys))
+	for _, k := range keys {
+		vk := c.valueKey(k)
+		v, err, ok := c.nearHit(ctx, k, vk)
+		switch {
+		case !ok:
+			rest, vks = append(rest, k), append(vks, vk)
+		case err == nil:
+			out[k] = v
+		}
+	}
+	return rest, vks
 }
 
 // A want is a missing key of a FetchMany and the flight that answers it.
@@ -168,7 +206,7 @@ func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, err
 		case <-w.cl.done:
 		case <-ctx.Done():
 			for _, w := range ws[i:] {
-				c.flights.leave(flightID{fetchFlight, w.key}, w.cl)
+				c.flights.leave(flightID{fetchFlight, w.vk}, w.cl)
 			}
 			return nil, errs, ctx.Err()
 		}
@@ -176,31 +214,34 @@ func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, err
 			again = append(again, w.missing)
 			continue
 		}
-		c.count(ctx, w.key, w.cl.outcome)
-		if err := c.answer(w.key, w.cl.outcome, out); err != nil {
+		nf, err := c.answer(w.key, w.cl.outcome, out)
+		c.count(ctx, w.key, w.cl.outcome, nf)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return again, errs, nil
 }
 
-// answer puts the value of key in r, if any, into out. It returns r's
-// error, naming key, unless it only says that key does not exist.
-func (c *Cache[T]) answer(key string, r outcome, out map[string]T) error {
+// answer puts the value of key in r, if any, into out, and reports whether
+// r says that key does not exist. It returns r's error, naming key, unless
+// it only says that.
+func (c *Cache[T]) answer(key string, r outcome, out map[string]T) (notFound bool, err error) {
 	if r.b != nil {
 		v, m, err := c.decodeEntry(r.b)
 		switch {
 		case err != nil: // cannot happen: the flight decoded b already
-			return fmt.Errorf("dogpile: decode %q: %w", key, err)
+			return false, fmt.Errorf("dogpile: decode %q: %w", key, err)
 		case !m.notFound:
 			out[key] = v
 		}
+		notFound = m.notFound
 	}
 	if r.err == nil || errors.Is(r.err, ErrNotFound) {
-		return nil
+		return notFound || r.err != nil, nil
 	}
 	if strings.Contains(r.err.Error(), strconv.Quote(key)) {
-		return r.err // the flight's errors mostly name their key already
+		return false, r.err // the flight's errors mostly name their key already
 	}
-	return fmt.Errorf("dogpile: %q: %w", key, r.err)
+	return false, fmt.Errorf("dogpile: %q: %w", key, r.err)
 }

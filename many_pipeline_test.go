@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/redis/go-redis/v9"
 )
 
 // nodeCounter counts, per node, the pipelines and single commands that

@@ -259,7 +259,7 @@ func TestFetchManyBadInput(t *testing.T) {
 		ttl  time.Duration
 		want string
 	}{
-		{[]string{"a", ""}, time.Minute, "key 1 of 2: dogpile: invalid argument: empty key"},
+		{[]string{"a", ""}, time.Minute, "dogpile: invalid argument: key 2 of 2 is empty"},
 		{[]string{"a"}, time.Microsecond, "ttl 1µs is below 1ms"},
 		{[]string{"a"}, 0, "below 1ms"},
 	} {

@@ -25,9 +25,9 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		c.flights.setBusy(j.cl)
 		keys[i] = j.key
 	}
-	cctx, cancel, ro, stop := c.computeContext(ctx)
+	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
-	r := c.renew(ctx, sent, cancel, c.extendMany(js, token))
+	lease := c.holdLease(sent, cancel, c.extendMany(js, token))
 	start := time.Now()
 	var vals map[string]T
 	cerr := c.runCompute(cctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
@@ -35,34 +35,63 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		return err
 	})
 	took := time.Since(start) + 2*start.Sub(sent) // as in computeHeld
-	if r.end() && cerr != nil && errors.Is(context.Cause(cctx), errLeaseLost) {
+	lost := endLease(lease, cctx)
+	if cerr != nil && errors.Is(context.Cause(cctx), ErrClosed) {
+		c.releaseMany(ctx, js, token) // other processes take over at once
+		for _, j := range js {
+			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+		}
+		return
+	}
+	if lost && cerr != nil {
 		// Every lock was lost while compute ran (the keys were Set or
 		// Deleted, or Redis was unreachable for a lease) and compute gave
 		// up: each key looks again, as a newcomer, on its own.
 		c.restartMany(ctx, js, token, compute)
 		return
 	}
-	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
-	for i, j := range js {
+	c.storeMany(ctx, js, token, func(j *job[T]) ([]byte, time.Duration, error) {
 		v, ok := vals[j.key]
 		kerr := cerr
 		if kerr == nil && !ok {
 			kerr = notFound(j.key)
 		}
-		b, ttl, err := c.entry(j, v, kerr, took, ro)
+		return c.entry(j, v, kerr, took, ro)
+	}, ro)
+}
+
+// storeMany stores the entry of each key of js (or its failure), each
+// fenced by its own lock held with token, in one pipeline, adds the tags
+// compute gave them (ro), and ends each key's flight.
+func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) {
+	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
+	ttls, split := make([]time.Duration, len(js)), make([]bool, len(js))
+	for i, j := range js {
+		b, ttl, err := entry(j)
 		if err != nil {
 			outs[i], calls[i] = outcome{err: err}, c.failCall(j.ks, token, err)
 			continue
 		}
-		outs[i], calls[i] = outcome{b: b}, c.storeCall(j.ks, token, b, ttl)
+		outs[i], ttls[i] = outcome{b: b}, ttl
+		calls[i], split[i] = c.storeCallFor(j.ks, token, b, ttl, ro)
 	}
-	dctx, dcancel := context.WithTimeout(ctx, cleanupTimeout)
+	dctx, dcancel := redisutil.Detached(ctx)
 	defer dcancel()
 	cmds := c.runPipelined(dctx, calls)
+	var tagged []taggedStore
 	for i, j := range js {
-		if outs[i].b != nil {
-			outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
+		if outs[i].b == nil {
+			continue
 		}
+		if n, err := cmds[i].Int64(); err == nil && n == 1 && split[i] {
+			tagged = append(tagged, taggedStore{j.ks, outs[i].b, ttls[i]})
+		}
+		outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
+	}
+	if len(tagged) > 0 {
+		c.addTags(dctx, ro, tagged)
+	}
+	for i, j := range js {
 		c.flights.end(j.flight, j.cl, outs[i])
 	}
 }
@@ -77,16 +106,18 @@ func (c *Cache[T]) extendMany(js []*job[T], token string) extender {
 		vks[i] = j.ks.value
 	}
 	groups := slotGroups(c.client, vks)
-	calls := make([]scriptCall, len(groups))
-	lease := redisutil.Millis(c.opts.lease)
+	locks := make([][]string, len(groups))
 	for gi, g := range groups {
-		locks := make([]string, len(g))
+		locks[gi] = make([]string, len(g))
 		for n, i := range g {
-			locks[n] = js[i].ks.lock
+			locks[gi][n] = js[i].ks.lock
 		}
-		calls[gi] = scriptCall{extendScript, locks, []any{token, lease}}
 	}
-	return func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context, ttl time.Duration) (bool, error) {
+		calls := make([]scriptCall, len(groups))
+		for gi := range groups {
+			calls[gi] = scriptCall{extendScript, locks[gi], []any{token, redisutil.Millis(ttl)}}
+		}
 		var first error
 		for _, cmd := range c.runPipelined(ctx, calls) {
 			n, err := cmd.Int64()
@@ -105,17 +136,22 @@ func (c *Cache[T]) extendMany(js []*job[T], token string) extender {
 // key's miss over in Fetch's miss path, with compute called for that key
 // alone.
 func (c *Cache[T]) restartMany(ctx context.Context, js []*job[T], token string, compute manyFunc[T]) {
+	c.releaseMany(ctx, js, token)
+	for _, j := range js {
+		j.first, j.compute, j.bad = nil, one(j.key, compute), ""
+		c.startFlight(ctx, j)
+	}
+}
+
+// releaseMany gives up the locks of js held with token, in one pipeline.
+func (c *Cache[T]) releaseMany(ctx context.Context, js []*job[T], token string) {
 	undo := make([]scriptCall, len(js))
 	for i, j := range js {
 		undo[i] = releaseCall(j.ks, token, c.publish)
 	}
-	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	dctx, cancel := redisutil.Detached(ctx)
 	c.runPipelined(dctx, undo)
 	cancel()
-	for _, j := range js {
-		j.first, j.compute = nil, one(j.key, compute)
-		c.startFlight(ctx, j, "", false, false)
-	}
 }
 
 // computeLocalMany runs compute for the keys of js without the cache, when

@@ -6,8 +6,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // FetchMany's round trips: the batch read of every key and the batch lock
@@ -23,8 +24,8 @@ type read struct {
 }
 
 // readMany is the hit path of many keys: an MGET per slot group, and with
-// WithStale or WithEarlyRefresh a PTTL per key, in one pipeline (one round
-// trip per node), through the client's circuit breaker.
+// WithStale, WithEarlyRefresh or WithNearCache a PTTL per key, in one
+// pipeline (one round trip per node), through the client's circuit breaker.
 func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 	rs := make([]read, len(vks))
 	done, err := c.allow()
@@ -35,7 +36,7 @@ func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 		return rs
 	}
 	err = c.readManyRedis(ctx, vks, rs)
-	c.report(ctx, done, err)
+	c.report(done, err)
 	return rs
 }
 
@@ -45,7 +46,7 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, vks []string, rs []read) e
 	groups := slotGroups(c.client, vks)
 	gets := make([]*redis.SliceCmd, len(groups))
 	var pttls []*redis.DurationCmd
-	if c.opts.stale > 0 || c.opts.beta > 0 {
+	if c.opts.stale > 0 || c.opts.beta > 0 || c.near != nil {
 		pttls = make([]*redis.DurationCmd, len(vks))
 	}
 	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -91,8 +92,7 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, vks []string, rs []read) e
 // A batch is the missing keys of one FetchMany that it leads.
 type batch[T any] struct {
 	jobs    []*job[T]
-	bad     []string // per job: SHA1 of stored bytes that did not decode, or ""
-	down    bool     // Redis is unreachable and WithComputeWhenDown is set
+	down    bool // Redis is unreachable and WithComputeWhenDown is set
 	compute manyFunc[T]
 }
 
@@ -103,7 +103,7 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 	ws := make([]want, len(misses))
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
-		id := flightID{fetchFlight, m.key}
+		id := flightID{fetchFlight, m.vk}
 		cl, lead := c.flights.join(id)
 		ws[i] = want{m, cl}
 		if !lead {
@@ -112,11 +112,17 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
-		b.jobs = append(b.jobs, &job[T]{flight: id, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl})
-		b.bad = append(b.bad, m.bad)
+		b.jobs = append(b.jobs, &job[T]{flight: id, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl, bad: m.bad})
 	}
-	if len(b.jobs) > 0 {
-		go c.runBatch(context.WithoutCancel(ctx), b)
+	if len(b.jobs) == 0 {
+		return ws
+	}
+	bctx, stop := c.life.detach(ctx)
+	if !c.life.goBackground(func() { defer stop(); c.runBatch(bctx, b) }) {
+		stop()
+		for _, j := range b.jobs {
+			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+		}
 	}
 	return ws
 }
@@ -162,7 +168,7 @@ func (c *Cache[T]) runBatch(ctx context.Context, b *batch[T]) {
 		// Busy, failed, or a value that does not decode: Fetch's miss path
 		// takes it from this reply, and computes it alone if it takes over.
 		j.first, j.compute = res, one(j.key, b.compute)
-		c.startFlight(ctx, j, b.bad[i], false, false)
+		c.startFlight(ctx, j)
 	}
 	if len(failed) > 0 {
 		c.lockFailed(ctx, failed, errs, token, b.compute)
@@ -194,13 +200,13 @@ func (c *Cache[T]) lockMany(ctx context.Context, b *batch[T], token string) []lo
 		for _, i := range g {
 			ks := b.jobs[i].ks
 			keys = append(keys, ks.value, ks.lock, ks.errs)
-			args = append(args, b.bad[i])
+			args = append(args, b.jobs[i].bad)
 		}
 		calls[gi] = scriptCall{fetchManyScript, keys, args}
 	}
-	_ = c.admit(ctx) // ctx is never done
+	_ = c.attempts.take(ctx) // ctx is never done
 	cmds := c.runPipelined(ctx, calls)
-	c.done()
+	c.attempts.give()
 	out := make([]lockReply, len(b.jobs))
 	for gi, g := range groups {
 		res, err := cmds[gi].Slice()
@@ -223,7 +229,7 @@ func (c *Cache[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, t
 	var undo []scriptCall
 	var down []*job[T]
 	for i, j := range js {
-		if !redisutil.NeverSent(errs[i]) {
+		if redisutil.MayHaveRun(errs[i]) {
 			undo = append(undo, releaseCall(j.ks, token, c.publish))
 		}
 		if c.opts.computeIfDown && unreachable(errs[i]) {
@@ -233,9 +239,7 @@ func (c *Cache[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, t
 		c.flights.end(j.flight, j.cl, outcome{err: fmt.Errorf("dogpile: fetch %q: %w", j.key, errs[i])})
 	}
 	if len(undo) > 0 {
-		dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		c.runPipelined(dctx, undo)
-		cancel()
+		c.rollback(ctx, undo...)
 	}
 	if len(down) > 0 {
 		c.computeLocalMany(ctx, down, compute)

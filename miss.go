@@ -2,10 +2,8 @@ package dogpile
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -19,14 +17,6 @@ import (
 // caller holds the lock, so that Fetch, Refresh and background refreshes
 // share it and do their own computing.
 
-// Replies of fetchScript (the first element of its array reply).
-const (
-	replyValue  = 0 // {0, value}: the value is there
-	replyLocked = 1 // {1}: the caller holds the compute lock
-	replyBusy   = 2 // {2, holder, pttl}: another holder computes
-	replyFailed = 3 // {3, text}: the compute of the awaited holder failed
-)
-
 // A missEnd says how a miss ended without an error.
 type missEnd int
 
@@ -35,10 +25,6 @@ const (
 	missHeld                 // this process holds the compute lock and must compute
 	missDown                 // Redis is unreachable and WithComputeWhenDown is set
 )
-
-// pushWaitCap bounds one wait for a push wake-up, so that a lost message
-// costs at most this much latency even when the holder's lease is long.
-const pushWaitCap = 2 * time.Second
 
 // A miss is the state of one process's miss for one key.
 type miss[T any] struct {
@@ -58,12 +44,9 @@ type miss[T any] struct {
 	// round trip on a subscription first. A waiter then runs the script once
 	// more after subscribing (a value stored in between would otherwise be
 	// missed), so it costs three commands (GET, script, script; the value
-	// comes with the wake-up, see storedBy). On error, fall back to polling
-	// within the holder's lease.
-	sub        *wake.Sub
-	subscribed bool
-	backoff    time.Duration // between polls when there is no subscription
-	timer      *time.Timer
+	// comes with the wake-up, see storedBy). The wait policy is every
+	// waiter's (see wake.Waiter).
+	w wake.Waiter
 
 	// The wait for another process's compute, for its events.
 	waited    bool
@@ -81,28 +64,33 @@ func (c *Cache[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T]
 	}
 	return &miss[T]{force: f,
 		c: c, ks: ks, key: key, bad: bad,
-		token:   redisutil.Token(),
-		backoff: 5 * time.Millisecond,
-		timer:   time.NewTimer(time.Hour), // Reset before use; since Go 1.23 Reset drops a stale tick
+		token: redisutil.Token(),
+		w:     wake.NewWaiter(c.client, pollMin, pollMax),
 	}
 }
 
+// Bounds of the backoff between polls of a miss without a subscription:
+// short, since the value a fleet waits for may come at any moment, and
+// never past the holder's lease.
+const (
+	pollMin = 5 * time.Millisecond
+	pollMax = 200 * time.Millisecond
+)
+
 // close releases the miss's subscription and timer.
-func (m *miss[T]) close() {
-	m.sub.Close()
-	m.timer.Stop()
-}
+func (m *miss[T]) close() { m.w.Close() }
 
 // restart makes m look again as a newcomer, after the lock it won was lost.
 func (m *miss[T]) restart() {
 	m.token, m.seen, m.bad = redisutil.Token(), "", ""
-	m.subscribed = false
+	m.w.Watch(context.Background(), "") // a newcomer subscribes once it finds a holder
 }
 
 // waitEnd reports how the wait that resolve ended with end (and err)
 // ended: a value after a push or a poll, the lock taken over, the holder's
-// compute failed, the wait timed out, or Redis failed.
-func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error) {
+// compute failed, the wait timed out, or Redis failed; notFound, that the
+// answer is "not found" (an error or a tombstone).
+func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error, notFound bool) {
 	w := m.lastWake
 	switch {
 	case w == WakeFailed:
@@ -113,7 +101,8 @@ func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error) {
 	case err != nil || end == missDown:
 		w = WakeError
 	}
-	m.c.emit(m.waitCtx, Event{Kind: EventWaitEnd, Key: m.key, Took: time.Since(m.waitStart), Wake: w, Err: err})
+	m.c.emit(m.waitCtx, Event{Kind: EventWaitEnd, Key: m.key, Took: time.Since(m.waitStart), Wake: w, Err: err,
+		NotFound: notFound})
 	m.waited = false
 }
 
@@ -128,13 +117,13 @@ func (m *miss[T]) takeover() bool { return m.seen != "" }
 func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err error) {
 	defer func() {
 		if m.waited {
-			m.waitEnd(end, wctx, err)
+			m.waitEnd(end, wctx, err, errors.Is(err, ErrNotFound) || isTombstone(b))
 		}
 	}()
 	for {
 		res, err := m.try(wctx)
 		if err != nil {
-			return m.failed(ctx, wctx, err)
+			return m.failed(wctx, err)
 		}
 		switch kind, _ := at[int64](res, 0); kind {
 		case replyValue:
@@ -149,8 +138,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 			// The script found no value in the same atomic step that took
 			// the lock, so there is nothing to re-check: another process
 			// that stored the value between our GET and now was seen above.
-			m.sub.Close()
-			m.sub = nil
+			m.w.Watch(ctx, "") // the holder needs no wake-ups
 			return missHeld, nil, nil
 		case replyBusy:
 			b, err := m.wait(wctx, res)
@@ -177,22 +165,22 @@ func (m *miss[T]) try(wctx context.Context) ([]any, error) {
 		m.first = nil
 		return res, nil
 	}
-	if err := m.c.admit(wctx); err != nil {
+	if err := m.c.attempts.take(wctx); err != nil {
 		return nil, err
 	}
-	defer m.c.done()
+	defer m.c.attempts.give()
 	m.sent = time.Now()
 	return m.c.run(wctx, fetchScript, []string{m.ks.value, m.ks.lock, m.ks.errs},
 		m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
 }
 
 // failed handles a fetchScript call that got no reply.
-func (m *miss[T]) failed(ctx, wctx context.Context, err error) (missEnd, []byte, error) {
+func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, error) {
 	// The script may have run even though we saw no reply (a timeout, a
 	// cancelled wait, a broken connection): undo a lock it may have taken,
 	// so no process waits a lease for nothing.
-	if !redisutil.NeverSent(err) {
-		m.c.release(ctx, m.ks, m.token)
+	if redisutil.MayHaveRun(err) {
+		m.c.rollback(wctx, releaseCall(m.ks, m.token, m.c.publish))
 	}
 	if wctx.Err() != nil {
 		return missValue, nil, waitErr(wctx, m.key)
@@ -209,10 +197,8 @@ func (m *miss[T]) failed(ctx, wctx context.Context, err error) (missEnd, []byte,
 func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	m.seen, _ = at[string](res, 1)
 	pttl, _ := at[int64](res, 2)
-	if !m.subscribed {
-		m.subscribed = true
-		var err error
-		if m.sub, err = wake.Subscribe(wctx, m.c.client, m.ks.channel); err != nil && wctx.Err() != nil {
+	if m.w.Watch(wctx, m.ks.channel) {
+		if wctx.Err() != nil {
 			return nil, waitErr(wctx, m.key)
 		}
 		return nil, nil // look again, now that no store can go unnoticed
@@ -226,24 +212,17 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	}
 	// Each wait is bounded by the holder's remaining lease: a lost message,
 	// or a holder that died, costs at most that long.
-	d := redisutil.Wait(pttl, pushWaitCap)
-	if m.sub != nil {
-		d = min(d, pushWaitCap) + rand.N(time.Millisecond)
-	} else {
-		d = min(d, m.backoff)
-		m.backoff = min(2*m.backoff, 200*time.Millisecond)
-	}
-	m.timer.Reset(d)
-	select {
-	case <-wctx.Done():
+	woken, err := m.w.Wait(wctx, redisutil.Wait(pttl, wake.PushCap))
+	switch {
+	case err != nil:
 		return nil, waitErr(wctx, m.key)
-	case <-m.sub.Wake():
+	case woken == wake.Pushed:
 		m.c.stats.push.Add(1)
 		m.lastWake = WakePush
-		if b, ok := m.c.storedBy(m.seen, m.sub.Payload()); ok {
+		if b, ok := m.c.storedBy(m.seen, m.w.Payload()); ok {
 			return b, nil
 		}
-	case <-m.timer.C:
+	default:
 		m.c.stats.poll.Add(1)
 		m.lastWake = WakePoll
 	}
@@ -278,12 +257,8 @@ const maxWakeValue = 64 << 10
 // does a payload replaced by a later message (Set, Delete) before we read
 // it: Payload keeps the latest.
 func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
-	rest, ok := strings.CutPrefix(payload, "v")
-	if !ok || holder == "" {
-		return nil, false
-	}
-	token, value, ok := strings.Cut(rest, ":")
-	if !ok || token != holder {
+	token, value, ok := wake.StoredValue(payload)
+	if !ok || holder == "" || token != holder {
 		return nil, false
 	}
 	b := []byte(value)
@@ -293,17 +268,11 @@ func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
 	return b, true
 }
 
-func sha1hex(b []byte) string {
-	sum := sha1.Sum(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// at returns res[i] as an E, or false.
-func at[E any](res []any, i int) (E, bool) {
-	var zero E
-	if i >= len(res) {
-		return zero, false
+// waitErr is the error of a flight whose wait context ended: the wait
+// timeout (see WithWaitTimeout), or every caller left.
+func waitErr(wctx context.Context, key string) error {
+	if errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("dogpile: wait for %q: %w", key, context.DeadlineExceeded)
 	}
-	e, ok := res[i].(E)
-	return e, ok
+	return wctx.Err()
 }

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // A child is the test binary re-executed in one mode of childMain.

@@ -3,7 +3,6 @@ package dogpile
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -95,7 +94,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 	var once sync.Once
 	var err error
 	fetched := make(chan struct{})
-	a.near.t.afterIdle = func() { // set before the tracker starts
+	a.near.t.AfterIdle = func() { // set before the tracker starts
 		once.Do(func() {
 			go func() {
 				defer close(fetched)
@@ -108,7 +107,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 		fetchNear(t, a, k)
 	}
 	flushes := a.Stats().NearFlushes
-	a.near.t.lastUse.Store(math.MinInt64 / 2) // idle at the next tick
+	a.near.t.Idle() // idle at the next tick
 	<-fetched
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/redis/go-redis/v9"
 )
 
 // newNearCache returns a Cache with a near tier whose tracker is stopped
@@ -30,8 +30,8 @@ func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts
 
 // stopTracking makes c's tracker find the Cache idle and waits for it.
 func stopTracking[T any](c *Cache[T]) {
-	c.near.t.lastUse.Store(math.MinInt64 / 2)
-	c.near.t.wg.Wait()
+	c.near.t.Idle()
+	c.near.t.Wait()
 }
 
 // eventually polls cond until it holds, failing the test after 10 s.
@@ -72,14 +72,17 @@ func fetchValue[T any](t *testing.T, c *Cache[T], key string) T {
 }
 
 // getCalls is how many GETs the server has run (INFO commandstats).
-func getCalls(t *testing.T, rdb redis.UniversalClient) int {
+func getCalls(t *testing.T, rdb redis.UniversalClient) int { return commandCalls(t, rdb, "get") }
+
+// commandCalls is how many times the server has run the command called name.
+func commandCalls(t *testing.T, rdb redis.UniversalClient, name string) int {
 	t.Helper()
 	info, err := rdb.Info(t.Context(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(info) {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_get:calls="); ok {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+name+":calls="); ok {
 			n := 0
 			for _, r := range rest {
 				if r < '0' || r > '9' {
@@ -183,7 +186,7 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var held sync.Mutex
-	a.near.t.beforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	a.near.t.BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
 	for _, w := range []struct {
 		name, want string
 		write      func() error
@@ -220,7 +223,7 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 			b := New[string](s.Client(t), prefix(t))
 			ctx := t.Context()
 			gate := make(chan struct{})
-			a.near.t.beforeSession = func() { <-gate }
+			a.near.t.BeforeSession = func() { <-gate }
 			if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -353,17 +356,16 @@ func TestNearCacheBounded(t *testing.T) {
 // read's reply.
 func TestNearCacheTicketRace(t *testing.T) {
 	a := New[string](nopClient(t), WithNearCache(10))
-	x := &a.near.x
-	x.setUp(true)
+	x := a.near.x
+	x.SetUp(true)
 	vk := a.valueKey("k")
 	cases := []struct {
 		name      string
 		meanwhile func()
 	}{
-		{"invalidation", func() { x.invalidate([]string{vk}) }},
+		{"invalidation", func() { x.Invalidate([]string{vk}) }},
 		{"other key", func() {}},
-		{"flush", x.flush},
-		{"down and up", func() { x.setUp(false); x.setUp(true) }},
+		{"down and up", func() { x.SetUp(false); x.SetUp(true) }},
 		{"own write", func() { a.nearForget(vk) }},
 	}
 	for _, tc := range cases {
@@ -398,6 +400,7 @@ func TestNearCacheDegrades(t *testing.T) {
 		}
 		return a.Stats().NearOff
 	})
+	eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
 	if err := rdb.Del(ctx, a.valueKey("k")).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +450,7 @@ func TestNearCacheSilentServer(t *testing.T) {
 	flushes := a.Stats().NearFlushes
 	s.Pause()
 	eventually(t, "the flush while the server is silent", func() bool {
-		a.near.t.use(nearNow()) // in use (a Fetch would block once the tier is off)
+		a.near.t.Use(near.Now()) // in use (a Fetch would block once the tier is off)
 		return a.Stats().NearFlushes > flushes
 	})
 	s.Resume()
@@ -502,33 +505,6 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 	}
 }
 
-// TestNearRefusal: only a lasting refusal of CLIENT TRACKING turns the near
-// tier off for good; a server busy with a script, loading, or in a
-// failover is tried again.
-func TestNearRefusal(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{replyErr("ERR unknown subcommand 'TRACKING'"), true},
-		{replyErr("NOPERM this user has no permissions to run the 'client' command"), true},
-		{replyErr("BUSY Redis is busy running a script"), false},
-		{replyErr("LOADING Redis is loading the dataset in memory"), false},
-		{replyErr("MASTERDOWN Link with MASTER is down"), false},
-		{io.EOF, false},
-	} {
-		if got := refusal(tc.err); got != tc.want {
-			t.Errorf("refusal(%v) = %v; want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
-// replyErr is an error reply, as go-redis returns them (a redis.Error).
-type replyErr string
-
-func (e replyErr) Error() string { return string(e) }
-func (replyErr) RedisError()     {}
-
 // TestNearCacheInvalidateEvents: the observer hears of each key Redis
 // invalidates, a raw SET by another client included, and of the flush when
 // the tracking connection drops (Key empty); a key with a brace is named by
@@ -570,4 +546,116 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the flush", heard(""))
+}
+
+// TestNearCacheForgedInvalidations: a client that PUBLISHes to the
+// invalidation channel flushes no near tier (issue 27: 5 publishes gave 5
+// flushes) and removes no key: Redis's own invalidations are arrays of
+// keys, which a PUBLISH cannot send.
+func TestNearCacheForgedInvalidations(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	raw := s.Client(t)
+	ctx := t.Context()
+	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	before := a.Stats()
+	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
+		if err := raw.Publish(ctx, near.InvalidateChannel, payload).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A real write after the publishes: once its invalidation is applied,
+	// so were the messages before it (one connection, in order).
+	if err := raw.Set(ctx, a.valueKey("marker"), "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the marker's invalidation", func() bool { return a.Stats().NearInvalidations > before.NearInvalidations })
+	if s := a.Stats(); s.NearFlushes != before.NearFlushes || s.NearInvalidations != before.NearInvalidations+1 {
+		t.Errorf("after 5 forged messages: %d flushes, %d invalidations; want %d, %d",
+			s.NearFlushes, s.NearInvalidations, before.NearFlushes, before.NearInvalidations+1)
+	}
+	if !a.nearHas("k") {
+		t.Error("a forged message removed k from the near tier")
+	}
+}
+
+// TestNearCacheACLWithoutChannels: a Redis 7 ACL user allowed the cache's
+// own channels (its wake-ups) but not the invalidation channel (Redis 7's
+// default is resetchannels) cannot receive invalidations: the tier turns
+// off once, logged and in Stats.NearOff, instead of reconnecting for ever
+// with nothing said (issue 27).
+func TestNearCacheACLWithoutChannels(t *testing.T) {
+	s := redistest.StartServer(t)
+	ctx := t.Context()
+	channels := "&" + t.Name() + ":*"
+	if err := s.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">secret", "~*", "+@all", "resetchannels", channels).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "secret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var buf syncBuffer
+	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NearOff", func() bool {
+		if v := fetchValue(t, a, "k"); v != "v1" {
+			t.Fatalf("Fetch = %q; want v1", v)
+		}
+		return a.Stats().NearOff
+	})
+	eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
+	if n := strings.Count(buf.String(), "near cache off"); n != 1 || !strings.Contains(buf.String(), "NOPERM") {
+		t.Errorf("logged %d times, or without the server's reason; want once, with NOPERM:\n%s", n, buf.String())
+	}
+	if s := a.Stats(); s.NearHits != 0 {
+		t.Errorf("NearHits = %d without invalidations; want 0", s.NearHits)
+	}
+}
+
+// TestFetchManyUsesNearTier: FetchMany answers keys the near tier holds
+// without a round trip, and fills it with the keys it reads (issue 20: 10
+// FetchMany calls of near-cached keys made 10 reads and 0 near hits).
+func TestFetchManyUsesNearTier(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	a := newNearCache[string](t, rdb, 100)
+	ctx := t.Context()
+	keys := []string{"a", "b", "c"}
+	for _, k := range keys {
+		if err := a.Set(ctx, k, "v-"+k, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetchNear(t, a, "a") // tracking is up from here
+	many := func() map[string]string {
+		got, err := a.FetchMany(ctx, keys, time.Minute, func(context.Context, []string) (map[string]string, error) {
+			return nil, errors.New("compute called for cached keys")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	many() // fills the tier
+	before, reads := a.Stats().NearHits, commandCalls(t, rdb, "mget")
+	for range 10 {
+		if got := many(); len(got) != 3 || got["b"] != "v-b" {
+			t.Fatalf("FetchMany = %v", got)
+		}
+	}
+	if n := a.Stats().NearHits - before; n != 30 {
+		t.Errorf("10 FetchMany of 3 near-cached keys: %d near hits; want 30", n)
+	}
+	if n := commandCalls(t, rdb, "mget") - reads; n != 0 {
+		t.Errorf("they ran %d MGETs; want 0", n)
+	}
+	if err := a.Set(ctx, "b", "new", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := many(); got["b"] != "new" {
+		t.Errorf("FetchMany after Set = %v; want b: new", got)
+	}
 }

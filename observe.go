@@ -3,6 +3,7 @@ package dogpile
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +21,17 @@ type Event struct {
 	// Keys are the keys of a FetchMany compute (ComputeStart, ComputeEnd):
 	// one compute call for them all, so one event; Key is then the first.
 	Keys []string
+	// Tags are the tags of an InvalidateTag (EventInvalidateTag). Tags come
+	// from data, as keys do: never put them in a metric's attributes.
+	Tags []string
 	// Stale reports a hit on a value past its TTL (see [WithStale]).
 	Stale bool
+	// NotFound reports that the answer is "not found" (see [ErrNotFound]):
+	// a cached tombstone (EventHit), a compute that found nothing
+	// (EventMiss; EventComputeEnd, whose Err is then compute's not-found
+	// error), or an awaited compute that found nothing (EventWaitEnd, with
+	// WakeFailed). Not found is an answer, not a failure.
+	NotFound bool
 	// Near reports a hit answered from process memory (see
 	// [WithNearCache]), without a round trip to Redis.
 	Near bool
@@ -54,6 +64,9 @@ const (
 	// Redis's invalidations: keep the observer fast, or invalidations queue
 	// behind it. A key with a brace is reported as the Redis key holding it.
 	EventInvalidate
+	// EventInvalidateTag: an InvalidateTag of Tags, which took Took, made
+	// every value tagged with them a miss (see [Cache.InvalidateTag]).
+	EventInvalidateTag
 )
 
 // A Wake tells how a wait for another process's compute ended.
@@ -85,6 +98,63 @@ func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 	return optionFunc(func(o *options) { o.observer = f })
 }
 
+// Stats are counters of a Cache since New. All counts are per process.
+// Most count the events an observer receives (see [WithObserver]): Hits,
+// Stale and NearHits count EventHit; Misses, EventMiss; NotFound, either
+// with NotFound set; Computes and
+// Refreshes, EventComputeStart; ComputeErrors, EventComputeEnd with an
+// error; Waits, EventWaitStart; RemoteErrors, EventWaitEnd with WakeFailed;
+// NearInvalidations and NearFlushes, EventInvalidate. The others have no
+// event of their own: PushWakeups and PollWakeups count each wake-up
+// within a wait (a wait may have several), Takeovers, DecodeErrors,
+// Shared and Unavailable count where they happen, and NearOff is logged.
+type Stats struct {
+	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
+	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
+	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
+	Waits         uint64 // flights that waited for another process's compute
+	PushWakeups   uint64 // wake-ups of waits by a pub/sub message
+	PollWakeups   uint64 // wake-ups of waits by the holder's lease running out (no message)
+	Takeovers     uint64 // compute locks won after the previous holder vanished without a result
+	DecodeErrors  uint64 // stored values that did not decode (treated as misses)
+	ComputeErrors uint64 // compute calls that returned an error or panicked
+	Shared        uint64 // Fetch calls that joined a flight already running in this process
+	RemoteErrors  uint64 // flights told that another process's compute failed
+	Stale         uint64 // hits answered with a value past its TTL (WithStale)
+	NotFound      uint64 // calls (and FetchMany keys) answered "not found": a tombstone (in Hits too) or a compute that found nothing (in Misses too); not in Stale, ComputeErrors or RemoteErrors
+	Refreshes     uint64 // background refreshes (stale or early) this process computed
+	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
+
+	// The near tier (see WithNearCache).
+	NearHits          uint64 // hits answered from process memory (counted in Hits too)
+	NearInvalidations uint64 // keys Redis reported written, expired or evicted
+	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
+	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
+}
+
+type counters struct {
+	hits, misses, computes, waits, push, poll, takeovers,
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits atomic.Uint64
+	nearOff atomic.Bool
+}
+
+// Stats returns a snapshot of the Cache's counters.
+func (c *Cache[T]) Stats() Stats {
+	s := &c.stats
+	st := Stats{
+		Hits: s.hits.Load(), Misses: s.misses.Load(), Computes: s.computes.Load(),
+		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
+		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
+		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
+		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearOff: s.nearOff.Load(),
+	}
+	if c.near != nil {
+		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
+	}
+	return st
+}
+
 // emit is where every Event goes: the Stats counters, then the observer.
 // It returns the context to use from here (see WithObserver).
 func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
@@ -98,21 +168,27 @@ func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
 		if e.Near {
 			s.nearHits.Add(1)
 		}
+		if e.NotFound {
+			s.notFound.Add(1)
+		}
 	case EventMiss:
 		s.misses.Add(1)
+		if e.NotFound {
+			s.notFound.Add(1)
+		}
 	case EventComputeStart:
 		s.computes.Add(1)
 		if e.Refresh {
 			s.refreshes.Add(1)
 		}
 	case EventComputeEnd:
-		if e.Err != nil {
+		if e.Err != nil && !e.NotFound {
 			s.computeErrors.Add(1)
 		}
 	case EventWaitStart:
 		s.waits.Add(1)
 	case EventWaitEnd:
-		if e.Wake == WakeFailed {
+		if e.Wake == WakeFailed && !e.NotFound {
 			s.remoteErrors.Add(1)
 		}
 	}

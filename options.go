@@ -19,6 +19,8 @@ func (f optionFunc) apply(o *options) { f(o) }
 type options struct {
 	prefix        string
 	codec         Codec
+	maxValue      int // WithMaxValueSize
+	compressMin   int // WithCompression; 0: never
 	lease         time.Duration
 	waitTimeout   time.Duration
 	maxCompute    time.Duration
@@ -26,6 +28,7 @@ type options struct {
 
 	stale        time.Duration // WithStale: how long past its TTL a value is served
 	beta         float64       // WithEarlyRefresh; 0: off
+	jitter       float64       // WithTTLJitter; 0: none
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
 	refreshRetry time.Duration // WithRefreshRetry
 
@@ -36,7 +39,7 @@ type options struct {
 }
 
 func buildOptions(opts []Option) options {
-	o := options{prefix: defaultPrefix, codec: MsgPack, lease: defaultLease, refreshRetry: defaultRefreshRetry}
+	o := options{prefix: defaultPrefix, codec: MsgPack, maxValue: defaultMaxValue, lease: defaultLease, refreshRetry: defaultRefreshRetry}
 	for _, opt := range opts {
 		opt.apply(&o)
 	}
@@ -65,11 +68,42 @@ func WithCodec(codec Codec) Option {
 	return optionFunc(func(o *options) { o.codec = codec })
 }
 
+// WithMaxValueSize bounds the size of an encoded value, n bytes. A larger
+// one is not sent to Redis: Set returns an error matching [ErrInvalid] that
+// names its size, and Fetch returns the computed value with that error
+// (FetchMany fails the key). Redis refuses a value above its
+// proto-max-bulk-len (512 MiB by default) only after it has read it all,
+// and closes the connection. The default is 64 MiB. WithMaxValueSize
+// panics if n is not positive.
+func WithMaxValueSize(n int) Option {
+	if n <= 0 {
+		panic(fmt.Sprintf("dogpile: max value size %d is not positive (a programmer error)", n))
+	}
+	return optionFunc(func(o *options) { o.maxValue = n })
+}
+
+// WithCompression compresses, with S2 (github.com/klauspost/compress), the
+// encoding of any value longer than minBytes, when that makes it shorter:
+// less memory in Redis and on the wire (and more values small enough to
+// ride with their wake-up), for some CPU on each store and each read from
+// Redis (a near hit decodes nothing). Compressed entries are marked in
+// their header: a process running a dogpile without compression reads
+// them as a miss, recomputes and overwrites them, never as garbage. The
+// default is no compression. WithCompression panics if minBytes is
+// negative.
+func WithCompression(minBytes int) Option {
+	if minBytes < 0 {
+		panic(fmt.Sprintf("dogpile: compression threshold %d is negative (a programmer error)", minBytes))
+	}
+	return optionFunc(func(o *options) { o.compressMin = max(minBytes, 1) })
+}
+
 // WithLease sets the lease of the compute lock: how long a process that
 // computes a value holds the lock in Redis without renewing it. The lease
-// is renewed every third of its length while compute runs, so a slow
-// compute is never taken over, while a process that dies (or cannot reach
-// Redis) loses the lock, and another process takes over, within one lease.
+// is renewed every third of its length while compute runs (a failed
+// renewal is retried at once, with backoff), so a slow compute is never
+// taken over, while a process that dies (or cannot reach Redis for a whole
+// lease) loses the lock, and another process takes over, within one lease.
 // The default is 5 seconds. WithLease panics if d is below 10ms.
 func WithLease(d time.Duration) Option {
 	if d < 10*time.Millisecond {
@@ -79,10 +113,10 @@ func WithLease(d time.Duration) Option {
 }
 
 // WithMaxCompute bounds how long one compute may keep the compute lock.
-// compute's context ends after d, and the lease is no longer renewed past
-// d, so a compute that hangs (and ignores its context) is taken over by
-// another process within one lease after d, instead of blocking every
-// process's callers for as long as it hangs. A compute that ends past d is
+// The lease is not renewed past d after the lock was taken, and compute's
+// context ends just before, so a compute that hangs (and ignores its
+// context) is taken over by another process from then on, instead of
+// blocking every process's callers for as long as it hangs. A compute that ends past d is
 // still returned to its own callers, but stores nothing if another process
 // took over. The default is no bound. WithMaxCompute panics if d is not
 // positive.
@@ -115,21 +149,16 @@ func WithComputeWhenDown() Option {
 	return optionFunc(func(o *options) { o.computeIfDown = true })
 }
 
-// WithStale keeps each value in Redis for max past its TTL, and serves it
-// during that time: a Fetch that finds a value past its TTL returns it at
-// once and starts a refresh in the background. One process in the fleet
-// refreshes (the compute lock decides; in a process, one flight); the others
-// keep serving the stale value until the new one is stored. Callers of a key
-// with no value at all still wait for its compute, woken by push.
-//
-// A refresh that fails (an error, a panic, a WithMaxCompute timeout) leaves
-// the stale value in place, served until TTL + max; no process refreshes the
-// key again for the retry interval (see [WithRefreshRetry]), so a failing
-// backend sees at most one call per key per interval from the whole fleet.
-// Staleness is judged by Redis's clock: the remaining PTTL is read with the
-// value, in the same round trip (a hit costs a GET and a PTTL, pipelined).
-// Stale answers are counted in [Stats].Stale. WithStale panics if max is not
-// positive.
+// WithStale keeps each value in Redis for max past its TTL and serves it
+// meanwhile: a Fetch that finds a value past its TTL returns it at once and
+// starts a refresh in the background, which one process in the fleet runs
+// (the compute lock decides). Callers of a key with no value at all still
+// wait for its compute. A refresh that fails (an error, a panic, a
+// [WithMaxCompute] timeout) leaves the stale value served until TTL + max,
+// and no process refreshes the key again for the [WithRefreshRetry]
+// interval. Staleness is judged by Redis's clock: a hit reads the PTTL with
+// the value, pipelined. Stale answers are counted in [Stats].Stale.
+// WithStale panics if max is not positive.
 func WithStale(max time.Duration) Option {
 	if max <= 0 {
 		panic(fmt.Sprintf("dogpile: stale window %v is not positive (a programmer error)", max))
@@ -137,36 +166,36 @@ func WithStale(max time.Duration) Option {
 	return optionFunc(func(o *options) { o.stale = max })
 }
 
-// WithEarlyRefresh refreshes a value in the background before its TTL runs
-// out, so that callers of a hot key never wait for a compute: XFetch
-// (Vattani, Chierichetti and Lowenstein, VLDB 2015), with the fleet-wide
-// compute lock so that only one process refreshes. A value is refreshed once
-// its remaining TTL falls below gap = δ·β·(2 − ln u), where δ is how long
-// its refresh took (the compute and the lock's and store's round trips) and u
-// is uniform in (0, 1]; the gap is capped at a third of the TTL, so a key is
-// computed at most 1.5 times per TTL period (about 1.25 when δ is a tenth of
-// the TTL).
-//
-// Unlike the paper, the gap is drawn once per stored value (by the process
-// that stores it, and kept in the entry), not on each read. Drawn on each
-// read, the chance that some read refreshes early grows with the call rate:
-// at thousands of calls a second the refresh starts near δ·β·ln(rate·δ)
-// before expiry, several times a TTL period. With one draw per value, every
-// process agrees on one refresh point, which neither drifts earlier with
-// load nor comes later than 2·δ·β before expiry. The floor leaves with β ≥ 1
-// a whole δ of slack for a refresh that starts late or computes slower than
-// the last: with a floor of δ·β, callers waited at one or two expiries in
-// every run of 21 TTL periods (2 processes, 2,700 calls/s, TTL 300ms, compute
-// 30ms); with 2·δ·β, at none in 6 runs, for 1.2 computes per period instead
-// of 1.1. The draw also spreads the refreshes of many keys stored at the same
-// moment. beta 1 is the paper's default; a larger beta refreshes earlier. A
-// hit costs a GET and a PTTL, pipelined.
-// WithEarlyRefresh panics if beta is not positive.
+// WithEarlyRefresh refreshes a hot key's value in the background shortly
+// before its TTL runs out, so that its callers never wait for a compute:
+// XFetch (Vattani, Chierichetti and Lowenstein, VLDB 2015), run by one
+// process in the fleet (the compute lock decides). The refresh point is
+// drawn once per stored value, δ·β·(2 − ln u) before expiry, where δ is how
+// long the last refresh took and u is uniform in (0, 1], and is capped at a
+// third of the TTL: at most 1.5 computes per TTL period. A larger beta
+// refreshes earlier; 1 is the paper's. With [WithStale] too, a refresh that
+// runs late costs a stale answer instead of a wait. A hit reads the PTTL
+// with the value, pipelined. WithEarlyRefresh panics if beta is not
+// positive.
 func WithEarlyRefresh(beta float64) Option {
 	if !(beta > 0) || math.IsInf(beta, 1) {
 		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number (a programmer error)", beta))
 	}
 	return optionFunc(func(o *options) { o.beta = beta })
+}
+
+// WithTTLJitter spreads every TTL a value is stored with (by Fetch,
+// FetchMany, Refresh, a background refresh, Set, and a not-found tombstone)
+// by a random amount of up to ±fraction of it, drawn once per stored
+// value, so that keys filled together (after a deploy, by one FetchMany)
+// do not all expire together. The stale window is added after the jitter,
+// and the early-refresh point is drawn from the jittered TTL.
+// WithTTLJitter panics unless 0 < fraction < 1.
+func WithTTLJitter(fraction float64) Option {
+	if !(fraction > 0 && fraction < 1) {
+		panic(fmt.Sprintf("dogpile: TTL jitter %v is not between 0 and 1 (a programmer error)", fraction))
+	}
+	return optionFunc(func(o *options) { o.jitter = fraction })
 }
 
 // WithNegativeTTL caches "not found": when compute returns an error matching

@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -24,14 +25,65 @@ func SetTTL(ctx context.Context, ttl time.Duration) {
 	}
 }
 
+// Tag, called by a compute function with the context it was given,
+// attaches tags to the value it returns (to every value of a FetchMany
+// call), so that [Cache.InvalidateTag] of any of them later makes the value
+// a miss, in every process (see there). Call Tag before reading the data
+// the value is computed from: an InvalidateTag that begins after Tag
+// returned voids the value even if it is stored later, and one that ended
+// before Tag was called is of no concern to it. Tag reads the tags' epochs
+// from Redis (one round trip, per node on a Cluster); if that fails, the
+// value is returned to its callers but not kept in the cache, which cannot
+// vouch for it. Empty tags are ignored. Tag does nothing on a context that
+// did not come from this package's compute call.
+func Tag(ctx context.Context, tags ...string) {
+	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
+		ro.tag(ctx, tags)
+	}
+}
+
 type resultKey struct{}
 
 // resultOpts holds what compute said about its result. compute may call
-// SetTTL from any goroutine, hence the mutex.
+// SetTTL and Tag from any goroutine, hence the mutex.
 type resultOpts struct {
 	mu  sync.Mutex
 	ttl time.Duration
 	ok  bool
+
+	tags   []string // see Tag, in the order given
+	seen   []string // each tag's epoch when it was tagged
+	vouch  bool     // false once an epoch could not be read
+	epochs func(ctx context.Context, tags []string) ([]string, error)
+}
+
+// tag adds the new ones of tags, with their epochs.
+func (r *resultOpts) tag(ctx context.Context, tags []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var fresh []string
+	for _, t := range tags {
+		if t != "" && !slices.Contains(r.tags, t) && !slices.Contains(fresh, t) {
+			fresh = append(fresh, t)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	e, err := r.epochs(ctx, fresh)
+	if err != nil {
+		r.vouch = false
+		e = make([]string, len(fresh))
+	}
+	r.tags, r.seen = append(r.tags, fresh...), append(r.seen, e...)
+}
+
+// tagged returns the tags of the result with the epochs seen, and whether
+// the cache can vouch for them.
+func (r *resultOpts) tagged() (tags, seen []string, vouch bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tags, r.seen, r.vouch
 }
 
 func (r *resultOpts) set(ttl time.Duration) {

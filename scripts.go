@@ -4,6 +4,9 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
@@ -37,6 +40,14 @@ local function look(vk, lk, ek, token, lease, seen, bad, force)
   return {1}
 end
 `
+
+// Replies of fetchScript (the first element of its array reply).
+const (
+	replyValue  = 0 // {0, value}: the value is there
+	replyLocked = 1 // {1}: the caller holds the compute lock
+	replyBusy   = 2 // {2, holder, pttl}: another holder computes
+	replyFailed = 3 // {3, text}: the compute of the awaited holder failed
+)
 
 // fetchScript is the miss path's one round trip for one key: look.
 // KEYS: value, lock, errs. ARGV: token, lease ms, awaited holder or "",
@@ -83,15 +94,23 @@ return 1
 // ARGV[5] bytes long, so that waiters need not read it again (see
 // Cache.storedBy); else it is "v". KEYS: value, lock, channel. ARGV: token,
 // value, ttl ms, PUBLISH or SPUBLISH, longest value to publish.
-var storeScript = redis.NewScript(`
+var storeScript = redis.NewScript(storeLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if ARGV[3] ~= '0' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
-redis.call('DEL', KEYS[2])
-local m = 'v'
-if #ARGV[2] <= tonumber(ARGV[5]) then m = 'v' .. ARGV[1] .. ':' .. ARGV[2] end
-redis.call(ARGV[4], KEYS[3], m)
-return 1
+return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
+
+// storeLua is storeScript's step, shared with storeTaggedScript; the lock
+// was checked.
+const storeLua = `
+local function store(vk, lk, ch, token, v, ttl, pub, maxwake)
+  if ttl ~= '0' then redis.call('SET', vk, v, 'PX', ttl) end
+  redis.call('DEL', lk)
+  local m = '` + wake.Stored + `'
+  if #v <= tonumber(maxwake) then m = m .. token .. ':' .. v end
+  redis.call(pub, ch, m)
+  return 1
+end
+`
 
 // failScript releases the lock after a failed compute, records the error
 // text under our token for waiters (for ARGV[3] ms) and wakes them, if the
@@ -108,7 +127,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[5]) end
 if ARGV[6] == 'drop' then redis.call('DEL', KEYS[5]) end
-redis.call(ARGV[4], KEYS[3], 'e')
+redis.call(ARGV[4], KEYS[3], '` + wake.Failed + `')
 return 1
 `)
 
@@ -118,7 +137,7 @@ return 1
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], KEYS[2], 'r')
+redis.call(ARGV[2], KEYS[2], '` + wake.Released + `')
 return 1
 `)
 
@@ -144,7 +163,7 @@ return n
 var setScript = redis.NewScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
-redis.call(ARGV[3], KEYS[3], 'v')
+redis.call(ARGV[3], KEYS[3], '` + wake.Stored + `')
 return 1
 `)
 
@@ -153,7 +172,7 @@ return 1
 // KEYS: value, lock, channel. ARGV: PUBLISH or SPUBLISH.
 var deleteScript = redis.NewScript(`
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call(ARGV[1], KEYS[3], 'd')
+redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
 return 1
 `)
 
@@ -167,4 +186,36 @@ func (c *Cache[T]) run(ctx context.Context, s *redis.Script, keys []string, args
 		return s.Eval(ctx, c.client, keys, args...)
 	}
 	return s.Run(ctx, c.client, keys, args...)
+}
+
+// at returns res[i] as an E, or false.
+func at[E any](res []any, i int) (E, bool) {
+	var zero E
+	if i >= len(res) {
+		return zero, false
+	}
+	e, ok := res[i].(E)
+	return e, ok
+}
+
+// rollback undoes, in the background, requests of this process whose
+// replies were lost (a lock attempt, a store) with undo, releases of the
+// token they may have left holding a lock: the way the lock package undoes
+// its lost acquires too (see redisutil.Rollback). ctx's end means that no
+// caller waits any more.
+func (c *Cache[T]) rollback(ctx context.Context, undo ...scriptCall) {
+	redisutil.Rollback(ctx, func(ctx context.Context) { c.runPipelined(ctx, undo) })
+}
+
+// release gives up the lock if it still holds token, and wakes waiters.
+func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
+	ctx, cancel := redisutil.Detached(ctx)
+	defer cancel()
+	sc := releaseCall(ks, token, c.publish)
+	_ = c.run(ctx, sc.s, sc.keys, sc.args...).Err()
+}
+
+// releaseCall is the script call of release.
+func releaseCall(ks keys, token, publish string) scriptCall {
+	return scriptCall{releaseScript, []string{ks.lock, ks.channel}, []any{token, publish}}
 }

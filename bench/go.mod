@@ -2,11 +2,9 @@ module github.com/dogpile-go/dogpile/bench
 
 go 1.26.0
 
-replace github.com/dogpile-go/dogpile => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dogpile-go/dogpile v0.0.0
+	github.com/dogpile-go/dogpile v0.1.0
 	github.com/dtm-labs/rockscache v0.1.1
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1

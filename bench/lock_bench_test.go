@@ -157,6 +157,10 @@ func BenchmarkMutex(b *testing.B) {
 	for _, sc := range []mutexScenario{
 		{name: "uncontended-G1", g: 1},
 		{name: "uncontended-G16", g: 16},
+		// As users write it (issue 26's outside harness): the client's
+		// default pool, no command-counting hook, a new mutex per call.
+		{name: "uncontended-G1-as-users-call", g: 1, asUsers: true},
+		{name: "uncontended-G16-as-users-call", g: 16, asUsers: true},
 		{name: "contended-G8-hold1ms", g: 8, hold: time.Millisecond, same: true, clients: 1},
 		{name: "contended-G8-8clients-hold1ms", g: 8, hold: time.Millisecond, same: true, clients: 8},
 	} {
@@ -183,6 +187,10 @@ type mutexScenario struct {
 	// role, if set, names goroutine i's role; waits are then also
 	// reported per role ("<role>-wait-p99-ms").
 	role func(i int) string
+	// asUsers calls the library as an application does: go-redis's
+	// default pool size, no hook, a new locker (lock.NewMutex,
+	// redislock.New, redsync's NewMutex) for every Lock.
+	asUsers bool
 }
 
 // runMutex runs b.N Lock+Unlock cycles spread over g goroutines and reports
@@ -195,9 +203,15 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 	var cmds traffic
 	clients := make([]*redis.Client, max(sc.clients, 1))
 	for i := range clients {
-		clients[i] = redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2*g/len(clients) + 1})
+		o := &redis.Options{Addr: addr, PoolSize: 2*g/len(clients) + 1}
+		if sc.asUsers {
+			o.PoolSize = 0 // go-redis's default
+		}
+		clients[i] = redis.NewClient(o)
 		defer clients[i].Close()
-		countCommands(clients[i], &cmds)
+		if !sc.asUsers {
+			countCommands(clients[i], &cmds)
+		}
 	}
 	name := fmt.Sprintf("bench:%s:%s:%d", sc.name, lib.name, time.Now().UnixNano())
 	lockers := make([]locker, g)
@@ -208,6 +222,12 @@ func runMutex(b *testing.B, addr string, lib mutexLib, sc mutexScenario) {
 			n = fmt.Sprintf("%s:%d", name, i)
 		}
 		lockers[i] = lib.newLocker(clients[i%len(clients)], n, i)
+		if sc.asUsers {
+			rdb := clients[i%len(clients)]
+			lockers[i] = func(ctx context.Context) (func(context.Context) error, error) {
+				return lib.newLocker(rdb, n, i)(ctx)
+			}
+		}
 		// Warm up all at once: open as many connections as goroutines
 		// and load the scripts, so that the timed part, however short,
 		// measures steady state.

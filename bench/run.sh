@@ -34,6 +34,10 @@ groups='
 ^BenchmarkNearInvalidation$             2000x
 ^BenchmarkFetchMany$/^hits-             1000x
 ^BenchmarkFetchMany$/^misses-           10x
+^BenchmarkOutage$                       1x
+^BenchmarkInvalidateTag$                1x
+^BenchmarkCompressedHit$                2000x
+^BenchmarkFreshRead$                    20000x
 '
 
 go test -c -o "$bin" .

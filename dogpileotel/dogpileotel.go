@@ -9,16 +9,19 @@
 // Metrics (attributes in brackets; never a key or a lock name, which come
 // from data and would make a series per value):
 //
-//	dogpile.cache.requests          counter    [key_prefix, result: hit|near|stale|miss]
-//	dogpile.cache.computes          counter    [key_prefix, refresh, error]
-//	dogpile.cache.compute.duration  histogram  s [key_prefix, refresh, error]
+//	dogpile.cache.requests          counter    [key_prefix, result: hit|near|stale|miss|notfound]
+//	dogpile.cache.computes          counter    [key_prefix, refresh, error, not_found]
+//	dogpile.cache.compute.duration  histogram  s [key_prefix, refresh, error, not_found]
 //	dogpile.cache.wait.duration     histogram  s [key_prefix, wake: push|poll|takeover|failed|timeout|error]
 //	dogpile.cache.near.invalidations counter   [key_prefix, flush]
+//	dogpile.cache.tag.invalidations counter    [key_prefix]
 //	dogpile.lock.acquire.duration   histogram  s [lock, obtained]
 //	dogpile.lock.events             counter    [lock, event: obtained|not_obtained|extended|lost|released]
 //
 // where lock is the primitive ("mutex", "semaphore", "rwmutex",
-// "multimutex", "redlock").
+// "multimutex", "redlock"). A "not found" (dogpile.ErrNotFound) is an
+// answer, not an error: result=notfound, error=false with not_found=true,
+// and no error status on the spans.
 //
 // Spans: a miss's compute ("dogpile.compute") and a wait for another
 // process's compute ("dogpile.wait"), children of the caller's span; the
@@ -50,8 +53,8 @@ const scope = "github.com/dogpile-go/dogpile/dogpileotel"
 type Observer struct {
 	tracer trace.Tracer
 
-	requests, computes, lockEvents, invalidations metric.Int64Counter
-	computeTime, waitTime, acquire                metric.Float64Histogram
+	requests, computes, lockEvents, invalidations, tagInvalidations metric.Int64Counter
+	computeTime, waitTime, acquire                                  metric.Float64Histogram
 }
 
 // An Option configures an Observer.
@@ -80,7 +83,7 @@ func New(opts ...Option) *Observer {
 	m := c.meters.Meter(scope)
 	o := &Observer{tracer: c.tracers.Tracer(scope)}
 	durations := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
-	var errs [7]error
+	var errs [8]error
 	o.requests, errs[0] = m.Int64Counter("dogpile.cache.requests", metric.WithDescription("Fetch and Get calls, by result"))
 	o.computes, errs[1] = m.Int64Counter("dogpile.cache.computes", metric.WithDescription("compute calls made by this process"))
 	o.lockEvents, errs[2] = m.Int64Counter("dogpile.lock.events", metric.WithDescription("lock acquisitions, extensions, losses and releases"))
@@ -92,6 +95,8 @@ func New(opts ...Option) *Observer {
 		metric.WithDescription("how long an acquire waited"))
 	o.invalidations, errs[6] = m.Int64Counter("dogpile.cache.near.invalidations",
 		metric.WithDescription("near-tier keys invalidated by Redis; flush=true: the whole tier emptied"))
+	o.tagInvalidations, errs[7] = m.Int64Counter("dogpile.cache.tag.invalidations",
+		metric.WithDescription("tags invalidated (InvalidateTag), by key prefix; never by tag"))
 	if err := errors.Join(errs[:]...); err != nil {
 		panic("dogpileotel: " + err.Error() + " (a programmer error)")
 	}
@@ -105,6 +110,8 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 	case dogpile.EventHit:
 		result := "hit"
 		switch {
+		case e.NotFound: // a cached "not found" (dogpile.WithNegativeTTL)
+			result = "notfound"
 		case e.Stale:
 			result = "stale"
 		case e.Near: // from process memory (dogpile.WithNearCache)
@@ -112,15 +119,21 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 		}
 		o.requests.Add(ctx, 1, metric.WithAttributes(prefix, attribute.String("result", result)))
 	case dogpile.EventMiss:
-		o.requests.Add(ctx, 1, metric.WithAttributes(prefix, attribute.String("result", "miss")))
+		result := "miss"
+		if e.NotFound { // computed: nothing there
+			result = "notfound"
+		}
+		o.requests.Add(ctx, 1, metric.WithAttributes(prefix, attribute.String("result", result)))
 	case dogpile.EventComputeStart:
 		ctx, _ = o.tracer.Start(ctx, "dogpile.compute", trace.WithAttributes(prefix, attribute.Bool("refresh", e.Refresh)))
 		return ctx
 	case dogpile.EventComputeEnd:
-		attrs := metric.WithAttributes(prefix, attribute.Bool("refresh", e.Refresh), attribute.Bool("error", e.Err != nil))
+		failed := e.Err != nil && !e.NotFound // "not found" is an answer, not a failure
+		attrs := metric.WithAttributes(prefix, attribute.Bool("refresh", e.Refresh), attribute.Bool("error", failed),
+			attribute.Bool("not_found", e.NotFound))
 		o.computes.Add(ctx, 1, attrs)
 		o.computeTime.Record(ctx, e.Took.Seconds(), attrs)
-		end(trace.SpanFromContext(ctx), e.Err)
+		end(trace.SpanFromContext(ctx), failure(e))
 	case dogpile.EventWaitStart:
 		ctx, _ = o.tracer.Start(ctx, "dogpile.wait", trace.WithAttributes(prefix))
 		return ctx
@@ -129,9 +142,11 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 		o.waitTime.Record(ctx, e.Took.Seconds(), metric.WithAttributes(prefix, wake))
 		span := trace.SpanFromContext(ctx)
 		span.SetAttributes(wake)
-		end(span, e.Err)
+		end(span, failure(e))
 	case dogpile.EventInvalidate:
 		o.invalidations.Add(ctx, 1, metric.WithAttributes(prefix, attribute.Bool("flush", e.Key == "")))
+	case dogpile.EventInvalidateTag:
+		o.tagInvalidations.Add(ctx, int64(len(e.Tags)), metric.WithAttributes(prefix))
 	}
 	return nil
 }
@@ -144,6 +159,14 @@ func (o *Observer) Lock(ctx context.Context, e lock.Event) {
 	case lock.EventObtained, lock.EventNotObtained:
 		o.acquire.Record(ctx, e.Took.Seconds(), metric.WithAttributes(kind, attribute.Bool("obtained", e.Kind == lock.EventObtained)))
 	}
+}
+
+// failure is e's error, unless it only says "not found".
+func failure(e dogpile.Event) error {
+	if e.NotFound {
+		return nil
+	}
+	return e.Err
 }
 
 func end(span trace.Span, err error) {

@@ -2,10 +2,12 @@ package dogpileotel_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -48,7 +50,6 @@ func TestCache(t *testing.T) {
 	hdone := make(chan error, 1)
 	go func() {
 		ctx, span := tracer.Start(context.Background(), "holder request")
-		defer span.End()
 		_, err := holder.Fetch(ctx, "42", time.Minute, func(ctx context.Context) (int, error) {
 			_, db := tracer.Start(ctx, "db query")
 			db.End()
@@ -56,14 +57,15 @@ func TestCache(t *testing.T) {
 			<-release
 			return 1, nil
 		})
+		span.End() // before the test reads the ended spans
 		hdone <- err
 	}()
 	<-computing
 	wdone := make(chan error, 1)
 	go func() {
 		ctx, span := tracer.Start(context.Background(), "waiter request")
-		defer span.End()
 		_, err := waiter.Fetch(ctx, "42", time.Minute, func(context.Context) (int, error) { return 2, nil })
+		span.End()
 		wdone <- err
 	}()
 	for waiter.Stats().Waits == 0 {
@@ -106,11 +108,11 @@ func TestCache(t *testing.T) {
 	}
 
 	wantCounts(t, reader, map[string]int64{
-		"dogpile.cache.requests{key_prefix=users:,result=miss}":                       2,
-		"dogpile.cache.requests{key_prefix=users:,result=hit}":                        1,
-		"dogpile.cache.computes{error=false,key_prefix=users:,refresh=false}":         1,
-		"dogpile.cache.compute.duration{error=false,key_prefix=users:,refresh=false}": 1,
-		"dogpile.cache.wait.duration{key_prefix=users:,wake=push}":                    1,
+		"dogpile.cache.requests{key_prefix=users:,result=miss}":                                       2,
+		"dogpile.cache.requests{key_prefix=users:,result=hit}":                                        1,
+		"dogpile.cache.computes{error=false,key_prefix=users:,not_found=false,refresh=false}":         1,
+		"dogpile.cache.compute.duration{error=false,key_prefix=users:,not_found=false,refresh=false}": 1,
+		"dogpile.cache.wait.duration{key_prefix=users:,wake=push}":                                    1,
 	})
 }
 
@@ -219,4 +221,46 @@ func TestNearHit(t *testing.T) {
 		"dogpile.cache.requests{key_prefix=users:,result=near}": 1,
 		"dogpile.cache.requests{key_prefix=users:,result=hit}":  1,
 	})
+}
+
+// TestNotFound: a compute that finds nothing, and the cached tombstone
+// that remembers it, count as "not found", not as a compute error or a
+// stale hit (issue 20: error dashboards fired on ordinary 404s).
+func TestNotFound(t *testing.T) {
+	obs, reader, spans, _ := setup(t)
+	rdb := redistest.StartServer(t).Client(t)
+	c := dogpile.New[int](rdb, dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache),
+		dogpile.WithStale(10*time.Minute), dogpile.WithNegativeTTL(30*time.Second))
+	for range 2 {
+		if _, err := c.Fetch(context.Background(), "404", time.Minute, func(context.Context) (int, error) {
+			return 0, dogpile.ErrNotFound
+		}); !errors.Is(err, dogpile.ErrNotFound) {
+			t.Fatalf("Fetch = %v; want ErrNotFound", err)
+		}
+	}
+	wantCounts(t, reader, map[string]int64{
+		"dogpile.cache.requests{key_prefix=users:,result=notfound}":                                  2,
+		"dogpile.cache.computes{error=false,key_prefix=users:,not_found=true,refresh=false}":         1,
+		"dogpile.cache.compute.duration{error=false,key_prefix=users:,not_found=true,refresh=false}": 1,
+	})
+	for _, s := range spans.Ended() {
+		if s.Status().Code == codes.Error {
+			t.Errorf("span %s has an error status for a not-found", s.Name())
+		}
+	}
+}
+
+// TestTagInvalidations: InvalidateTag is counted per tag, by key prefix,
+// never by tag (tags come from data).
+func TestTagInvalidations(t *testing.T) {
+	obs, reader, _, _ := setup(t)
+	rdb := redistest.StartServer(t).Client(t)
+	c := dogpile.New[int](rdb, dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache))
+	if err := c.SetTagged(context.Background(), "42", 1, time.Minute, "team:7"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InvalidateTag(context.Background(), "team:7", "team:8"); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, reader, map[string]int64{"dogpile.cache.tag.invalidations{key_prefix=users:}": 2})
 }

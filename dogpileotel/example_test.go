@@ -34,14 +34,14 @@ func Example() {
 	for range 3 {
 		users.Fetch(ctx, "42", time.Minute, func(context.Context) (string, error) { return "Ada", nil })
 	}
-	lock.Do(ctx, rdb, "nightly-report", func(context.Context) error { return nil }, lock.WithObserver(obs.Lock))
+	lock.Do(ctx, rdb, "nightly-report", func(context.Context, *lock.Lease) error { return nil }, lock.WithObserver(obs.Lock))
 
 	var rm metricdata.ResourceMetrics
 	reader.Collect(ctx, &rm)
 	got := collect(rm)
 	fmt.Println("misses", got["dogpile.cache.requests{key_prefix=users:,result=miss}"])
 	fmt.Println("hits", got["dogpile.cache.requests{key_prefix=users:,result=hit}"])
-	fmt.Println("computes", got["dogpile.cache.compute.duration{error=false,key_prefix=users:,refresh=false}"])
+	fmt.Println("computes", got["dogpile.cache.compute.duration{error=false,key_prefix=users:,not_found=false,refresh=false}"])
 	fmt.Println("locks obtained", got["dogpile.lock.events{event=obtained,lock=mutex}"])
 	// Output:
 	// misses 1

@@ -2,11 +2,9 @@ module github.com/dogpile-go/dogpile/dogpileotel
 
 go 1.26.0
 
-replace github.com/dogpile-go/dogpile => ../
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/dogpile-go/dogpile v0.0.0-00010101000000-000000000000
+	github.com/dogpile-go/dogpile v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -14,6 +12,7 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/mod v0.42.0
 )
 
 require (

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // Calls that overlap share round trips. A plain mutex's acquire or
@@ -59,15 +60,14 @@ type batched struct {
 // A batched call's state: it leaves the queue once, either sent or left
 // behind by its caller, whichever comes first.
 const (
-	queued = iota
-	sent
-	left
+	callQueued = iota
+	callSent
+	callLeft
 )
 
-// errNotSent marks the error of a call whose caller left while it was
-// still queued: it never reached Redis, so there is nothing to roll back
-// (and no rollback slot to hold while Redis is stalled).
-var errNotSent = errors.New("lock: request not sent")
+// A call whose caller left while it was still queued fails with
+// redisutil.ErrNotSent: it never reached Redis, so there is nothing to roll
+// back (and no rollback slot to hold while Redis is stalled).
 
 var batchers sync.Map // redis.UniversalClient → *batcher
 
@@ -139,8 +139,8 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	case <-c.done:
 		return c.cmd
 	case <-ctx.Done():
-		if c.state.CompareAndSwap(queued, left) || c.state.Load() == left {
-			return failed(ctx, fmt.Errorf("%w: %w", ctx.Err(), errNotSent))
+		if c.state.CompareAndSwap(callQueued, callLeft) || c.state.Load() == callLeft {
+			return failed(ctx, fmt.Errorf("%w: %w", ctx.Err(), redisutil.ErrNotSent))
 		}
 		return failed(ctx, ctx.Err()) // sent: it may run
 	}
@@ -167,12 +167,12 @@ func (b *batcher) flush(l *lane) {
 func (b *batcher) send(q []*batched) {
 	live := make([]*batched, 0, len(q))
 	for _, c := range q {
-		if c.ctx.Err() == nil && c.state.CompareAndSwap(queued, sent) {
+		if c.ctx.Err() == nil && c.state.CompareAndSwap(callQueued, callSent) {
 			live = append(live, c)
 			continue
 		}
-		c.state.Store(left) // its caller has gone, or goes now: never sent
-		c.cmd = failed(c.ctx, errNotSent)
+		c.state.Store(callLeft) // its caller has gone, or goes now: never sent
+		c.cmd = failed(c.ctx, redisutil.ErrNotSent)
 		close(c.done)
 	}
 	if len(live) == 0 {

@@ -7,10 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Do locks the mutex called name, runs fn while holding it, and releases
-// it: the block form of [Mutex.Lock]. The lease extends itself while fn runs
-// ([WithAutoExtend] is implied), and fn's context is cancelled, with cause
-// [ErrLost], if the lease is lost. Do releases the lock even if fn panics,
+// Do locks the mutex called name, runs fn with the lease while holding it,
+// and releases it: the block form of [Mutex.Lock]. fn gets the lease so
+// that it can hand [Lease.Fence] to the storage it writes (see the package
+// doc on fencing). The lease extends itself while fn runs ([WithAutoExtend]
+// is implied), and fn's context is cancelled, with cause [ErrLost], if the
+// lease is lost; fn must not Unlock the lease. Do releases the lock even if fn panics,
 // and then panics again with the same value.
 //
 // Do panics if fn is nil (a programmer error).
@@ -18,7 +20,7 @@ import (
 // Do returns the error of the acquire, else fn's error, else the release's
 // error: [ErrNotHeld] if the lease was lost while fn ran, in which case fn's
 // work may have overlapped with another holder.
-func Do(ctx context.Context, client redis.UniversalClient, name string, fn func(ctx context.Context) error, opts ...Option) error {
+func Do(ctx context.Context, client redis.UniversalClient, name string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
 	if fn == nil {
 		panic("lock: Do with a nil function (a programmer error)")
 	}

@@ -72,10 +72,15 @@
 // after it may still find the lock taken, for as long as the release
 // takes.)
 //
-// When an acquire finds Redis unreachable, the acquires that follow on the
-// same client fail at once with [ErrUnavailable] (a circuit breaker shared
-// with the dogpile caches on that client) until a probe, one per 250 ms,
-// reaches Redis again. A Redlock bounds each server's round trip instead.
+// From the client's first refused dial, acquires on that client fail at
+// once with [ErrUnavailable] (a circuit breaker shared with the dogpile
+// caches on that client) until a probe, one per 100 ms, reaches Redis
+// again. A Redlock bounds each server's round trip instead.
+//
+// A lock needs no Close: it starts no goroutine that outlives its calls,
+// but for a lease's watchdog ([WithAutoExtend]), which Unlock stops, and
+// the background release of an acquire whose reply was lost (bounded, see
+// above).
 //
 // # Many goroutines
 //

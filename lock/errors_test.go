@@ -80,7 +80,7 @@ func TestErrNotObtained(t *testing.T) {
 	if _, err := m.Lock(t.Context()); !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Lock past WithWaitTimeout = %v; want ErrNotObtained and context.DeadlineExceeded", err)
 	}
-	err = lock.Do(t.Context(), rdb, "busy", func(context.Context) error { return nil }, lock.WithWaitTimeout(20*time.Millisecond))
+	err = lock.Do(t.Context(), rdb, "busy", func(context.Context, *lock.Lease) error { return nil }, lock.WithWaitTimeout(20*time.Millisecond))
 	if !errors.Is(err, lock.ErrNotObtained) {
 		t.Errorf("Do on a busy lock = %v; want ErrNotObtained", err)
 	}

@@ -104,7 +104,7 @@ func ExampleWithRetention() {
 	ctx := context.Background()
 
 	for _, invoice := range []string{"invoice:41", "invoice:42"} {
-		err := lock.Do(ctx, rdb, invoice, func(context.Context) error {
+		err := lock.Do(ctx, rdb, invoice, func(context.Context, *lock.Lease) error {
 			return nil // send the invoice
 		}, lock.WithRetention(time.Hour))
 		if err != nil {

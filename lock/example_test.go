@@ -71,9 +71,10 @@ func ExampleDo() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
 
-	err := lock.Do(context.Background(), rdb, "invoice:42", func(ctx context.Context) error {
-		// ctx is cancelled if the lock is lost while this runs.
-		return nil
+	err := lock.Do(context.Background(), rdb, "invoice:42", func(ctx context.Context, l *lock.Lease) error {
+		// ctx is cancelled if the lock is lost while this runs; the fence
+		// lets the storage reject a holder whose lease ran out unnoticed.
+		return sendInvoice(ctx, 42, l.Fence())
 	}, lock.WithWaitTimeout(3*time.Second))
 	if err != nil {
 		log.Println("not sent:", err)
@@ -147,3 +148,7 @@ func ExampleRedlock_Lock() {
 	defer lease.Unlock(ctx)
 	fmt.Println("running on any 2 of 3 servers")
 }
+
+// sendInvoice stands for the work done under a lock: it records the fence
+// with what it writes and refuses a write with a lower one.
+func sendInvoice(ctx context.Context, id int, fence int64) error { return ctx.Err() }

@@ -2,6 +2,8 @@ package lock_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +80,44 @@ func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) 
 	case <-wctx.Done():
 		t.Fatal("the releaser's second Lock never got the lock")
 	}
+}
+
+// TestWaiterThatLeftWithdrawsItsClaim (issue 23): a waiter that gives up
+// takes its mark off the lock, so that the holder's release frees the lock
+// at once, instead of reserving it for the hand-off grace for a waiter
+// that is gone (before, a TryLock right after the Unlock failed).
+func TestWaiterThatLeftWithdrawsItsClaim(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := t.Context()
+	m := lock.NewMutex(rdb, "left")
+	held, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := lock.NewMutex(rdb, "left").Lock(wctx)
+		gave <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(rdb.Get(ctx, "dogpile:mutex:{left}").Val(), "+1") { // its ticket, from the clock
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never marked the lock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-gave; !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("the waiter's Lock = %v; want ErrNotObtained", err)
+	}
+	lock.WaitRollbacks() // its withdrawal
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, ok, err := m.TryLock(ctx)
+	if err != nil || !ok {
+		t.Fatalf("TryLock right after the Unlock = %v, %v; want the lock: nobody waits any more", ok, err)
+	}
+	l.Unlock(ctx)
 }

@@ -31,7 +31,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	}
 	other, err := mutexAcquire.Run(t.Context(), rdb, keys, "other:", 1000, 0, "", 60000).Result()
 	var ticket int64
-	if granted, pttl, _ := acquireReply(other, err, &ticket); granted || pttl <= 0 || pttl > 1000 || ticket <= again {
+	if r := acquireReply(other, err, &ticket); r.granted || r.v <= 0 || r.v > 1000 || ticket <= again {
 		t.Errorf("another owner's acquire = %v, %v; want busy with the holder's PTTL and a ticket", other, err)
 	}
 }

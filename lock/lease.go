@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // holder is what a lease needs from the primitive that granted it. Each
@@ -145,7 +146,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	var ok bool
 	var err error
 	if ctx.Err() != nil {
-		rctx, cancel := detached(ctx)
+		rctx, cancel := redisutil.Detached(ctx)
 		ok, err = l.h.release(rctx, l.token)
 		cancel()
 	} else if ok, err = l.h.release(ctx, l.token); err != nil && ctx.Err() != nil {
@@ -184,7 +185,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return foreignErr("extend", l.name, l.h, ErrNotHeld)
 	}
 	if err != nil {
-		return redisErr(ctx, "extend", l.name, err)
+		return redisutil.Failed(ctx, "lock", "extend", l.name, err)
 	}
 	if !ok {
 		l.end(ErrLost)
@@ -204,7 +205,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, foreignErr("ttl", l.name, l.h, ErrNotHeld)
 	}
 	if err != nil && err != ErrNotHeld {
-		return 0, redisErr(ctx, "ttl", l.name, err)
+		return 0, redisutil.Failed(ctx, "lock", "ttl", l.name, err)
 	}
 	return d, err
 }

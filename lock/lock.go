@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"math/rand/v2"
 	"strings"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/hold"
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 var (
@@ -73,54 +73,67 @@ func retryAfter(pttl int64, o *options) time.Duration {
 	return redisutil.Wait(pttl, o.maxBackoff)
 }
 
-// grant turns the reply of an acquire script, granted with fence v or not
-// with the holder's PTTL v, into the result of an attempt by token on
-// behalf of holder h. On a Redis error
-// the script may have run although no reply came back (a timeout, a
-// cancelled context, a broken connection): h releases token in the
-// background (see rollback), so a failed acquire never leaves an orphan
-// lock behind for a whole TTL and never keeps its caller waiting. A waiter that holds a place it must renew (a ticket, a claim)
-// comes back within a third of the TTL.
-func grant(ctx context.Context, h holder, op, name, token string, sent time.Time, granted bool, v int64, err error, o *options, renew bool) (*Lease, time.Duration, error) {
-	if foreign(err) {
-		return nil, 0, foreignErr(op, name, h, err) // nothing was taken
+// An ask is one acquire request by token on behalf of holder h: what
+// grant needs to turn the script's reply into an attempt's result.
+type ask struct {
+	h     holder
+	op    string // "acquire", "rlock", "lock": for errors
+	name  string
+	token string
+	sent  time.Time // when the request was sent
+	o     *options
+	// renew: a waiter that holds a place it must renew (a ticket, a claim)
+	// comes back within a third of the TTL.
+	renew bool
+}
+
+// A reply is an acquire script's answer: granted with fence v, or not
+// granted with the holder's PTTL v; or err.
+type reply struct {
+	granted bool
+	v       int64
+	err     error
+}
+
+// grant turns r, the reply to a, into the result of an attempt. On a Redis
+// error the script may have run although no reply came back (a timeout, a
+// cancelled context, a broken connection): a's holder releases its token in
+// the background (see releaseLater), so a failed acquire never leaves an
+// orphan lock behind for a whole TTL and never keeps its caller waiting.
+func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error) {
+	if foreign(r.err) {
+		return nil, 0, foreignErr(a.op, a.name, a.h, r.err) // nothing was taken
 	}
-	if err != nil {
-		if !redisutil.NeverSent(err) && !errors.Is(err, errNotSent) {
-			releaseLater(ctx, h, token)
+	if r.err != nil {
+		if redisutil.MayHaveRun(r.err) {
+			releaseLater(ctx, a.h, a.token)
 		}
-		return nil, 0, redisErr(ctx, op, name, err)
+		return nil, 0, redisutil.Failed(ctx, "lock", a.op, a.name, r.err)
 	}
-	if !granted {
-		retry := retryAfter(v, o)
-		if renew {
-			retry = min(retry, o.ttl/3)
+	if !r.granted {
+		retry := retryAfter(r.v, a.o)
+		if a.renew {
+			retry = min(retry, a.o.ttl/3)
 		}
 		return nil, retry, nil
 	}
-	return newLease(h, name, token, v, sent, o), 0, nil
+	return newLease(a.h, a.name, a.token, r.v, a.sent, a.o), 0, nil
 }
 
 // pair reads the {granted, value} reply of an acquire script.
-func pair(res []int64) (granted bool, v int64) {
-	if len(res) < 2 {
-		return false, 0
+func pair(res []int64, err error) reply {
+	if err != nil || len(res) < 2 {
+		return reply{err: err}
 	}
-	return res[0] == 1, res[1]
+	return reply{granted: res[0] == 1, v: res[1]}
 }
 
-// pushWaitCap bounds a wait for a push wake-up, so that a lost message and a
-// holder with a long TTL (or a watchdog) cost at most this much latency.
-const pushWaitCap = 2 * time.Second
-
-// acquire runs try until it succeeds or ctx ends. The first attempt runs
-// before subscribing, so an uncontended acquire is one round trip. After
-// that the waiter subscribes to the lock's wake-up channel and tries again:
-// a release that happened between the first attempt and the subscription
-// is caught by that second attempt, and any later release publishes a
-// message. Each wait is bounded by the holder's remaining TTL, because
-// pub/sub messages can be lost. An empty channel means no push wake-ups
-// (Redlock spans servers): the waiter polls with jittered backoff.
+// acquire runs try until it succeeds or ctx ends, waiting between attempts
+// as every waiter does (see wake.Waiter): the first attempt runs before
+// subscribing, so an uncontended acquire is one round trip, and any later
+// release publishes a message on the lock's channel. An empty channel
+// means no push wake-ups (Redlock spans servers): the waiter polls with
+// jittered backoff.
 func acquire(ctx context.Context, c redis.UniversalClient, channel string, o *options, try attempt) (*Lease, error) {
 	return acquireOn(ctx, c, func() string { return channel }, o, try)
 }
@@ -148,70 +161,33 @@ func acquireOn(ctx context.Context, c redis.UniversalClient, channel func() stri
 // wait is the loop of acquireOn. Each attempt goes through the client's
 // circuit breaker (guarded).
 func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o *options, try attempt) (*Lease, error) {
+	w := wake.NewWaiter(c, o.minBackoff, o.maxBackoff)
+	defer w.Close()
 	// When goroutines of this process already wait for this lock, a new
 	// caller queues behind them instead of trying at once: a holder that
 	// unlocks and locks again would otherwise reach Redis before the waiter
 	// its release just woke, and take the lock back every time. The release
-	// wakes this process's waiters one at a time, longest first.
-	queued := false
+	// wakes this process's waiters one at a time, longest first; the turn's
+	// wait is bounded in case the wake-up is lost.
 	if ch := channel(); ch != "" && wake.Waiting(c, ch) > 0 {
-		queued = true
-	} else if l, _, err := guarded(ctx, c, o, try); l != nil || err != nil {
-		return l, err
+		if w.Watch(ctx, ch); w.Subscribed() {
+			if _, err := w.Wait(ctx, o.maxBackoff); err != nil {
+				return nil, err
+			}
+		}
 	}
-	var sub *wake.Sub // nil: fall back to polling
-	subscribed := ""
-	defer func() { sub.Close() }()
-	backoff := hold.NewBackoff(o.minBackoff, o.maxBackoff)
-	t := time.NewTimer(time.Hour) // Reset below; since Go 1.23 Reset drops a stale tick
-	defer t.Stop()
 	for {
-		if ch := channel(); ch != subscribed && ch != "" {
-			sub.Close()
-			sub, _ = wake.Subscribe(ctx, c, ch)
-			subscribed = ch
-			continue
+		l, retry, err := guarded(ctx, c, o, try)
+		if l != nil || err != nil {
+			return l, err
 		}
-		var retry time.Duration
-		if queued && sub != nil {
-			// Wait for our turn, bounded in case the wake-up is lost.
-			queued = false
-			retry = o.maxBackoff
-		} else {
-			var l *Lease
-			var err error
-			if l, retry, err = guarded(ctx, c, o, try); l != nil || err != nil {
-				return l, err
-			}
-			if ch := channel(); ch != subscribed && ch != "" {
-				continue // busy on another name now: move there first
-			}
+		if w.Watch(ctx, channel()) {
+			continue // (re)subscribed: a release may have come before
 		}
-		var d time.Duration
-		if sub != nil {
-			// Small jitter so that waiters of several processes woken by
-			// the same expiry do not all hit Redis in the same microsecond.
-			d = min(retry, pushWaitCap) + rand.N(time.Millisecond)
-		} else {
-			d = min(retry, backoff.Next())
-		}
-		t.Reset(d)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-sub.Wake():
-		case <-t.C:
+		if _, err := w.Wait(ctx, retry); err != nil {
+			return nil, err
 		}
 	}
-}
-
-// redisErr reports a failed round trip. A done context wins, unwrapped, so
-// callers can compare it with ==, as with the standard library.
-func redisErr(ctx context.Context, op, name string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("lock: %s %q: %w", op, name, err)
 }
 
 // foreign reports whether err is Redis refusing a command on a key that
@@ -241,10 +217,4 @@ func keyList(keys ...string) string {
 		return "key " + keys[0]
 	}
 	return "one of the keys " + strings.Join(keys, ", ")
-}
-
-// detached returns a context for cleanup work (release, rollback) that must
-// run even when the caller's context is already cancelled.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 }

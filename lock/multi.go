@@ -5,13 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A MultiMutex names a set of mutexes that are locked together, all or
@@ -51,6 +53,7 @@ func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option)
 	o := buildOptions("multimutex", "", opts)
 	o.fair = false
 	mm := &MultiMutex{client: client, publish: wake.PublishCommand(client), opts: o}
+	mm.opts.watch(client)
 	if len(names) == 0 {
 		mm.invalid = fmt.Errorf("%w: no lock names", ErrInvalid)
 		return mm
@@ -128,7 +131,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			m := mm.mutexes[i]
 			keys = append(keys, m.lock, m.fence)
 		}
-		res, err := multiAcquire.Run(ctx, mm.client, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs).Int64Slice()
+		cmd, acked := mm.opts.script(ctx, mm.client, multiAcquire, keys, token, redisutil.Millis(mm.opts.ttl), mm.opts.retentionMs)
+		res, err := cmd.Int64Slice()
+		if err == nil && !acked && len(res) > 0 && res[0] == 1 {
+			err = mm.opts.replicationErr() // undone below, with the groups before it
+		}
 		if foreign(err) {
 			// Refused: by a lock key holding foreign data before anything
 			// was written, or by a counter holding foreign data after this
@@ -140,7 +147,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 		if err != nil {
 			// This group's script may have run: undo it with the others.
 			mm.releaseLater(ctx, token, mm.groups[:gi+1])
-			return nil, 0, "", redisErr(ctx, "acquire", mm.label, err)
+			return nil, 0, "", redisutil.Failed(ctx, "lock", "acquire", mm.label, err)
 		}
 		if len(res) > 0 && res[0] == multiForeign {
 			mm.releaseLater(ctx, token, mm.groups[:gi])
@@ -153,7 +160,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			if gi > 0 {
 				if err := mm.releaseGroups(ctx, token, mm.groups[:gi]); err != nil {
 					mm.releaseLater(ctx, token, mm.groups[:gi])
-					return nil, 0, "", redisErr(ctx, "back off", mm.label, err)
+					return nil, 0, "", redisutil.Failed(ctx, "lock", "back off", mm.label, err)
 				}
 			}
 			busy := mm.mutexes[g[res[1]-1]]
@@ -171,7 +178,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 
 // releaseLater rolls back token's hold on groups in the background.
 func (mm *MultiMutex) releaseLater(ctx context.Context, token string, groups [][]int) {
-	rollback(ctx, func(ctx context.Context) { _ = mm.releaseGroups(ctx, token, groups) })
+	redisutil.Rollback(ctx, func(ctx context.Context) { _ = mm.releaseGroups(ctx, token, groups) })
 }
 
 func (mm *MultiMutex) releaseGroups(ctx context.Context, token string, groups [][]int) error {
@@ -222,8 +229,8 @@ func (mm *MultiMutex) release(ctx context.Context, token string) (bool, error) {
 // extend renews every group; one group that lost a name loses the lease.
 func (mm *MultiMutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
 	for _, g := range mm.groups {
-		n, err := multiExtend.Run(ctx, mm.client, mm.locks(g), token, redisutil.Millis(ttl)).Int64()
-		if err != nil || n == 0 {
+		held, err := mm.opts.extended(mm.opts.script(ctx, mm.client, multiExtend, mm.locks(g), token, redisutil.Millis(ttl)))
+		if err != nil || !held {
 			return false, err
 		}
 	}

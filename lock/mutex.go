@@ -7,8 +7,9 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 
-	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A Mutex names a mutual exclusion lock in Redis, shared by every process
@@ -65,6 +66,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	m.releaseScript = mutexRelease[m.publish]
 	m.batch = batcherFor(client)
 	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
+	m.opts.watch(client)
 	return m
 }
 
@@ -84,9 +86,17 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		return m.fair.Acquire(ctx, 1)
 	}
 	var ticket int64
-	return acquire(ctx, m.client, m.channel, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	l, err := acquire(ctx, m.client, m.channel, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return m.try(ctx, &ticket)
 	})
+	if err != nil && ticket > 0 && leftBehind(err) {
+		// A waiter that gives up withdraws its claim, so that the next
+		// release does not reserve the lock for it (see mutexWithdraw).
+		redisutil.Rollback(ctx, func(ctx context.Context) {
+			_ = mutexWithdraw[m.publish].Run(ctx, m.client, m.lockKeys, ticket).Err()
+		})
+	}
+	return l, err
 }
 
 // TryLock makes one attempt to acquire the mutex, in one round trip. It
@@ -113,7 +123,7 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 	}
 	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
 	if err != nil {
-		return false, redisErr(ctx, "locked", m.name, err)
+		return false, redisutil.Failed(ctx, "lock", "locked", m.name, err)
 	}
 	return n == 1, nil
 }
@@ -130,9 +140,18 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	if wake.Waiting(m.client, m.channel) > 0 {
 		mark = awaitedMark
 	}
-	sent := time.Now()
+	a := ask{h: m, op: "acquire", name: m.name, token: token, sent: time.Now(), o: &m.opts}
 	var res any
 	var err error
+	if m.opts.acks > 0 { // on its own: WAIT follows the script on its connection
+		var t any = *ticket
+		if *ticket == 0 {
+			t = noTicket
+		}
+		cmd, acked := m.opts.script(ctx, m.client, mutexAcquire, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg)
+		res, err = cmd.Result()
+		return a.grant(ctx, m.opts.unacked(acquireReply(res, err, ticket), acked))
+	}
 	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
 		// The common call: the script's defaults, three arguments fewer.
 		res, err = m.batch.run(ctx, mutexAcquire, m.acquireKeys, value, m.ttlArg).Result()
@@ -143,8 +162,7 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 		}
 		res, err = m.batch.run(ctx, mutexAcquire, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
 	}
-	granted, v, err := acquireReply(res, err, ticket)
-	return grant(ctx, m, "acquire", m.name, token, sent, granted, v, err, &m.opts, false)
+	return a.grant(ctx, acquireReply(res, err, ticket))
 }
 
 // awaitedMark is the mark appended to a lock's value when someone waits
@@ -165,16 +183,16 @@ var graceArg any = redisutil.Millis(handoffGrace)
 // acquireReply reads mutexAcquire's reply: a fence (> 0) when granted;
 // replyForeign; or {-1 - the holder's PTTL, the caller's ticket}, which is
 // stored in *ticket unless that is -1 (no waiting, no ticket).
-func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ error) {
+func acquireReply(res any, err error, ticket *int64) reply {
 	if err != nil {
-		return false, 0, err
+		return reply{err: err}
 	}
 	switch r := res.(type) {
 	case int64:
 		if r == replyForeign {
-			return false, 0, errNoTTL
+			return reply{err: errNoTTL}
 		}
-		return true, r, nil
+		return reply{granted: true, v: r}
 	case []any:
 		if len(r) == 2 {
 			pttl, ok1 := r[0].(int64)
@@ -183,11 +201,11 @@ func acquireReply(res any, err error, ticket *int64) (granted bool, v int64, _ e
 				if *ticket >= 0 {
 					*ticket = t
 				}
-				return false, -1 - pttl, nil
+				return reply{v: -1 - pttl}
 			}
 		}
 	}
-	return false, 0, fmt.Errorf("unexpected reply %v", res)
+	return reply{err: fmt.Errorf("unexpected reply %v", res)}
 }
 
 func (m *Mutex) where() string { return keyList(m.lock) }
@@ -200,8 +218,7 @@ func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (m *Mutex) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := mutexExtend.Run(ctx, m.client, m.lockKeys, token, redisutil.Millis(ttl)).Int64()
-	return n == 1, err
+	return m.opts.extended(m.opts.script(ctx, m.client, mutexExtend, m.lockKeys, token, redisutil.Millis(ttl)))
 }
 
 func (m *Mutex) pttl(ctx context.Context, token string) (time.Duration, error) {

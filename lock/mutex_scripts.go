@@ -3,9 +3,12 @@ package lock
 import (
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/redis/go-redis/v9"
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A plain mutex is one string key with the lease's TTL, "token:", as
@@ -27,24 +30,49 @@ import (
 // waiter, across processes, at the cost of a key and a number per waiter.
 // If that waiter is gone, the reservation lapses after the grace.
 
+// mutexAcquireHead is mutexAcquire's common call (see there): a fence
+// from a counter within fenceLag of the clock, and the lock if it is free.
+const mutexAcquireHead = `
+if not ARGV[3] then
+  local f = redis.call('INCR', KEYS[2])
+  local t = redis.call('TIME')
+  if f + 1000000 >= tonumber(t[1]) * 1000000 + tonumber(t[2]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return f end
+end
+`
+
+// fenceLag is how far a fence counter may trail the server's clock: the
+// 1000000 (µs) of fenceLib and of mutexAcquire's first lines.
+const fenceLag = time.Second
+
 // fenceLib mints fencing numbers. A lock's counter expires keep ms after
 // it was created (WithRetention), so that per-request lock names do not
-// fill Redis, and is then created anew by the next acquisition. A new
-// counter starts from the server's clock in microseconds instead of 1:
-// above every number the expired counter gave, since that counter started
-// from a clock reading at least keep ms earlier and grew by one per
-// number drawn (acquisitions, waiters' tickets, retries: far fewer than
-// one per microsecond), unless the server's clock went back by more than
-// the retention. Any counter below 10^15 (no clock reading) restarts from
-// the clock: one INCR just created it, or it predates retention.
+// fill Redis, and is then created anew by the next acquisition.
+//
+// A counter never trails the server's clock, in microseconds, by more than
+// fenceLag: a number drawn from a counter further behind (a new one, which
+// INCR starts at 1; or one a failover or a restart set back, because its
+// last increments had not reached the replica or the disk) restarts the
+// counter from the clock. The clock is above every number drawn before: a
+// counter grows by one per number (acquisitions, waiters' tickets,
+// retries: far fewer than one per microsecond) and stays within fenceLag
+// of the clock, so that every number it gave before a failover is below
+// the clock by the time the failover is over, if it took longer than
+// fenceLag plus the skew between the servers' clocks (Sentinel and
+// Cluster take seconds to fail a master over), and a counter that
+// expired was last drawn from at least keep ms ago, unless the clock went
+// back by more than that. Reading the clock costs each number a TIME call.
 const fenceLib = `
 local function nextfence(key, keep)
   local f = redis.call('INCR', key)
-  if f > 1e15 then return f end
   local t = redis.call('TIME')
-  local us = t[1] .. string.sub('00000' .. t[2], -6)
-  redis.call('SET', key, us, 'PX', keep)
-  return tonumber(us)
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if f + 1000000 >= us then return f end -- fenceLag
+  if redis.call('PTTL', key) < 0 then
+    redis.call('SET', key, string.format('%d', us), 'PX', keep) -- new, or from before retention
+  else
+    redis.call('SET', key, string.format('%d', us), 'KEEPTTL')
+  end
+  return us
 end
 -- digits formats a fence: Lua's own number to string gives 1.79e+15.
 local function digits(n) return string.format('%d', n) end
@@ -89,12 +117,7 @@ end
 // A waiter's retry (ticket > 0) looks before it draws a number: most
 // retries find the lock taken by the waiter it was reserved for, and then
 // cost neither a fence nor a failed SET.
-var mutexAcquire = redis.NewScript(`
-if not ARGV[3] then
-  local f = redis.call('INCR', KEYS[2])
-  if f > 1e15 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return f end
-end
-` + fenceLib + strings.ReplaceAll(`
+var mutexAcquire = redis.NewScript(mutexAcquireHead + fenceLib + strings.ReplaceAll(`
 local keep = ARGV[5] or '$RETENTION'
 local ticket = tonumber(ARGV[3] or 0)
 local value = ARGV[1] .. (ARGV[4] or '')
@@ -176,9 +199,35 @@ local function release(key, channel, v, pub, grace)
   else
     redis.call('SET', key, '~' .. ticket, 'PX', grace)
   end
-  redis.call(pub, channel, '1')
+  redis.call(pub, channel, '` + wake.One + `')
 end
 `
+
+// mutexWithdraw takes back the claim of a waiter that gave up, ticket
+// ARGV[1]: the mark of its ticket on the held lock (the "+" stays: other
+// waiters may wait, and the release must wake them), or the reservation a
+// release made for it, which it frees, waking the others. KEYS: lock.
+const mutexWithdrawText = `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if v == '~' .. ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('$PUBLISH', KEYS[1] .. ':wake', '` + wake.One + `')
+  return 1
+end
+local plus = string.find(v, '+', 1, true)
+if plus and string.sub(v, plus + 1) == ARGV[1] then
+  redis.call('SET', KEYS[1], string.sub(v, 1, plus), 'KEEPTTL', 'XX')
+  return 1
+end
+return 0
+`
+
+// mutexWithdraw holds mutexWithdrawText for PUBLISH and for SPUBLISH.
+var mutexWithdraw = map[string]*redis.Script{
+	"PUBLISH":  redis.NewScript(strings.ReplaceAll(mutexWithdrawText, "$PUBLISH", "PUBLISH")),
+	"SPUBLISH": redis.NewScript(strings.ReplaceAll(mutexWithdrawText, "$PUBLISH", "SPUBLISH")),
+}
 
 // mutexExtend resets the TTL if the lock holds our token; it never
 // re-creates a lock that expired. KEYS: lock. ARGV: token, ttl ms.

@@ -3,16 +3,18 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/dogpile-go/dogpile/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // exclusion checks that holders never overlap and that fencing numbers
@@ -99,6 +101,7 @@ func TestMutex(t *testing.T) {
 			"SurvivesScriptFlush":                testSurvivesScriptFlush,
 			"DoReleasesOnPanic":                  testDoReleasesOnPanic,
 			"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
+			"DoGivesTheLease":                    testDoGivesTheLease,
 			"LeaseHandOff":                       testLeaseHandOff,
 			"Locked":                             testMutexLocked,
 		} {
@@ -411,7 +414,7 @@ func testDoReleasesOnPanic(t *testing.T, rdb redis.UniversalClient) {
 				t.Errorf("recovered %v; want boom", r)
 			}
 		}()
-		lock.Do(t.Context(), rdb, "job", func(context.Context) error { panic("boom") })
+		lock.Do(t.Context(), rdb, "job", func(context.Context, *lock.Lease) error { panic("boom") })
 	}()
 	l, ok, _ := lock.NewMutex(rdb, "job").TryLock(t.Context())
 	if !ok {
@@ -420,8 +423,30 @@ func testDoReleasesOnPanic(t *testing.T, rdb redis.UniversalClient) {
 	l.Unlock(t.Context())
 }
 
+// testDoGivesTheLease: fn gets the lease it runs under, held, with a
+// fence, so that it can hand the fence to its storage (issue 20: the block
+// form hid the lease).
+func testDoGivesTheLease(t *testing.T, rdb redis.UniversalClient) {
+	var fences []int64
+	for range 2 {
+		err := lock.Do(t.Context(), rdb, "fenced", func(ctx context.Context, l *lock.Lease) error {
+			if l == nil || l.Err() != nil || l.Fence() <= 0 {
+				return fmt.Errorf("fn got lease %v (err %v)", l, l.Err())
+			}
+			fences = append(fences, l.Fence())
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fences[1] <= fences[0] {
+		t.Errorf("fences %v; want increasing", fences)
+	}
+}
+
 func testDoCancelsFnWhenLeaseLost(t *testing.T, rdb redis.UniversalClient) {
-	err := lock.Do(t.Context(), rdb, "job", func(ctx context.Context) error {
+	err := lock.Do(t.Context(), rdb, "job", func(ctx context.Context, _ *lock.Lease) error {
 		rdb.Del(ctx, "dogpile:mutex:{job}")
 		select {
 		case <-ctx.Done():
@@ -437,7 +462,7 @@ func testDoCancelsFnWhenLeaseLost(t *testing.T, rdb redis.UniversalClient) {
 		t.Errorf("Do = %v; want ErrNotHeld (work may have overlapped)", err)
 	}
 	want := errors.New("fn failed")
-	if err := lock.Do(t.Context(), rdb, "job", func(context.Context) error { return want }); err != want {
+	if err := lock.Do(t.Context(), rdb, "job", func(context.Context, *lock.Lease) error { return want }); err != want {
 		t.Errorf("Do = %v; want fn's error", err)
 	}
 }
@@ -474,7 +499,7 @@ func TestBadInput(t *testing.T) {
 		"mutex TryLock":    func() error { _, _, err := lock.NewMutex(rdb, "").TryLock(ctx); return err },
 		"mutex Locked":     func() error { _, err := lock.NewMutex(rdb, "").Locked(ctx); return err },
 		"fair mutex Lock":  func() error { _, err := lock.NewMutex(rdb, "", lock.WithFair()).Lock(ctx); return err },
-		"Do":               func() error { return lock.Do(ctx, rdb, "", func(context.Context) error { return nil }) },
+		"Do":               func() error { return lock.Do(ctx, rdb, "", func(context.Context, *lock.Lease) error { return nil }) },
 		"semaphore":        func() error { _, err := lock.NewSemaphore(rdb, "", 2).Acquire(ctx, 1); return err },
 		"semaphore try":    func() error { _, _, err := lock.NewSemaphore(rdb, "", 2).TryAcquire(ctx, 1); return err },
 		"semaphore avail":  func() error { _, err := lock.NewSemaphore(rdb, "", 2).Available(ctx); return err },

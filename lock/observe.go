@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -51,8 +52,8 @@ func WithObserver(f func(ctx context.Context, e Event)) Option {
 }
 
 // WithLogger makes the lock log its rare events to l: a lease lost before
-// its release, and an outage of Redis beginning and ending (see
-// [ErrUnavailable]). Acquires and releases are never logged. By default a
+// its release, and an outage of Redis beginning and ending (once per
+// outage for every lock and cache on the client, see [ErrUnavailable]). Acquires and releases are never logged. By default a
 // lock logs nothing. WithLogger panics if l is nil.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
@@ -89,13 +90,14 @@ func (o *options) acquired(ctx context.Context, start time.Time, l *Lease, err e
 	o.emit(ctx, Event{Kind: k, Took: time.Since(start), Err: err})
 }
 
-// ErrUnavailable is returned, wrapped, by an acquire that did not go to
-// Redis because Redis was found unreachable moments ago: every lock and
-// Cache on the same client then fails at once instead of spending
-// go-redis's dial retries (about 1.7 s) per call, and one call in a while
-// (every 250 ms) probes whether Redis is back. dogpile.ErrUnavailable is
-// the same error. A Redlock, whose servers are independent, has no
-// breaker: each server's round trip is bounded instead.
+// ErrUnavailable is returned, wrapped with the primitive and its name, by
+// an acquire that did not go to Redis because Redis was found unreachable
+// moments ago: every lock and Cache on the same client then fails at once
+// instead of spending go-redis's dial retries (about 1.7 s) per call, and
+// one call every 100 ms probes whether Redis is back (see
+// dogpile.ErrUnavailable, the same error, for the whole story). A Redlock,
+// whose servers are independent, has no breaker: each server's round trip
+// is bounded instead.
 var ErrUnavailable = breaker.ErrUnavailable
 
 // guarded makes one attempt through client's circuit breaker (none for a
@@ -106,11 +108,18 @@ func guarded(ctx context.Context, client redis.UniversalClient, o *options, try 
 	}
 	done, err := breaker.For(client).Allow()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("lock: acquire %s %q: %w", o.kind, o.name, err)
 	}
 	l, retry, err := try(ctx)
-	done(err).Log(ctx, o.logger, "lock", err)
+	done(err)
 	return l, retry, err
+}
+
+// watch makes client's breaker log its outages to o's logger, if any.
+func (o *options) watch(client redis.UniversalClient) {
+	if o.logger != nil {
+		breaker.For(client).AddLogger(o.logger)
+	}
 }
 
 // tryOnce is the one attempt of TryLock and its kin.

@@ -31,6 +31,8 @@ type options struct {
 	kind, name string // the primitive and the lock's name, for events
 	observer   func(context.Context, Event)
 	logger     *slog.Logger
+	acks       int // WithReplicaAck; 0: none
+	ackTimeout time.Duration
 }
 
 func buildOptions(kind, name string, opts []Option) options {
@@ -121,18 +123,15 @@ func WithFair() Option {
 const DefaultRetention = 7 * 24 * time.Hour
 
 // WithRetention sets how long a lock's fencing counter, the one key of a
-// lock that outlives its leases, is kept: it expires d after it was
-// created, and the next acquisition creates it anew. So a lock that nobody
-// acquires for d leaves no key at all in Redis, and locks named per
-// request (an order ID, an invoice number) do not accumulate. The default
-// is [DefaultRetention], 7 days.
-//
-// Fencing numbers still strictly increase per name across the reset: a
-// counter created anew starts from the Redis server's clock in
-// microseconds, which exceeds every number the expired counter gave out,
-// as long as the server's clock never goes back by more than the retention
-// (and a lock is acquired less than a million times a second). WithRetention
-// panics if d is less than a millisecond.
+// lock that outlives its leases, is kept: it expires d after it was created
+// and the next acquisition creates it anew, so that locks named per request
+// (an order ID, an invoice number) do not accumulate in Redis. A counter
+// created anew starts from the Redis server's clock in microseconds, so
+// fencing numbers still strictly increase per name across the reset, as
+// long as the server's clock never goes back by more than d (and a lock is
+// acquired less than a million times a second). The default is
+// [DefaultRetention], 7 days. WithRetention panics if d is less than a
+// millisecond.
 func WithRetention(d time.Duration) Option {
 	if d < time.Millisecond {
 		panic(fmt.Sprintf("lock: retention %v is below 1ms (a programmer error)", d))

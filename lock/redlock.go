@@ -100,8 +100,8 @@ func (r *Redlock) slowTimeout() time.Duration {
 	return max(r.nodeTimeout(), min(r.opts.ttl/3, time.Second))
 }
 
-// reply is one server's answer: a script's integer or integers.
-type reply struct {
+// nodeReply is one server's answer: a script's integer or integers.
+type nodeReply struct {
 	v   []int64
 	err error
 }
@@ -114,10 +114,10 @@ var errNoReply = errors.New("no reply in time")
 // does not wait for a server that overruns its timeout (go-redis can block on a hung server beyond a
 // context's deadline): that server counts as failed, and its late reply is
 // dropped.
-func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []reply {
+func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []nodeReply {
 	type indexed struct {
 		i int
-		reply
+		nodeReply
 	}
 	ch := make(chan indexed, len(r.clients)) // buffered: stragglers never block
 	for i, c := range r.clients {
@@ -125,10 +125,10 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 			nctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			v, err := f(nctx, c, i)
-			ch <- indexed{i, reply{v, err}}
+			ch <- indexed{i, nodeReply{v, err}}
 		}()
 	}
-	out := make([]reply, len(r.clients))
+	out := make([]nodeReply, len(r.clients))
 	for i := range out {
 		out[i].err = errNoReply
 	}
@@ -137,7 +137,7 @@ func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx co
 	for range r.clients {
 		select {
 		case x := <-ch:
-			out[x.i] = x.reply
+			out[x.i] = x.nodeReply
 		case <-t.C:
 			return out
 		case <-ctx.Done():
@@ -154,11 +154,11 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
 		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], value, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
-		granted, v, err := acquireReply(res, err, &noWait)
-		if granted {
-			return []int64{1, v}, err
+		rep := acquireReply(res, err, &noWait)
+		if rep.granted {
+			return []int64{1, rep.v}, rep.err
 		}
-		return []int64{0, v}, err
+		return []int64{0, rep.v}, rep.err
 	})
 	ok, failed, alien := 0, 0, 0
 	var errs []error

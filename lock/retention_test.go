@@ -36,7 +36,7 @@ func TestRetentionLeavesNoKeys(t *testing.T) {
 	const keep = time.Second // long enough for 200 calls on a loaded machine
 	start := time.Now()
 	for i := range 200 {
-		err := lock.Do(ctx, rdb, fmt.Sprint("invoice:", i), func(context.Context) error { return nil },
+		err := lock.Do(ctx, rdb, fmt.Sprint("invoice:", i), func(context.Context, *lock.Lease) error { return nil },
 			lock.WithTTL(100*time.Millisecond), lock.WithRetention(keep))
 		if err != nil {
 			t.Fatal(err)

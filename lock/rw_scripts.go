@@ -1,6 +1,10 @@
 package lock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+)
 
 // An RWMutex keeps:
 //
@@ -77,7 +81,7 @@ var rwLocked = redis.NewScript(lockedLib + `return held(KEYS[1], KEYS[2])`)
 // KEYS: rq, ra, wr channel. ARGV: token, PUBLISH or SPUBLISH.
 var rwRCancel = redis.NewScript(`
 redis.call('ZREM', KEYS[1], ARGV[1])
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then redis.call(ARGV[2], KEYS[3], '1') end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then redis.call(ARGV[2], KEYS[3], '` + wake.One + `') end
 return 1
 `)
 
@@ -129,7 +133,7 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 prunez(KEYS[4], nil, now)
 if redis.call('ZCARD', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[4]) == 0 then
-  redis.call(ARGV[2], KEYS[3], '1')
+  redis.call(ARGV[2], KEYS[3], '` + wake.One + `')
 end
 return 1
 `)
@@ -143,7 +147,7 @@ return 1
 // SPUBLISH.
 var rwUnlock = redis.NewScript(rwLib + `
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call(ARGV[2], KEYS[3], 'all')
+  redis.call(ARGV[2], KEYS[3], '` + wake.All + `')
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[1])
@@ -155,8 +159,8 @@ if #q > 0 then
   redis.call('DEL', KEYS[5])
   keep(KEYS[6], KEYS[6], now)
 end
-redis.call(ARGV[2], KEYS[3], 'all')
-redis.call(ARGV[2], KEYS[4], '1')
+redis.call(ARGV[2], KEYS[3], '` + wake.All + `')
+redis.call(ARGV[2], KEYS[4], '` + wake.One + `')
 return 1
 `)
 

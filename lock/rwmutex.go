@@ -3,11 +3,13 @@ package lock
 import (
 	"context"
 	"errors"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // ErrUpgrade is returned by [RWMutex.Upgrade] when the read lease cannot
@@ -54,7 +56,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 		panic("lock: nil redis client (a programmer error)")
 	}
 	ks := newKeyspace("rw", name)
-	return &RWMutex{
+	rw := &RWMutex{
 		client:  client,
 		name:    name,
 		keys:    []string{string(ks), ks.key("r"), ks.key("rf"), ks.key("ww"), ks.key("fence"), ks.key("rq"), ks.key("ra")},
@@ -64,6 +66,8 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 		opts:    buildOptions("rwmutex", name, opts),
 		invalid: checkName(name),
 	}
+	rw.opts.watch(client)
+	return rw
 }
 
 // RLock blocks until it holds the lock for reading or ctx is done (or the
@@ -80,7 +84,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
 	if leftBehind(err) {
-		rollback(ctx, func(ctx context.Context) {
+		redisutil.Rollback(ctx, func(ctx context.Context) {
 			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
 		})
 	}
@@ -152,9 +156,9 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	sent := time.Now()
 	res, err := rwUpgrade.Run(ctx, rw.client, rw.keys[:3], r.token, redisutil.Millis(rw.opts.ttl)).Int64Slice()
 	switch {
-	case err != nil && redisutil.NeverSent(err):
+	case err != nil && !redisutil.MayHaveRun(err):
 		r.clk.ResumeWatchdog()
-		return nil, redisErr(ctx, "upgrade", rw.name, err)
+		return nil, redisutil.Failed(ctx, "lock", "upgrade", rw.name, err)
 	case err != nil:
 		// The script may have run with its reply lost: r's read may
 		// have become a write lock that nobody knows it holds. Undo
@@ -163,7 +167,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 		releaseLater(ctx, writer{rw}, r.token)
 		releaseLater(ctx, r.h, r.token)
 		r.end(ErrLost)
-		return nil, redisErr(ctx, "upgrade", rw.name, err)
+		return nil, redisutil.Failed(ctx, "lock", "upgrade", rw.name, err)
 	case res[0] == 0:
 		r.clk.ResumeWatchdog()
 		return nil, ErrUpgrade
@@ -181,23 +185,21 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 	}
 	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
 	if err != nil {
-		return false, redisErr(ctx, "locked", rw.name, err)
+		return false, redisutil.Failed(ctx, "lock", "locked", rw.name, err)
 	}
 	return n == 1, nil
 }
 
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	sent := time.Now()
-	res, err := rwRLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
-	granted, v := pair(res)
-	return grant(ctx, reader{rw}, "rlock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its place
+	a := ask{h: reader{rw}, op: "rlock", name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its place
+	cmd, acked := rw.opts.script(ctx, rw.client, rwRLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
+	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	sent := time.Now()
-	res, err := rwLock.Run(ctx, rw.client, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs).Int64Slice()
-	granted, v := pair(res)
-	return grant(ctx, writer{rw}, "lock", rw.name, token, sent, granted, v, err, &rw.opts, true) // renews its claim
+	a := ask{h: writer{rw}, op: "lock", name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its claim
+	cmd, acked := rw.opts.script(ctx, rw.client, rwLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
+	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
 
 // reader is the holder of a read lease.
@@ -211,8 +213,7 @@ func (h reader) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h reader) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := semExtend.Run(ctx, h.rw.client, h.rw.keys[1:3], token, redisutil.Millis(ttl)).Int64()
-	return n == 1, err
+	return h.rw.opts.extended(h.rw.opts.script(ctx, h.rw.client, semExtend, h.rw.keys[1:3], token, redisutil.Millis(ttl)))
 }
 
 func (h reader) pttl(ctx context.Context, token string) (time.Duration, error) {
@@ -234,8 +235,7 @@ func (h writer) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (h writer) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := hashExtend.Run(ctx, h.rw.client, h.rw.keys[:1], token, redisutil.Millis(ttl)).Int64()
-	return n == 1, err
+	return h.rw.opts.extended(h.rw.opts.script(ctx, h.rw.client, hashExtend, h.rw.keys[:1], token, redisutil.Millis(ttl)))
 }
 
 func (h writer) pttl(ctx context.Context, token string) (time.Duration, error) {

@@ -1,6 +1,10 @@
 package lock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
+)
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
@@ -68,7 +72,7 @@ end
 local function wakehead(q, used, permits, prefix, pub)
   if used >= permits then return end
   local head = redis.call('ZRANGE', q, 0, 0)
-  if #head > 0 then redis.call(pub, prefix .. head[1], '1') end
+  if #head > 0 then redis.call(pub, prefix .. head[1], '` + wake.One + `') end
 end
 `
 
@@ -138,7 +142,7 @@ if held then
     local v = redis.call('GET', KEYS[5])
     if ours(v, ARGV[1]) then
       redis.call('DEL', KEYS[5])
-      if string.find(v, '+', 1, true) then redis.call(ARGV[4], KEYS[6], '1') end
+      if string.find(v, '+', 1, true) then redis.call(ARGV[4], KEYS[6], '` + wake.One + `') end
     end
   end
 end

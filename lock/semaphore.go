@@ -3,11 +3,13 @@ package lock
 import (
 	"context"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A Semaphore names a weighted, fair counting semaphore in Redis: at most
@@ -57,7 +59,9 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts
 	if permits < 1 {
 		panic(fmt.Sprintf("lock: semaphore of %d permits (a programmer error)", permits))
 	}
-	return newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions("semaphore", name, opts))
+	s := newSemaphore(client, newKeyspace("sem", name), name, permits, buildOptions("semaphore", name, opts))
+	s.opts.watch(client)
+	return s
 }
 
 // newSemaphore builds a semaphore in keyspace ks. A fair Mutex is one of a
@@ -138,7 +142,7 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	}
 	n, err := semAvailable.Run(ctx, s.client, s.keys[:4], s.permits).Int64()
 	if err != nil {
-		return 0, redisErr(ctx, "available", s.name, err)
+		return 0, redisutil.Failed(ctx, "lock", "available", s.name, err)
 	}
 	return n, nil
 }
@@ -153,10 +157,9 @@ func (s *Semaphore) check(n int64) error {
 }
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
-	sent := time.Now()
-	res, err := semAcquire.Run(ctx, s.client, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish, s.opts.retentionMs, s.fairArg).Int64Slice()
-	granted, v := pair(res)
-	return grant(ctx, s, "acquire", s.name, token, sent, granted, v, err, &s.opts, true) // renews its ticket
+	a := ask{h: s, op: "acquire", name: s.name, token: token, sent: time.Now(), o: &s.opts, renew: true} // renews its ticket
+	cmd, acked := s.opts.script(ctx, s.client, semAcquire, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish, s.opts.retentionMs, s.fairArg)
+	return a.grant(ctx, s.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
 
 func (s *Semaphore) where() string { return keyList(s.keys[:4]...) }
@@ -167,8 +170,7 @@ func (s *Semaphore) release(ctx context.Context, token string) (bool, error) {
 }
 
 func (s *Semaphore) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, err := semExtend.Run(ctx, s.client, s.extendKeys, token, redisutil.Millis(ttl), s.fairArg).Int64()
-	return n == 1, err
+	return s.opts.extended(s.opts.script(ctx, s.client, semExtend, s.extendKeys, token, redisutil.Millis(ttl), s.fairArg))
 }
 
 func (s *Semaphore) pttl(ctx context.Context, token string) (time.Duration, error) {

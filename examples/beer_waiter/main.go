@@ -10,6 +10,7 @@
 //
 //	go run ./examples/beer_waiter                    # 15 waiters, one process
 //	go run ./examples/beer_waiter -procs 3           # the same 15 over 3 processes
+//	go run ./examples/beer_waiter -procs 3 -plot tap.svg   # and a picture of the holds
 //	go run ./examples/beer_waiter -redis redis://:pw@host:6379/0 -json
 //	go run ./examples/beer_waiter -memcache 127.0.0.1:11211
 //
@@ -53,6 +54,7 @@ type config struct {
 	Tap      string        // lock name
 	Fair     bool          // serve waiters first come, first served
 	JSON     bool
+	Plot     string    // file to write the SVG picture of the holds to; "" for none
 	Seed     uint64    // 0: random
 	Progress io.Writer // progress lines; nil for none
 	Exe      string    // worker executable; default this one
@@ -89,6 +91,7 @@ func main() {
 	flag.BoolVar(&cfg.Fair, "fair", false, "serve waiters first come, first served (lock.WithFair), and check that nobody is overtaken")
 	flag.StringVar(&cfg.Memcache, "memcache", "", "memcached `address`(es), comma-separated: run on memcached (lock/memcache) instead of Redis")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
+	flag.StringVar(&cfg.Plot, "plot", "", "write an SVG picture of who waited and who drank when to `file`")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "random seed for drink times (0: random)")
 	flag.Parse()
 	cfg.Redis, cfg.Probe = server()
@@ -261,6 +264,12 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	}
 	rep := summarize(cfg, all, maxHolders, time.Since(start))
 	rep.Server = serverName(cfg, conn)
+	if cfg.Plot != "" {
+		if err := writePlot(cfg.Plot, cfg, rep); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		fmt.Fprintf(notice, "wrote %s\n", cfg.Plot)
+	}
 	if cfg.JSON {
 		if err := demo.WriteJSON(w, rep); err != nil {
 			return err

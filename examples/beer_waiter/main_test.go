@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,7 +248,8 @@ func TestBeerWaiterOnMemcached(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{`on memcached 127\.0\.0\.1:\d+`, `max concurrent holders \(memcached counter\) +1 +ok`,
-		`served \+ timed out +8 of 8 +ok`, `overlapping holds \(local clock\) +0 +ok`, `memcached: no fencing`} {
+		`served \+ timed out +8 of 8 +ok`, `overlapping holds \(local clock\) +0 +ok`, `memcached: no fencing`,
+		`waiters overtaken by a later arrival \(pairs\) +- \(memcached: not measured\)`} {
 		if !regexp.MustCompile(want).MatchString(text) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
@@ -266,6 +268,9 @@ func TestBeerWaiterOnMemcached(t *testing.T) {
 	if rep.Fenced {
 		t.Error("report claims fencing on memcached")
 	}
+	if rep.Overtaken != -1 {
+		t.Errorf("overtaken = %d on memcached; want -1 (not measured: the demo does not see when a waiter got in line)", rep.Overtaken)
+	}
 }
 
 func TestBeerWaiterMemcachedRejectsFair(t *testing.T) {
@@ -275,5 +280,40 @@ func TestBeerWaiterMemcachedRejectsFair(t *testing.T) {
 	cfg.Fair = true
 	if err := run(t.Context(), cfg, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-fair") {
 		t.Errorf("run with -fair on memcached = %v; want an error naming -fair", err)
+	}
+}
+
+// TestReadmeShowsTodaysReport: the sample runs in examples/README.md (on
+// Redis, with -fair, on memcached) have the rows the demo prints today, and
+// fences as they are now: 16 digits, from the server's clock.
+func TestReadmeShowsTodaysReport(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []string
+	for _, block := range strings.Split(string(readme), "```")[1:] {
+		if strings.HasPrefix(strings.TrimSpace(block), "15 waiters in") {
+			samples = append(samples, block)
+		}
+	}
+	if len(samples) != 3 {
+		t.Fatalf("examples/README.md has %d sample runs of beer_waiter; want 3 (Redis, -fair, memcached)", len(samples))
+	}
+	for i, fenced := range []bool{true, true, false} {
+		var out bytes.Buffer
+		cfg := defaultConfig()
+		if !fenced {
+			cfg.Memcache = "127.0.0.1:1"
+		}
+		printReport(&out, summarize(cfg, []waiter{{ID: 1, Served: true, Fence: 1795559604775383}}, 1, time.Second))
+		waiterRow := func(label string) bool { return regexp.MustCompile(`^w\d\d$`).MatchString(label) }
+		got := slices.DeleteFunc(demo.RowLabels(samples[i]), waiterRow)
+		if want := slices.DeleteFunc(demo.RowLabels(out.String()), waiterRow); !slices.Equal(got, want) {
+			t.Errorf("sample %d has the rows\n%q\nthe demo prints\n%q", i+1, got, want)
+		}
+		if has := regexp.MustCompile(`beer +\S+ +\S+ +\d{16}\n`).MatchString(samples[i]); has != fenced {
+			t.Errorf("sample %d shows 16-digit fences: %v; want %v", i+1, has, fenced)
+		}
 	}
 }

@@ -42,6 +42,8 @@ type result struct {
 	Steady    demo.Histogram    `json:"latency_after_first_ttl"` // calls that began one TTL after the start: the first fills are done
 	WakeLag   demo.Histogram    `json:"wake_lag"`                // for waited calls: return time − when the value was computed
 	Starts    [][]int64         `json:"compute_starts"`          // per key, unix µs
+	Start     int64             `json:"start_us"`                // unix µs when the calls began
+	Timeline  demo.Series       `json:"timeline"`                // latency of the calls that began in each step
 	Elapsed   time.Duration     `json:"elapsed"`
 	Library   map[string]uint64 `json:"library_stats,omitempty"`
 }
@@ -185,6 +187,7 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 	var wg sync.WaitGroup
 	for g := range res {
 		r := &res[g]
+		r.Timeline.Step = timelineStep
 		wg.Go(func() {
 			for time.Now().Before(stopAt) && ctx.Err() == nil {
 				k := rand.N(t.Keys)
@@ -196,6 +199,7 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 				r.Calls++
 				progress.Add("calls", 1)
 				r.Latency.Record(t1.Sub(t0))
+				r.Timeline.Record(t0.Sub(start), t1.Sub(t0))
 				if t0.Sub(start) >= t.TTL {
 					r.Steady.Record(t1.Sub(t0))
 				}
@@ -221,7 +225,8 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 		})
 	}
 	wg.Wait()
-	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Library: f.stats()}
+	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Library: f.stats(),
+		Start: start.UnixMicro(), Timeline: demo.Series{Step: timelineStep}}
 	startsMu.Lock() // a background refresh may still be starting
 	for _, s := range starts {
 		total.Starts = append(total.Starts, slices.Clone(s))
@@ -239,6 +244,7 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 		total.Latency.Merge(r.Latency)
 		total.Steady.Merge(r.Steady)
 		total.WakeLag.Merge(r.WakeLag)
+		total.Timeline.Merge(r.Timeline, 0)
 	}
 	total.Refreshed = ran.Load() - total.Computed
 	return total, ctx.Err()

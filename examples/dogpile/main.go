@@ -19,6 +19,7 @@
 // Run one mode with -mode, or all four side by side with -compare:
 //
 //	go run ./examples/dogpile -compare
+//	go run ./examples/dogpile -compare -plot stampede.svg
 //	go run ./examples/dogpile -mode naive -procs 8 -g 32 -keys 2 -duration 5s
 //	go run ./examples/dogpile -redis redis://:pw@host:6379/0 -compare -json
 //
@@ -60,6 +61,7 @@ type config struct {
 	Duration   time.Duration // per mode
 	Think      time.Duration // pause between a goroutine's calls
 	JSON       bool
+	Plot       string    // file to write the SVG picture of the run to; "" for none
 	Progress   io.Writer // progress lines; nil for none
 	Exe        string    // worker executable; default this one
 }
@@ -93,6 +95,7 @@ func main() {
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long each mode runs")
 	flag.DurationVar(&cfg.Think, "think", 0, "pause between a goroutine's calls")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
+	flag.StringVar(&cfg.Plot, "plot", "", "write an SVG picture of computes and latency over time to `file`")
 	flag.Parse()
 	cfg.Redis, cfg.Probe = server()
 	cfg.Progress = os.Stderr
@@ -152,6 +155,12 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 		reps = append(reps, rep)
 	}
+	if cfg.Plot != "" {
+		if err := writePlot(cfg.Plot, cfg, serverKind(conn), reps); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		fmt.Fprintf(notice, "wrote %s\n", cfg.Plot)
+	}
 	if cfg.JSON {
 		return demo.WriteJSON(w, jsonReport{Server: serverName(conn), Procs: cfg.Procs, Goroutines: cfg.Goroutines, Keys: cfg.Keys,
 			Compute: cfg.Compute.String(), TTL: cfg.TTL.String(), Duration: cfg.Duration.String(), Modes: reps})
@@ -193,6 +202,18 @@ func runMode(ctx context.Context, cfg config, conn *demo.Conn, runID, mode strin
 	}
 	conn.Client.Del(context.WithoutCancel(ctx), prefix+"computes")
 	return summarize(mode, cfg, results, computes), nil
+}
+
+// serverKind names the kind of server, for the picture, which should not
+// change with the port of the day.
+func serverKind(c *demo.Conn) string {
+	switch {
+	case c.Embedded:
+		return "an embedded miniredis"
+	case strings.Contains(c.URL, ","):
+		return "a Redis Cluster"
+	}
+	return "Redis"
 }
 
 // serverName describes the server for reports, without its password.

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
 	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -222,5 +225,38 @@ func TestDogpileOnCluster(t *testing.T) {
 	if limit := int64(m.MaxExpiries + cfg.Keys); m.Computes > limit || m.ComputesPerExpiry > 1.25 {
 		t.Errorf("dogpile on a cluster: computes %d (%.2f per expiry); want <= %d and about 1 per expiry",
 			m.Computes, m.ComputesPerExpiry, limit)
+	}
+}
+
+// TestReadmeShowsTodaysTable: the sample run in examples/README.md has the
+// rows -compare prints today, in the same order.
+func TestReadmeShowsTodaysTable(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: New does no I/O
+	defer client.Close()
+	lib := newDogpile(client, time.Second).stats()
+	var reps []modeReport
+	for _, mode := range modes {
+		m := modeReport{Mode: mode, Waited: 1}
+		if mode == "dogpile" || mode == "fresh" {
+			m.Library = lib
+		}
+		reps = append(reps, m)
+	}
+	var out bytes.Buffer
+	if err := printTable(&out, reps); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sample, ok := strings.Cut(string(readme), "A run of `go run ./examples/dogpile -compare")
+	_, sample, ok2 := strings.Cut(sample, "```\n")
+	sample, _, ok3 := strings.Cut(sample, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("examples/README.md has no sample run of -compare")
+	}
+	if got, want := demo.RowLabels(sample), demo.RowLabels(out.String()); !slices.Equal(got, want) {
+		t.Errorf("the README's sample has the rows\n%q\n-compare prints\n%q", got, want)
 	}
 }

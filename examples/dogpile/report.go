@@ -36,6 +36,7 @@ type modeReport struct {
 	WakeLagMax        time.Duration     `json:"wake_lag_max_ns"`
 	CommandsPerCall   float64           `json:"redis_commands_per_call"`
 	Library           map[string]uint64 `json:"library_stats,omitempty"`
+	Timeline          []step            `json:"timeline"` // per 100 ms since the start
 }
 
 type jsonReport struct {
@@ -115,6 +116,7 @@ func summarize(mode string, cfg config, results []result, computes int64) modeRe
 	rep.LatencyP50, rep.LatencyP99, rep.LatencyMax = lat.Quantile(0.5), lat.Quantile(0.99), lat.Max
 	rep.SteadyP99, rep.SteadyMax = steady.Quantile(0.99), steady.Max
 	rep.WakeLagP50, rep.WakeLagP99, rep.WakeLagMax = lag.Quantile(0.5), lag.Quantile(0.99), lag.Max
+	rep.Timeline = timeline(results)
 	return rep
 }
 

@@ -4,31 +4,36 @@
 //
 // Without it, each call to a dead Redis costs what go-redis spends dialling
 // and retrying (about 1.7 s with the default options), so a cache outage
-// turns every request into a slow one. When a call fails to reach Redis,
-// the circuit opens: calls skip Redis and fail at once with
-// [ErrUnavailable]. After [cooldown] one call goes through as a probe; its
-// success closes the circuit, its failure opens it for another cooldown.
+// turns every request into a slow one, and a caller's short deadline only
+// turns it into a timeout. The breaker learns of an outage from the
+// client's dials as well as from the calls' round trips: a hook on the
+// client (see hook.go) reports the first refused or failed dial, so the
+// circuit opens within milliseconds of Redis dying, whatever the caller's
+// deadline or go-redis's retry settings. While the circuit is open, calls
+// fail at once with [ErrUnavailable], and so does any dial the client
+// makes for anyone (the hook hands go-redis a connection that fails at
+// once), so that go-redis's own pool never counts a dial as failed and
+// never falls back to probing the server once a second on its own. After
+// [cooldown] one call goes through as a probe; its success closes the
+// circuit, its failure opens it for another cooldown.
 //
-// One failure is enough: the failure a call sees comes after go-redis's own
-// retries (MaxRetries, 3 by default, so 4 connection failures in a row over
-// more than a second), and concurrent callers of one key share one round
-// trip, so waiting for several such calls would keep a hot key's callers
-// waiting for several seconds. A client made with MaxRetries -1 has no
-// retries to absorb a blip: one lost connection then costs one cooldown of
-// fast failures.
+// One failure is enough, and concurrent callers of one key share one round
+// trip, so waiting for several failures would keep a hot key's callers
+// waiting. Only errors that say Redis could not be reached count as
+// failures; an error reply from a working server is a success, and the
+// caller's own cancellation or an exhausted connection pool (load, not an
+// outage) count as neither.
 //
 // The breaker is a sony/gobreaker two-step breaker: a call asks before its
-// first round trip and reports that round trip's outcome. Only errors that
-// say Redis could not be reached count as failures; an error reply from a
-// working server is a success, and the caller's own cancellation or an
-// exhausted connection pool (load, not an outage) count as neither.
+// first round trip and reports that round trip's outcome. Each outage is
+// logged once when it begins and once when it ends, to every logger
+// attached to the client's caches and locks (see log.go).
 package breaker
 
 import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,48 +42,27 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// ErrUnavailable is returned, wrapped, by calls that skipped Redis because
-// the client's circuit is open. dogpile.ErrUnavailable and
-// lock.ErrUnavailable are this error.
-var ErrUnavailable = errors.New("dogpile: redis unavailable (circuit open)")
+// ErrUnavailable is returned, wrapped with the operation that failed, by
+// calls that skipped Redis because the client's circuit is open.
+// dogpile.ErrUnavailable and lock.ErrUnavailable are this error; it lives in
+// redisutil, whose MayHaveRun knows that such a call sent nothing.
+var ErrUnavailable = redisutil.ErrUnavailable
 
 const (
-	// trip is how many calls in a row must fail to reach Redis before the
-	// circuit opens (see the package doc for why one).
+	// trip is how many failures in a row open the circuit (see the package
+	// doc for why one).
 	trip = 1
 	// cooldown is how long an open circuit fails calls before it lets one
-	// probe through. Short, so that callers see Redis back within about a
-	// second of its return (the probe itself may spend part of go-redis's
-	// retry backoff).
-	cooldown = 250 * time.Millisecond
+	// probe through: short, so that callers see Redis back within about a
+	// tenth of a second. A probe is cheap: while the circuit is open no dial
+	// goes out (see hook.go), and a dead server's refused dial fails the
+	// probe in a round trip.
+	cooldown = 100 * time.Millisecond
 )
-
-// A Change is a transition of the circuit that a caller should log.
-type Change int
-
-const (
-	None   Change = iota
-	Opened        // Redis became unreachable: calls now fail fast
-	Closed        // a probe reached Redis again
-)
-
-// Log logs ch, the transition a call's outcome err caused, to l (if any),
-// as pkg ("dogpile", "lock") with attrs: every Cache and lock logs an
-// outage's start and end the same way.
-func (ch Change) Log(ctx context.Context, l *slog.Logger, pkg string, err error, attrs ...slog.Attr) {
-	if l == nil {
-		return
-	}
-	switch ch {
-	case Opened:
-		l.LogAttrs(ctx, slog.LevelError, pkg+": redis unreachable; calls fail fast until it answers again",
-			append(attrs, slog.Any("error", err))...)
-	case Closed:
-		l.LogAttrs(ctx, slog.LevelInfo, pkg+": redis reachable again", attrs...)
-	}
-}
 
 // A Breaker guards the calls of one client.
 //
@@ -88,20 +72,21 @@ func (ch Change) Log(ctx context.Context, l *slog.Logger, pkg string, err error,
 // gobreaker would act on, and only a failure is handed to it. Open and
 // half-open calls go through gobreaker in full (its probe accounting).
 type Breaker struct {
-	cb      *gobreaker.TwoStepCircuitBreaker[struct{}]
-	closed  atomic.Bool  // gobreaker's state is closed (see OnStateChange)
-	changed atomic.Int32 // a Change not yet claimed by a caller
+	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
+	closed atomic.Bool // gobreaker's state is closed (see OnStateChange)
+	log    outageLog
 
 	// doneClosed is the done of a call let through a closed circuit, made
 	// once: a func made per call would cost every hit an allocation.
-	doneClosed func(error) Change
+	doneClosed func(error)
 }
 
 // breakers holds one Breaker per client. Clients are meant to live as long
 // as the process (go-redis's advice), so the few entries are never removed.
 var breakers sync.Map // redis.UniversalClient -> *Breaker
 
-// For returns client's breaker, creating it on first use.
+// For returns client's breaker, creating it on first use and hooking it
+// into the client's dials (see hook.go).
 func For(client redis.UniversalClient) *Breaker {
 	if b, ok := breakers.Load(client); ok {
 		return b.(*Breaker)
@@ -116,7 +101,12 @@ func For(client redis.UniversalClient) *Breaker {
 		// runs it in the background, at most one at a time.
 		onOpen = func() { cc.ReloadState(context.Background()) }
 	}
-	b, _ := breakers.LoadOrStore(client, newBreaker(onOpen))
+	nb := newBreaker(onOpen)
+	nb.log.client = describe(client)
+	b, loaded := breakers.LoadOrStore(client, nb)
+	if !loaded {
+		hookInto(client, nb)
+	}
 	return b.(*Breaker)
 }
 
@@ -130,21 +120,16 @@ func newBreaker(onOpen func()) *Breaker {
 	b.closed.Store(true)
 	b.doneClosed = b.reportClosed
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		MaxRequests:  1,
+		MaxRequests:  1, // one probe at a time
 		Timeout:      cooldown,
 		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
 		IsSuccessful: func(err error) bool { return err == nil || !Unreachable(err) },
 		IsExcluded:   excluded,
-		OnStateChange: func(_ string, _, to gobreaker.State) {
+		OnStateChange: func(_ string, from, to gobreaker.State) {
 			b.closed.Store(to == gobreaker.StateClosed)
-			switch to {
-			case gobreaker.StateOpen:
-				b.changed.Store(int32(Opened))
-				if onOpen != nil {
-					onOpen()
-				}
-			case gobreaker.StateClosed:
-				b.changed.Store(int32(Closed))
+			b.log.change(from, to)
+			if to == gobreaker.StateOpen && onOpen != nil {
+				onOpen()
 			}
 		},
 	})
@@ -152,10 +137,9 @@ func newBreaker(onOpen func()) *Breaker {
 }
 
 // Allow reports whether a call may go to Redis. If so, the call must pass
-// the error of its first round trip to done, which returns the transition
-// that outcome caused, for the caller to log (each one is returned once).
-// If not, Allow returns an error matching [ErrUnavailable].
-func (b *Breaker) Allow() (done func(error) Change, err error) {
+// the error of its first round trip to done. If not, Allow returns
+// ErrUnavailable.
+func (b *Breaker) Allow() (done func(error), err error) {
 	if b.closed.Load() {
 		return b.doneClosed, nil
 	}
@@ -163,9 +147,9 @@ func (b *Breaker) Allow() (done func(error) Change, err error) {
 	if err != nil {
 		return nil, ErrUnavailable
 	}
-	return func(err error) Change {
+	return func(err error) {
+		b.log.failed(err)
 		report(err)
-		return b.claim()
 	}, nil
 }
 
@@ -173,23 +157,19 @@ func (b *Breaker) Allow() (done func(error) Change, err error) {
 // failure matters (see Breaker), and gobreaker counts it as a request it
 // let through, as the call was. If the circuit opened meanwhile, another
 // call's failure already did what this one would.
-func (b *Breaker) reportClosed(err error) Change {
+func (b *Breaker) reportClosed(err error) {
 	if err != nil && Unreachable(err) && !excluded(err) {
-		if report, aerr := b.cb.Allow(); aerr == nil {
-			report(err)
-		}
+		b.Fail(err)
 	}
-	return b.claim()
 }
 
-// claim returns the Change not yet claimed, if any, and clears it. It
-// reads before it writes: every call of every goroutine comes here, and a
-// write on each would bounce the word between cores.
-func (b *Breaker) claim() Change {
-	if b.changed.Load() == int32(None) {
-		return None
+// Fail reports a failure seen outside a call's first round trip (a dial),
+// if the circuit lets a report in.
+func (b *Breaker) Fail(err error) {
+	if report, aerr := b.cb.Allow(); aerr == nil {
+		b.log.failed(err)
+		report(err)
 	}
-	return Change(b.changed.Swap(int32(None)))
 }
 
 // Open reports whether calls fail fast now (the circuit is open or only

@@ -12,13 +12,14 @@ type Lease interface {
 	Unlock(ctx context.Context) error
 }
 
-// Do acquires a lease with lock, runs fn while holding it, and releases it:
+// Do acquires a lease with lock, runs fn with it while holding it, and
+// releases it:
 // the block form shared by lock.Do and lock/memcache's Do (see there).
 // fn's context is cancelled, with the lease's Err as the cause, if the
 // lease is lost. Do releases the lease even if fn panics, and then panics
 // again with the same value. It returns the acquire's error, else fn's,
 // else the release's.
-func Do[L Lease](ctx context.Context, lock func(context.Context) (L, error), fn func(ctx context.Context) error) (err error) {
+func Do[L Lease](ctx context.Context, lock func(context.Context) (L, error), fn func(ctx context.Context, l L) error) (err error) {
 	l, err := lock(ctx)
 	if err != nil {
 		return err
@@ -45,5 +46,5 @@ func Do[L Lease](ctx context.Context, lock func(context.Context) (L, error), fn 
 			err = uerr
 		}
 	}()
-	return fn(fctx)
+	return fn(fctx, l)
 }

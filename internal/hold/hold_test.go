@@ -14,17 +14,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var errLost = errors.New("lost")
 
-func TestBackoffStaysWithinBounds(t *testing.T) {
-	b := NewBackoff(4*time.Millisecond, 32*time.Millisecond)
-	bound := 4 * time.Millisecond
-	for range 100 {
-		if d := b.Next(); d < time.Millisecond || d >= bound+time.Millisecond {
-			t.Fatalf("wait %v outside [1ms, %v)", d, bound+time.Millisecond)
-		}
-		bound = min(2*bound, 32*time.Millisecond)
-	}
-}
-
 func TestClockEndsOnceWithFirstCause(t *testing.T) {
 	var k Clock
 	k.Start(Config{Sent: time.Now(), TTL: time.Hour, Lost: errLost})

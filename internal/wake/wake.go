@@ -11,6 +11,7 @@ package wake
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,10 +29,39 @@ func PublishCommand(c redis.UniversalClient) string {
 	return "PUBLISH"
 }
 
-// One is the message payload that wakes a single waiter per process (the
-// longest waiting), for a release that only one waiter can use, as
-// sync.Cond.Signal. Any other payload wakes every waiter, as Broadcast.
-const One = "1"
+// Wake-up payloads. The scripts that publish them build their Lua
+// literals from these names, so this table is their one home. One wakes a
+// single waiter per process, the longest waiting, as sync.Cond.Signal; any
+// other payload wakes every waiter, as Broadcast.
+//
+//	name      payload  published by                                     means to a waiter
+//	Stored    "v"      the cache's store of a computed value, and Set   look again; a store appends
+//	                                                                    token:value when it is small
+//	Failed    "e"      the cache's store of a compute's failure         the awaited compute failed
+//	Released  "r"      the cache's release of a lock without a value    look again (take over)
+//	Deleted   "d"      the cache's Delete                               look again (compute afresh)
+//	One       "1"      a lock release that one waiter can use           try to acquire
+//	All       "all"    a release that every waiter can use (RWMutex)    try to acquire
+const (
+	Stored   = "v" // see StoredValue
+	Failed   = "e"
+	Released = "r"
+	Deleted  = "d"
+	One      = "1"
+	All      = "all"
+)
+
+// StoredValue reads a Stored payload that carries the value it announces,
+// Stored+token+":"+value as the cache's store script publishes it: the
+// storing holder's token and the value. ok is false for any other payload,
+// a plain Stored included.
+func StoredValue(payload string) (token, value string, ok bool) {
+	rest, ok := strings.CutPrefix(payload, Stored)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, ":")
+}
 
 // readyTimeout bounds how long Subscribe waits for the server to confirm a
 // subscription. Past it the waiter goes on without push, polling instead.

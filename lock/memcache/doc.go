@@ -36,8 +36,8 @@
 // the next holder up to about the current backoff after it is released,
 // and waiters are served in no particular order.
 //
-// Expiries are whole seconds. A TTL is at least 1 s (a shorter one is an
-// error matching [ErrInvalid]), and memcached is told the TTL rounded up
+// Expiries are whole seconds. A TTL is at least 1 s ([WithTTL] panics
+// below, [Lease.Extend] returns an error matching [ErrInvalid]), and memcached is told the TTL rounded up
 // to whole seconds plus one: its clock ticks once a second, so an item of
 // expiry n may expire as soon as n-1 seconds after it was stored. The
 // holder trusts its lease for the TTL it asked for (less a small drift,

@@ -33,7 +33,7 @@ func Example() {
 
 func ExampleDo() {
 	client := gomemcache.New(exampleAddr)
-	err := mclock.Do(context.Background(), client, "nightly-report", func(ctx context.Context) error {
+	err := mclock.Do(context.Background(), client, "nightly-report", func(ctx context.Context, _ *mclock.Lease) error {
 		// ctx is cancelled if the lease is lost; the lease extends itself
 		// meanwhile.
 		fmt.Println("only one process runs this at a time")
@@ -47,8 +47,8 @@ func ExampleDo() {
 
 func ExampleNewMutex_badInput() {
 	client := gomemcache.New(exampleAddr)
-	_, err := mclock.NewMutex(client, "job", mclock.WithTTL(200*time.Millisecond)).Lock(context.Background())
+	_, err := mclock.NewMutex(client, "").Lock(context.Background()) // a name taken from a request, say
 	fmt.Println(errors.Is(err, mclock.ErrInvalid), err)
 	// Output:
-	// true lock: invalid argument: ttl 200ms is below 1s, memcached's expiry resolution
+	// true lock: invalid argument: empty lock name
 }

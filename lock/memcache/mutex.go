@@ -7,8 +7,9 @@ import (
 	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
-	"github.com/dogpile-go/dogpile/internal/hold"
+
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/dogpile-go/dogpile/lock"
 )
 
@@ -46,15 +47,15 @@ type Mutex struct {
 }
 
 // NewMutex returns the mutex called name in client's memcached. It does no
-// I/O. A bad name or option is reported, matching [ErrInvalid], by every
-// call on the mutex. NewMutex panics if client is nil (a programmer error).
+// I/O. An empty name (names may come from data) is reported, matching
+// [ErrInvalid], by every call on the mutex. NewMutex panics if client is
+// nil (a programmer error).
 func NewMutex(client *gomemcache.Client, name string, opts ...Option) *Mutex {
 	if client == nil {
 		panic("lock/memcache: nil memcache client (a programmer error)")
 	}
 	m := &Mutex{client: client, name: name, key: keyFor(name), opts: buildOptions(opts)}
 	m.exp = expiry(m.opts.ttl)
-	m.err = m.opts.err
 	if name == "" {
 		m.err = fmt.Errorf("%w: empty lock name", ErrInvalid)
 	}
@@ -75,9 +76,8 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		ctx, cancel = context.WithTimeout(ctx, m.opts.waitTimeout)
 		defer cancel()
 	}
-	backoff := hold.NewBackoff(m.opts.minBackoff, m.opts.maxBackoff)
-	t := time.NewTimer(time.Hour) // Reset below
-	defer t.Stop()
+	w := wake.NewWaiter(nil, m.opts.minBackoff, m.opts.maxBackoff) // no channel: it polls
+	defer w.Close()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNotObtained, err)
@@ -85,11 +85,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 		if l, err := m.try(); l != nil || err != nil {
 			return l, err
 		}
-		t.Reset(backoff.Next())
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+		_, _ = w.Wait(ctx, 0) // memcached tells no remaining time; ctx is checked above
 	}
 }
 
@@ -136,7 +132,7 @@ func (m *Mutex) try() (*Lease, error) {
 		return newLease(m, token, sent), nil
 	case errors.Is(err, gomemcache.ErrNotStored):
 		return nil, nil // busy
-	case !redisutil.NeverSent(err) && !connectFailed(err):
+	case redisutil.MayHaveRun(err) && !connectFailed(err):
 		// The add may have been stored with its reply lost: take it back
 		// now, best effort, rather than leave the lock held for a TTL.
 		_, _ = m.release(token)

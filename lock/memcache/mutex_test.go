@@ -224,13 +224,7 @@ func TestExtendMovesExpiry(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	c := redistest.StartMemcached(t).Client(t)
 	for name, m := range map[string]*mclock.Mutex{
-		"empty name":         mclock.NewMutex(c, ""),
-		"ttl below 1s":       mclock.NewMutex(c, "x", mclock.WithTTL(999*time.Millisecond)),
-		"ttl above 30 days":  mclock.NewMutex(c, "x", mclock.WithTTL(31*24*time.Hour)),
-		"ttl of 30 days":     mclock.NewMutex(c, "x", mclock.WithTTL(30*24*time.Hour)), // rounded up: an absolute time in 1970
-		"zero backoff":       mclock.NewMutex(c, "x", mclock.WithBackoff(0, time.Second)),
-		"inverted backoff":   mclock.NewMutex(c, "x", mclock.WithBackoff(time.Second, time.Millisecond)),
-		"negative wait time": mclock.NewMutex(c, "x", mclock.WithWaitTimeout(-time.Second)),
+		"empty name": mclock.NewMutex(c, ""),
 	} {
 		if _, err := m.Lock(t.Context()); !errors.Is(err, mclock.ErrInvalid) {
 			t.Errorf("%s: Lock = %v; want ErrInvalid", name, err)
@@ -241,7 +235,7 @@ func TestBadInput(t *testing.T) {
 		if _, err := m.Locked(t.Context()); !errors.Is(err, mclock.ErrInvalid) {
 			t.Errorf("%s: Locked = %v; want ErrInvalid", name, err)
 		}
-		if err := mclock.Do(t.Context(), c, "", func(context.Context) error { return nil }); !errors.Is(err, mclock.ErrInvalid) {
+		if err := mclock.Do(t.Context(), c, "", func(context.Context, *mclock.Lease) error { return nil }); !errors.Is(err, mclock.ErrInvalid) {
 			t.Errorf("Do with an empty name = %v; want ErrInvalid", err)
 		}
 	}
@@ -258,8 +252,15 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("nil Lease Unlock = %v; want ErrNotHeld", err)
 	}
 	for name, f := range map[string]func(){
-		"NewMutex(nil)": func() { mclock.NewMutex(nil, "x") },
-		"Do(nil fn)":    func() { _ = mclock.Do(t.Context(), c, "x", nil) },
+		// Bad options panic, as lock's and the cache's do.
+		"ttl below 1s":       func() { mclock.WithTTL(999 * time.Millisecond) },
+		"ttl above 30 days":  func() { mclock.WithTTL(31 * 24 * time.Hour) },
+		"ttl of 30 days":     func() { mclock.WithTTL(30 * 24 * time.Hour) }, // rounded up: an absolute time in 1970
+		"zero backoff":       func() { mclock.WithBackoff(0, time.Second) },
+		"inverted backoff":   func() { mclock.WithBackoff(time.Second, time.Millisecond) },
+		"negative wait time": func() { mclock.WithWaitTimeout(-time.Second) },
+		"NewMutex(nil)":      func() { mclock.NewMutex(nil, "x") },
+		"Do(nil fn)":         func() { _ = mclock.Do(t.Context(), c, "x", nil) },
 	} {
 		func() {
 			defer func() {
@@ -303,7 +304,7 @@ func TestErrorsAreLocksOwn(t *testing.T) {
 
 func TestDoCancelsOnLossAndReleases(t *testing.T) {
 	c := redistest.StartMemcached(t).Client(t)
-	err := mclock.Do(t.Context(), c, "block", func(ctx context.Context) error {
+	err := mclock.Do(t.Context(), c, "block", func(ctx context.Context, _ *mclock.Lease) error {
 		if err := c.Delete("dogpile:mutex:block"); err != nil {
 			return err
 		}
@@ -316,7 +317,7 @@ func TestDoCancelsOnLossAndReleases(t *testing.T) {
 	if !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Do after a lost lease = %v; want ErrNotHeld", err)
 	}
-	if err := mclock.Do(t.Context(), c, "block", func(context.Context) error { return nil }); err != nil {
+	if err := mclock.Do(t.Context(), c, "block", func(context.Context, *mclock.Lease) error { return nil }); err != nil {
 		t.Errorf("Do = %v", err)
 	}
 	if _, err := c.Get("dogpile:mutex:block"); !errors.Is(err, gomemcache.ErrCacheMiss) {

@@ -6,8 +6,8 @@ import (
 )
 
 // An Option configures a [Mutex]. The names and meanings are those of the
-// lock package's options; a bad value makes the mutex's calls return an
-// error matching [ErrInvalid] instead of panicking.
+// lock package's options, and like them (and the cache's) an option given
+// a bad value panics: options are the program's, not data.
 type Option interface{ apply(*options) }
 
 type optionFunc func(*options)
@@ -20,7 +20,6 @@ type options struct {
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
 	autoExtend  bool
-	err         error // the first bad option
 }
 
 func buildOptions(opts []Option) options {
@@ -31,13 +30,6 @@ func buildOptions(opts []Option) options {
 	return o
 }
 
-// invalid records the first bad option.
-func (o *options) invalid(format string, args ...any) {
-	if o.err == nil {
-		o.err = fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
-	}
-}
-
 // WithTTL sets how long a lease lives in memcached unless it is extended:
 // a holder that dies frees the lock after at most this long, plus up to
 // two seconds of rounding (see the package doc on whole-second expiries).
@@ -45,13 +37,10 @@ func (o *options) invalid(format string, args ...any) {
 // less 2 s: memcached reads a longer expiry, once rounded up, as a Unix
 // time, and the lock would expire at once.
 func WithTTL(d time.Duration) Option {
-	return optionFunc(func(o *options) {
-		if err := checkTTL(d); err != nil {
-			o.invalid("%v", err)
-			return
-		}
-		o.ttl = d
-	})
+	if err := checkTTL(d); err != nil {
+		panic(fmt.Sprintf("lock/memcache: %v (a programmer error)", err))
+	}
+	return optionFunc(func(o *options) { o.ttl = d })
 }
 
 // WithWaitTimeout bounds how long Lock waits, on top of its context's
@@ -60,13 +49,10 @@ func WithTTL(d time.Duration) Option {
 // as long as the context allows; use TryLock for no waiting. d must not be
 // negative.
 func WithWaitTimeout(d time.Duration) Option {
-	return optionFunc(func(o *options) {
-		if d < 0 {
-			o.invalid("negative wait timeout %v", d)
-			return
-		}
-		o.waitTimeout = d
-	})
+	if d < 0 {
+		panic(fmt.Sprintf("lock/memcache: negative wait timeout %v (a programmer error)", d))
+	}
+	return optionFunc(func(o *options) { o.waitTimeout = d })
 }
 
 // WithBackoff sets the bounds of the jittered exponential backoff between
@@ -75,13 +61,10 @@ func WithWaitTimeout(d time.Duration) Option {
 // the longest a waiter may notice a released lock late. The default is
 // 2ms to 500ms. It needs 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
-	return optionFunc(func(o *options) {
-		if min <= 0 || max < min {
-			o.invalid("backoff %v..%v needs 0 < min <= max", min, max)
-			return
-		}
-		o.minBackoff, o.maxBackoff = min, max
-	})
+	if min <= 0 || max < min {
+		panic(fmt.Sprintf("lock/memcache: backoff %v..%v needs 0 < min <= max (a programmer error)", min, max))
+	}
+	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
 }
 
 // WithAutoExtend makes every lease extend itself by its TTL every third of

@@ -224,3 +224,23 @@ func (s *StatusLine) Clear() {
 	fmt.Fprint(s.w, "\r\033[K")
 	s.dirty = false
 }
+
+// RowLabels returns the first column of every row of the tables [Table]
+// wrote into text (the rows under a dashed line, up to a blank line): what
+// a sample run in a README must show, whatever its figures.
+func RowLabels(text string) []string {
+	var labels []string
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(strings.TrimSpace(line), "---"):
+			in = true
+		case strings.TrimSpace(line) == "":
+			in = false
+		case in:
+			label, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
+			labels = append(labels, label)
+		}
+	}
+	return labels
+}

@@ -1,4 +1,4 @@
-package dogpile
+package near
 
 import (
 	"context"
@@ -18,21 +18,27 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error]) {
+func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error]) {
 	cl := redis.NewClient(trackingOptions(o, t.prefix, refused))
 	defer cl.Close()
 	pause := 10 * time.Millisecond
 	for n := 0; ctx.Err() == nil && refused.Load() == nil; n++ {
-		if n > 0 && t.beforeSession != nil {
-			t.beforeSession()
+		if n > 0 && t.BeforeSession != nil {
+			t.BeforeSession()
 		}
 		wasUp := false
-		_ = t.session(ctx, cl, func() {
+		err := t.session(ctx, cl, func() {
 			if !wasUp {
 				wasUp = true
 				t.up(true, of)
 			}
 		})
+		if refusal(err) {
+			// The subscription was refused (an ACL user without the
+			// permission for the invalidation channel: Redis 7's default
+			// resetchannels): retrying would never get further.
+			refused.CompareAndSwap(nil, &err)
+		}
 		if wasUp {
 			t.up(false, of)
 			pause = 10 * time.Millisecond
@@ -41,27 +47,27 @@ func (t *tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 		case <-ctx.Done():
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, nearBackoff)
+		pause = min(2*pause, Backoff)
 	}
 }
 
 // session subscribes to the invalidations on cl's connection, whose
 // OnConnect has turned tracking on, and applies them until the connection
 // fails or stops answering. up is called once tracking is in place.
-func (t *tracker) session(ctx context.Context, cl *redis.Client, up func()) error {
+func (t *Tracker) session(ctx context.Context, cl *redis.Client, up func()) error {
 	ps := cl.Subscribe(ctx)
 	defer ps.Close()
-	// A read does not heed ctx: it waits out its timeout (nearPing).
+	// A read does not heed ctx: it waits out its timeout (Ping).
 	// Closing the connection ends it at once, so that a tracker that stops
 	// (idle) or moves (a Cluster's failover) bypasses the tier now, not a
 	// ping later, while the old master may no longer see the writes.
 	defer context.AfterFunc(ctx, func() { _ = ps.Close() })()
-	if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
+	if err := ps.Subscribe(ctx, InvalidateChannel); err != nil {
 		return err
 	}
 	pinged := false
 	for ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(ctx, nearPing)
+		msg, err := ps.ReceiveTimeout(ctx, Ping)
 		var ne net.Error
 		switch {
 		case err == nil:
@@ -79,21 +85,23 @@ func (t *tracker) session(ctx context.Context, cl *redis.Client, up func()) erro
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == invalidateChannel {
+			if m.Kind == "subscribe" && m.Channel == InvalidateChannel {
 				up()
 			}
 		case *redis.Message:
-			if m.Channel != invalidateChannel {
+			// Redis's invalidations are arrays of keys. A string payload
+			// can only be a PUBLISH to the channel by some client: ignored,
+			// so that no client can flush the fleet's near tiers (or hold
+			// a value in them, for that matter: nothing is ever kept on a
+			// message's say-so). A FLUSHALL's null payload is an error
+			// above.
+			if m.Channel != InvalidateChannel || m.PayloadSlice == nil {
 				continue
 			}
-			if t.beforeApply != nil {
-				t.beforeApply()
+			if t.BeforeApply != nil {
+				t.BeforeApply()
 			}
-			if m.PayloadSlice == nil {
-				t.x.flush()
-			} else {
-				t.x.invalidate(m.PayloadSlice)
-			}
+			t.x.Invalidate(m.PayloadSlice)
 		}
 	}
 	return ctx.Err()

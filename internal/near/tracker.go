@@ -1,7 +1,8 @@
-package dogpile
+package near
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,24 +10,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// invalidateChannel is where Redis sends invalidation messages to a RESP2
+// InvalidateChannel is where Redis sends invalidation messages to a RESP2
 // connection that tracking redirects to.
-const invalidateChannel = "__redis__:invalidate"
+const InvalidateChannel = "__redis__:invalidate"
 
-// Timings of the tracker; variables so that tests may shorten them.
+// Timings of a Tracker; variables so that tests may shorten them.
 var (
-	// nearPing is how long the invalidation connection may stay silent
+	// Ping is how long the invalidation connection may stay silent
 	// before it is pinged; a ping unanswered for as long again counts as a
 	// dropped connection.
-	nearPing = time.Second
-	// nearIdle is how long a Cache goes without a Fetch before its tracker
+	Ping = time.Second
+	// Idle is how long a Cache goes without a Fetch before its tracker
 	// closes its connections (and empties the near tier).
-	nearIdle = time.Minute
-	// nearBackoff bounds the pause between attempts to restore tracking.
-	nearBackoff = time.Second
+	Idle = time.Minute
+	// Backoff bounds the pause between attempts to restore tracking.
+	Backoff = time.Second
 )
 
-// A tracker keeps the near tier of one Cache coherent: it holds one
+// A Tracker keeps the near tier of one Cache coherent: it holds one
 // connection per Redis master that is both the tracking client and the
 // subscriber of its own invalidations (CLIENT TRACKING ON REDIRECT <its own
 // id> BCAST PREFIX <prefix>, then SUBSCRIBE __redis__:invalidate, in RESP2).
@@ -43,35 +44,48 @@ var (
 // NOLOOP is not used: it only hides the writes made by the tracking
 // connection itself, which makes none; this process's other connections
 // (its Caches' Set, Delete and stores) must invalidate like anyone else's.
-type tracker struct {
+type Tracker struct {
 	client redis.UniversalClient
 	prefix string
-	x      *nearIndex
+	x      *Index
 	off    func(reason string) // the near tier cannot work with this client
 
-	lastUse atomic.Int64 // nearNow() of a recent Fetch
+	lastUse atomic.Int64 // Now() of a recent Fetch
 	running atomic.Bool
 	mu      sync.Mutex // guards running's changes, dead and ups
 	dead    bool       // off for good
 	ups     int        // sessions whose tracking is in place
 	masters atomic.Pointer[map[string]bool]
 	wg      sync.WaitGroup // run
+	quit    chan struct{}  // closed by Stop
 
-	// beforeSession, if set, is called before each session on a node but
-	// the first (tests hold tracking down with it); beforeApply, before an
+	// BeforeSession, if set, is called before each session on a node but
+	// the first (tests hold tracking down with it); BeforeApply, before an
 	// invalidation message is applied (tests hold invalidations back);
-	// afterIdle, when track has found the Cache idle, before its sessions
+	// AfterIdle, when track has found the Cache idle, before its sessions
 	// end (tests Fetch at that moment).
-	beforeSession, beforeApply, afterIdle func()
+	BeforeSession, BeforeApply, AfterIdle func()
 }
 
-func newTracker(c redis.UniversalClient, prefix string, x *nearIndex, off func(string)) *tracker {
-	return &tracker{client: c, prefix: prefix, x: x, off: off}
+func NewTracker(c redis.UniversalClient, prefix string, x *Index, off func(string)) *Tracker {
+	return &Tracker{client: c, prefix: prefix, x: x, off: off, quit: make(chan struct{})}
 }
 
-// use records a Fetch at now and starts tracking if it is not running.
-func (t *tracker) use(now int64) {
-	if now-t.lastUse.Load() > int64(nearIdle/8) {
+// Stop ends tracking for good, at once, and waits until its goroutines
+// have ended: the tier is bypassed from then on (Cache.Close).
+func (t *Tracker) Stop() {
+	t.mu.Lock()
+	if !t.dead {
+		t.dead = true
+		close(t.quit)
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// Use records a Fetch at now and starts tracking if it is not running.
+func (t *Tracker) Use(now int64) {
+	if now-t.lastUse.Load() > int64(Idle/8) {
 		t.lastUse.Store(now)
 	}
 	if t.running.Load() {
@@ -88,7 +102,7 @@ func (t *tracker) use(now int64) {
 }
 
 // run tracks until the Cache goes idle or tracking proves impossible.
-func (t *tracker) run() {
+func (t *Tracker) run() {
 	for {
 		nodes, reason := t.nodes()
 		if reason != "" {
@@ -102,7 +116,7 @@ func (t *tracker) run() {
 }
 
 // nodes lists the options of the servers to track on, or why none can be.
-func (t *tracker) nodes() ([]*redis.Options, string) {
+func (t *Tracker) nodes() ([]*redis.Options, string) {
 	switch c := t.client.(type) {
 	case *redis.Client:
 		if c.Options().Addr == "FailoverClient" {
@@ -123,7 +137,7 @@ func (t *tracker) nodes() ([]*redis.Options, string) {
 func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
 	var mu sync.Mutex
 	var nodes []*redis.Options
-	ctx, cancel := context.WithTimeout(context.Background(), nearPing)
+	ctx, cancel := context.WithTimeout(context.Background(), Ping)
 	defer cancel()
 	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
@@ -138,7 +152,7 @@ func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
 }
 
 // disable turns the near tier off for good, once.
-func (t *tracker) disable(reason string) {
+func (t *Tracker) disable(reason string) {
 	t.mu.Lock()
 	t.dead = true
 	t.running.Store(false)
@@ -148,7 +162,7 @@ func (t *tracker) disable(reason string) {
 
 // track runs one session per node until the Cache goes idle (true), the
 // set of masters changes, or a server refuses tracking (then t is dead).
-func (t *tracker) track(nodes []*redis.Options) (stop bool) {
+func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 	set := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
 		set[o.Addr] = true
@@ -165,18 +179,23 @@ func (t *tracker) track(nodes []*redis.Options) (stop bool) {
 		wg.Wait()
 		t.masters.Store(nil)
 	}()
-	tick := time.NewTicker(nearPing)
+	tick := time.NewTicker(Ping)
 	defer tick.Stop()
-	for range tick.C {
+	for {
+		select {
+		case <-tick.C:
+		case <-t.quit:
+			return true
+		}
 		if err := refused.Load(); err != nil {
 			cancel()
 			wg.Wait()
-			t.disable("the server refuses CLIENT TRACKING: " + (*err).Error())
+			t.disable("the server refuses CLIENT TRACKING or its invalidation channel: " + (*err).Error())
 			return true
 		}
 		if t.idle() {
-			if t.afterIdle != nil {
-				t.afterIdle()
+			if t.AfterIdle != nil {
+				t.AfterIdle()
 			}
 			return true
 		}
@@ -184,12 +203,11 @@ func (t *tracker) track(nodes []*redis.Options) (stop bool) {
 			return false
 		}
 	}
-	return true
 }
 
-// idle reports whether the Cache has gone without a Fetch for nearIdle.
-func (t *tracker) idle() bool {
-	return nearNow()-t.lastUse.Load() >= int64(nearIdle)
+// idle reports whether the Cache has gone without a Fetch for Idle.
+func (t *Tracker) idle() bool {
+	return Now()-t.lastUse.Load() >= int64(Idle)
 }
 
 // stopped records, once track's sessions have ended, that tracking is off,
@@ -198,7 +216,7 @@ func (t *tracker) idle() bool {
 // session, so a Fetch that starts the next run never overlaps this one (two
 // runs would count each other's sessions as up and clear each other's
 // masters).
-func (t *tracker) stopped() bool {
+func (t *Tracker) stopped() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dead {
@@ -219,7 +237,7 @@ func (t *tracker) stopped() bool {
 // It also gives the client a promoted replica's address after a master
 // died: go-redis reloads on MOVED or once a minute, not on a refused
 // connection.
-func (t *tracker) moved(set map[string]bool) bool {
+func (t *Tracker) moved(set map[string]bool) bool {
 	c, ok := t.client.(*redis.ClusterClient)
 	if !ok {
 		return false
@@ -236,9 +254,9 @@ func (t *tracker) moved(set map[string]bool) bool {
 	return false
 }
 
-// tracked reports whether reads of vk are covered by tracking: always on a
+// Tracked reports whether reads of vk are covered by tracking: always on a
 // single server; on a Cluster, if vk's master is one of the tracked ones.
-func (t *tracker) tracked(vk string) bool {
+func (t *Tracker) Tracked(vk string) bool {
 	c, ok := t.client.(*redis.ClusterClient)
 	if !ok {
 		return true
@@ -253,7 +271,7 @@ func (t *tracker) tracked(vk string) bool {
 
 // up counts a session's tracking in place (or lost); the tier is served
 // only while all of them are.
-func (t *tracker) up(on bool, of int) {
+func (t *Tracker) up(on bool, of int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if on {
@@ -261,5 +279,13 @@ func (t *tracker) up(on bool, of int) {
 	} else {
 		t.ups--
 	}
-	t.x.setUp(t.ups == of)
+	t.x.SetUp(t.ups == of)
 }
+
+// Idle makes t find the Cache idle at its next check, as if no Fetch had
+// come for Idle: its sessions end and the tier is bypassed until the next
+// Use.
+func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
+
+// Wait waits until t's run, if any, has ended.
+func (t *Tracker) Wait() { t.wg.Wait() }

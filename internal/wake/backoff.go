@@ -1,4 +1,4 @@
-package hold
+package wake
 
 import (
 	"math/rand/v2"

@@ -1,0 +1,83 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrClosed is returned by the calls of a Cache after [Cache.Close].
+var ErrClosed = errors.New("dogpile: cache closed")
+
+// Close stops the Cache's background work and waits for it to end: the
+// near tier's tracking (see [WithNearCache]), and the flights and
+// background refreshes in progress, whose compute's context is cancelled
+// with cause ErrClosed (a compute that gives up releases its lock, so
+// another process takes over at once; one that ignores its context is
+// waited for). Callers waiting for them get ErrClosed, and every call after
+// Close returns ErrClosed. So no goroutine of the Cache outlives Close.
+//
+// Close does not close the client, which the program owns. What is kept
+// per client, for every Cache and lock on it, outlives Close: the circuit
+// breaker, and the wake-up connection, which closes 250 ms after its last
+// waiter leaves; so does a rollback in flight (an undo of a request whose
+// reply was lost), bounded by 3 s. Close may be called more than once.
+func (c *Cache[T]) Close() error {
+	if !c.life.close() {
+		return nil
+	}
+	if c.near != nil {
+		c.near.t.Stop()
+	}
+	c.life.wg.Wait()
+	return nil
+}
+
+// life is what Close ends: the background goroutines of a Cache, and the
+// contexts they run with.
+type life struct {
+	ctx    context.Context // ends at Close, with cause ErrClosed
+	cancel context.CancelCauseFunc
+	closed atomic.Bool
+	mu     sync.RWMutex // held for reading while a goroutine joins wg
+	wg     sync.WaitGroup
+}
+
+func (l *life) init() { l.ctx, l.cancel = context.WithCancelCause(context.Background()) }
+
+// close marks the Cache closed and cancels its background work; it
+// reports whether this call did (the first one).
+func (l *life) close() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Swap(true) {
+		return false
+	}
+	l.cancel(ErrClosed)
+	return true
+}
+
+// done reports whether the Cache is closed.
+func (l *life) done() bool { return l.closed.Load() }
+
+// goBackground runs f on a goroutine that Close waits for, and reports
+// whether it did: not once the Cache is closed.
+func (l *life) goBackground(f func()) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return false
+	}
+	l.wg.Go(f)
+	return true
+}
+
+// detach returns a context for background work on behalf of a caller: it
+// keeps ctx's values (a trace) but not its cancellation, and ends at Close
+// with cause ErrClosed. stop releases it.
+func (l *life) detach(ctx context.Context) (dctx context.Context, stop func()) {
+	dctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(l.ctx, func() { cancel(ErrClosed) })
+	return dctx, func() { unhook(); cancel(nil) }
+}

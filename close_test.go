@@ -1,0 +1,78 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// TestCloseLeavesNoGoroutine: Close of a Cache whose near tier tracks and
+// whose compute is in flight cancels that compute (cause ErrClosed), which
+// releases its lock for other processes, answers its callers ErrClosed,
+// stops tracking, and waits for all of it: after Close and the client's
+// Close, no goroutine of the Cache is left (issue 20: the tracker's
+// outlived the client by a minute). Every call after Close returns
+// ErrClosed; Close again does nothing.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	s := redistest.StartServer(t)
+	raw := s.Client(t)
+	before := goleak.IgnoreCurrent()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := New[string](rdb, prefix(t), WithNearCache(100), WithStale(time.Minute))
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, c, "k")
+	computing, cause, fetched := make(chan struct{}), make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(ctx, "slow", time.Minute, func(ctx context.Context) (string, error) {
+			close(computing)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return "", ctx.Err()
+		})
+		fetched <- err
+	}()
+	<-computing
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cause; !errors.Is(err, ErrClosed) {
+		t.Errorf("compute's context cause = %v; want ErrClosed", err)
+	}
+	if err := <-fetched; !errors.Is(err, ErrClosed) {
+		t.Errorf("Fetch in flight at Close = %v; want ErrClosed", err)
+	}
+	if n, err := raw.Exists(ctx, keysFor(c.valueKey("slow")).lock).Result(); err != nil || n != 0 {
+		t.Errorf("the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
+	}
+	calls := map[string]func() error{
+		"Fetch":     func() error { _, err := c.Fetch(ctx, "k", time.Minute, constant("x")); return err },
+		"FetchMany": func() error { _, err := c.FetchMany(ctx, []string{"k"}, time.Minute, nil2Many); return err },
+		"Refresh":   func() error { _, err := c.Refresh(ctx, "k", time.Minute, constant("x")); return err },
+		"Get":       func() error { _, err := c.Get(ctx, "k"); return err },
+		"Set":       func() error { return c.Set(ctx, "k", "x", time.Minute) },
+		"Delete":    func() error { return c.Delete(ctx, "k") },
+		"Close":     func() error { return errors.Join(c.Close(), ErrClosed) },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close = %v; want ErrClosed", name, err)
+		}
+	}
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
+}
+
+func nil2Many(context.Context, []string) (map[string]string, error) {
+	return nil, errors.New("unexpected compute")
+}

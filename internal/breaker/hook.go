@@ -1,0 +1,135 @@
+package breaker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The breaker hears of every dial of its client's connection pools. Two
+// reasons:
+//
+//   - An outage shows first as a dial that fails: an established
+//     connection to a dead server breaks, go-redis dials a new one, and the
+//     dial is refused. Reporting it opens the circuit at once, before
+//     go-redis's dial retries (about 1.7 s by default), and whatever the
+//     caller's deadline (a call that times out is the caller's, not a sign
+//     of an outage).
+//   - go-redis counts the dials that fail; once a pool has failed PoolSize
+//     of them it refuses to dial until its own probe, once a second,
+//     connects, so callers would see Redis back up to a second late. A
+//     dial that fails is answered with a connection that fails its first
+//     read or write with ErrUnavailable (an error go-redis does not retry),
+//     and so is any dial to that address for a cooldown after: the pool
+//     never counts a failed dial, and calls to a dead server (the
+//     library's, and the program's own on the same client) fail at once.
+//     The cooldown is per address, so that a Cluster's live nodes are
+//     still dialled (to reload the slots after a failover, say).
+
+// hook is the redis.Hook of a Breaker: a dial hook only.
+type hook struct {
+	b    *Breaker
+	dead *deadAddrs
+}
+
+// deadAddrs are the addresses whose last dial failed, each with when it
+// may be dialled again.
+type deadAddrs struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// dead reports whether addr failed a dial less than a cooldown ago.
+func (d *deadAddrs) dead(addr string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until, ok := d.until[addr]
+	if ok && time.Now().After(until) {
+		delete(d.until, addr)
+		return false
+	}
+	return ok
+}
+
+func (d *deadAddrs) mark(addr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.until[addr] = time.Now().Add(cooldown)
+}
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.dead.dead(addr) {
+			return deadConn{ErrUnavailable}, nil
+		}
+		conn, err := next(ctx, network, addr)
+		if err == nil || !Unreachable(err) || ctx.Err() != nil {
+			return conn, err
+		}
+		h.dead.mark(addr)
+		h.b.Fail(err)
+		// Not wrapped: go-redis retries a dial error (and counts it).
+		return deadConn{fmt.Errorf("%w: %v", ErrUnavailable, err)}, nil
+	}
+}
+
+// hookInto installs b's hook on client's connection pools: the client's own,
+// or each node's of a Cluster or a Ring, present and future.
+func hookInto(client redis.UniversalClient, b *Breaker) {
+	h := hook{b, &deadAddrs{until: map[string]time.Time{}}}
+	switch c := client.(type) {
+	case *redis.Client:
+		c.AddHook(h)
+	case *redis.ClusterClient:
+		// Nodes are made at the first call: a Cache or lock made before it
+		// (the usual order) hooks every node. Nodes made earlier are not
+		// hooked without I/O; their calls still go through the circuit.
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	case *redis.Ring:
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+		_ = c.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+			n.AddHook(h)
+			return nil
+		})
+	}
+}
+
+// describe names client's servers in the outage log.
+func describe(client redis.UniversalClient) string {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return fmt.Sprint("cluster ", c.Options().Addrs)
+	case *redis.Ring:
+		return fmt.Sprint("ring ", c.Options().Addrs)
+	}
+	return fmt.Sprintf("%T", client)
+}
+
+// A deadConn is the connection the hook hands go-redis instead of dialling:
+// every read and write fails with err.
+type deadConn struct{ err error }
+
+func (c deadConn) Read([]byte) (int, error)         { return 0, c.err }
+func (c deadConn) Write([]byte) (int, error)        { return 0, c.err }
+func (c deadConn) Close() error                     { return nil }
+func (c deadConn) LocalAddr() net.Addr              { return deadAddr{} }
+func (c deadConn) RemoteAddr() net.Addr             { return deadAddr{} }
+func (c deadConn) SetDeadline(time.Time) error      { return nil }
+func (c deadConn) SetReadDeadline(time.Time) error  { return nil }
+func (c deadConn) SetWriteDeadline(time.Time) error { return nil }
+
+type deadAddr struct{}
+
+func (deadAddr) Network() string { return "dogpile" }
+func (deadAddr) String() string  { return "redis unavailable" }

@@ -1,0 +1,129 @@
+package breaker
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestOutageLoggedOncePerLogger: an outage is logged once when it begins
+// and once when it ends, to every logger attached (one attached twice logs
+// once), whichever call saw the change, and failed probes log nothing more
+// within the minute (issue 20: a line per failed probe, and a start line
+// lost when the call that opened the circuit had no logger).
+func TestOutageLoggedOncePerLogger(t *testing.T) {
+	b := New()
+	var one, two syncBuffer
+	l1, l2 := slog.New(slog.NewTextHandler(&one, nil)), slog.New(slog.NewTextHandler(&two, nil))
+	b.AddLogger(l1)
+	b.AddLogger(l2)
+	b.AddLogger(l1)
+	done, _ := b.Allow()
+	done(io.EOF) // a call without a logger of its own opens the circuit
+	for range 3 {
+		time.Sleep(cooldown + 10*time.Millisecond)
+		if probe, err := b.Allow(); err == nil {
+			probe(io.ErrUnexpectedEOF) // a failed probe
+		}
+	}
+	time.Sleep(cooldown + 10*time.Millisecond)
+	probe, err := b.Allow()
+	if err != nil {
+		t.Fatalf("Allow after the cooldown = %v", err)
+	}
+	probe(nil)
+	for name, buf := range map[string]*syncBuffer{"first": &one, "second": &two} {
+		out := buf.String()
+		if n := strings.Count(out, "redis unreachable"); n != 1 || !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "EOF") {
+			t.Errorf("%s logger: %d start lines (want 1, an ERROR naming the error):\n%s", name, n, out)
+		}
+		if n := strings.Count(out, "redis reachable again"); n != 1 || !strings.Contains(out, "down=") {
+			t.Errorf("%s logger: %d end lines (want 1, with the outage's length):\n%s", name, n, out)
+		}
+		if n := strings.Count(out, "\n"); n != 2 {
+			t.Errorf("%s logger: %d lines; want 2:\n%s", name, n, out)
+		}
+	}
+}
+
+// TestDialHookFailsFast: with default client options, the first call after
+// the server is killed fails with ErrUnavailable at the first refused dial,
+// not after go-redis's dial retries (1.7 s), and so does every later call,
+// the program's own included, without dialling; once the server is back,
+// calls succeed within a few cooldowns (go-redis's pool never counted a
+// failed dial, so it never stops dialling on its own).
+func TestDialHookFailsFast(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := For(rdb)
+	ctx := t.Context()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	start := time.Now()
+	err := rdb.Get(ctx, "k").Err()
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > time.Second {
+		t.Fatalf("GET after the kill = %v after %v; want ErrUnavailable at the first refused dial", err, took)
+	}
+	if !b.Open() {
+		t.Fatal("the refused dial did not open the circuit")
+	}
+	for range 50 { // many more than PoolSize: go-redis would stop dialling
+		start := time.Now()
+		if err := rdb.Get(ctx, "k").Err(); !errors.Is(err, ErrUnavailable) || time.Since(start) > time.Second {
+			t.Fatalf("GET while down = %v after %v; want ErrUnavailable at once", err, time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Restart()
+	back := time.Now()
+	for {
+		done, err := b.Allow()
+		if err == nil {
+			err = rdb.Get(ctx, "k").Err()
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			done(err)
+			if err == nil {
+				break
+			}
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("still failing 5 s after the restart: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("first success %v after the server answered again", time.Since(back))
+	if b.Open() {
+		t.Error("circuit still open after a successful probe")
+	}
+}

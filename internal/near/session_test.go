@@ -1,0 +1,70 @@
+package near
+
+import (
+	"context"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestNearSessionEndsWithItsContext: a tracking session ends as soon as its
+// context does, not when its read times out (a ping later): a tracker that
+// stops or moves to a Cluster's new masters bypasses the tier at once.
+func TestNearSessionEndsWithItsContext(t *testing.T) {
+	s := redistest.StartServer(t)
+	tr := NewTracker(s.Client(t), "p:", NewIndex(Handlers{}), func(string) {})
+	var refused atomic.Pointer[error]
+	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), "p:", &refused))
+	defer cl.Close()
+	defer func(ping time.Duration) { Ping = ping }(Ping)
+	Ping = time.Hour // no tracker runs in this test
+	ctx, cancel := context.WithCancel(t.Context())
+	up := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		_ = tr.session(ctx, cl, func() { close(up) })
+	}()
+	<-up
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end within 10 s of its context")
+	}
+}
+
+// TestNearRefusal: only a lasting refusal of CLIENT TRACKING turns the near
+// tier off for good; a server busy with a script, loading, or in a
+// failover is tried again.
+func TestNearRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{replyErr("ERR unknown subcommand 'TRACKING'"), true},
+		{replyErr("NOPERM this user has no permissions to run the 'client' command"), true},
+		{replyErr("BUSY Redis is busy running a script"), false},
+		{replyErr("LOADING Redis is loading the dataset in memory"), false},
+		{replyErr("MASTERDOWN Link with MASTER is down"), false},
+		{io.EOF, false},
+	} {
+		if got := refusal(tc.err); got != tc.want {
+			t.Errorf("refusal(%v) = %v; want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// replyErr is an error reply, as go-redis returns them (a redis.Error).
+type replyErr string
+
+func (e replyErr) Error() string { return string(e) }
+func (replyErr) RedisError()     {}

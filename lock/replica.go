@@ -1,0 +1,109 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrReplication is returned, with [ErrNotObtained], by an acquire that
+// took the lock but could not confirm that enough replicas have it (see
+// [WithReplicaAck]); the lock was given back.
+var ErrReplication = errors.New("lock: not acknowledged by enough replicas")
+
+// WithReplicaAck makes every acquire, and every extension, of the lock
+// wait until n replicas of the master that holds it have its writes: the
+// lock and the fencing counter's increment (Redis's WAIT n timeout, sent on
+// the same connection right after the script). An acquire that n replicas
+// do not acknowledge within timeout is rolled back and fails at once with
+// an error matching [ErrNotObtained] and [ErrReplication], for the caller
+// to retry or give up; an extension that is not acknowledged counts as a
+// failed one, retried until the lease's safe deadline. A lease then
+// survives a failover to any of those replicas with its TTL, as its fence
+// does (fences never repeat across a failover, with or without this
+// option: see the package doc).
+//
+// It costs every acquire and extension a WAIT, a round trip no shorter than
+// the slowest of the n replicas, and an acquire goes to Redis on its own,
+// not in a shared pipeline. timeout must be shorter than the client's
+// ReadTimeout (3 s by default), which bounds the reply. A Redlock ignores
+// the option: its servers are independent, without replicas. WithReplicaAck
+// panics unless n > 0 and timeout > 0.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	if n < 1 || timeout <= 0 {
+		panic(fmt.Sprintf("lock: replica ack of %d within %v (a programmer error)", n, timeout))
+	}
+	return optionFunc(func(o *options) { o.acks, o.ackTimeout = n, timeout })
+}
+
+// script runs s on client as s.Run does. With WithReplicaAck it also
+// reports whether enough replicas acknowledged its writes; without, acked
+// is true.
+func (o *options) script(ctx context.Context, client redis.UniversalClient, s *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked bool) {
+	if o.acks == 0 {
+		return s.Run(ctx, client, keys, args...), true
+	}
+	node, err := nodeOf(ctx, client, keys[0])
+	if err != nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd, false
+	}
+	var wait *redis.Cmd
+	run := func(eval bool) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = s.Eval(ctx, p, keys, args...)
+			} else {
+				cmd = s.EvalSha(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "WAIT", o.acks, o.ackTimeout.Milliseconds())
+			return nil
+		})
+	}
+	if run(false); redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		run(true)
+	}
+	n, werr := wait.Int64()
+	return cmd, werr == nil && n >= int64(o.acks)
+}
+
+// replicationErr is the error of an acquire that took the lock without
+// the acknowledgements WithReplicaAck asks for.
+func (o *options) replicationErr() error {
+	return fmt.Errorf("%w: %w (%d replicas within %v)", ErrNotObtained, ErrReplication, o.acks, o.ackTimeout)
+}
+
+// nodeOf is the client of the master (or the shard) that holds key: WAIT
+// counts the replicas of the connection's own server.
+func nodeOf(ctx context.Context, client redis.UniversalClient, key string) (redis.UniversalClient, error) {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Ring:
+		return c.GetShardClientForKey(key)
+	}
+	return client, nil
+}
+
+// unacked fails r, a granted reply, when its writes were not acknowledged.
+func (o *options) unacked(r reply, acked bool) reply {
+	if r.granted && !acked {
+		r.granted, r.err = false, o.replicationErr()
+	}
+	return r
+}
+
+// extended reads an extension script's reply, held when it extended
+// something (n > 0); one whose writes were not acknowledged counts as a
+// failed extension, retried until the lease's safe deadline.
+func (o *options) extended(cmd *redis.Cmd, acked bool) (bool, error) {
+	n, err := cmd.Int64()
+	if err == nil && n > 0 && !acked {
+		return false, fmt.Errorf("extend: %w", ErrReplication)
+	}
+	return n > 0, err
+}

@@ -1,0 +1,302 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/wake"
+)
+
+// Tags: values computed with Tag (see result.go) or stored by SetTagged
+// join a set per tag, and InvalidateTag voids every value of a tag's set.
+
+// tagBatch is how many values InvalidateTag voids in one pipeline: small
+// enough that Redis, which runs a pipeline's scripts back to back, serves
+// its other clients every millisecond or two.
+const tagBatch = 256
+
+// epochLife is how long a tag's epoch lives after its last InvalidateTag:
+// far longer than any compute runs between Tag and its store.
+const epochLife = 24 * time.Hour
+
+// tagKeys are the Redis names of tag t: its set of value keys, and its
+// epoch. Both share t's hash slot.
+func (c *Cache[T]) tagKeys(t string) (set, epoch string) {
+	tag := redisutil.Tag(t)
+	return c.opts.prefix + "tag:" + tag, c.opts.prefix + "tagv:" + tag
+}
+
+// SetTagged is [Cache.Set] of a value with tags (see [Tag]): a later
+// [Cache.InvalidateTag] of any of them drops it. Empty tags are ignored.
+func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Duration, tags ...string) error {
+	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
+}
+
+// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
+// compute, or [Cache.SetTagged]) a miss in every process, near tiers
+// included (as Redis reports each change, and in this process at once);
+// with [WithStale] it makes them stale instead: served while one process
+// refreshes each in the background. A compute of such a value in progress
+// loses its lock, as after [Cache.Delete].
+//
+// A compute that called Tag with one of tags before InvalidateTag began
+// does not leave its value served after InvalidateTag returned, whenever
+// it stores it: on a single server its store is refused; on a Cluster or a
+// Ring, where a tag's keys and a value's live on different nodes, the
+// value is stored, then found overtaken and removed again, within a round
+// trip, and near tiers drop it as Redis reports the removal.
+//
+// InvalidateTag works through a tag's values a few hundred at a time, so
+// Redis is never blocked for long, and returns the first error: the values
+// not yet reached are kept for a retry. An empty tag returns an error
+// matching [ErrInvalid].
+func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
+	if c.life.done() {
+		return ErrClosed
+	}
+	if slices.Contains(tags, "") {
+		return fmt.Errorf("%w: empty tag", ErrInvalid)
+	}
+	start := time.Now()
+	for _, t := range tags {
+		if err := c.invalidateTag(ctx, t); err != nil {
+			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
+		}
+	}
+	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
+	return nil
+}
+
+// invalidateTag bumps t's epoch, moves its set aside, and voids the values
+// of the set a batch at a time. On an error it puts the values not yet
+// voided back into t's set.
+func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
+	set, epoch := c.tagKeys(t)
+	aside := set + ":" + redisutil.Token() // same hash tag: same slot
+	if err := c.run(ctx, tagBumpScript, []string{epoch, set, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
+		return err
+	}
+	for {
+		vks, err := c.client.SPopN(ctx, aside, tagBatch).Result()
+		if err == nil && len(vks) > 0 {
+			if err = c.void(ctx, vks); err != nil {
+				c.client.SAdd(context.WithoutCancel(ctx), aside, anySlice(vks)...)
+			}
+		}
+		if err != nil && err != redis.Nil {
+			c.client.SUnionStore(context.WithoutCancel(ctx), set, set, aside)
+			return err
+		}
+		if len(vks) == 0 {
+			return nil
+		}
+	}
+}
+
+// void makes the values vks a miss (or stale), in one pipeline, and drops
+// this process's copies and flights of them.
+func (c *Cache[T]) void(ctx context.Context, vks []string) error {
+	calls := make([]scriptCall, len(vks))
+	stale := redisutil.Millis(c.opts.stale)
+	for i, vk := range vks {
+		ks := keysFor(vk)
+		calls[i] = scriptCall{voidScript, []string{ks.value, ks.lock, ks.channel}, []any{c.publish, stale}}
+	}
+	err := firstErr(c.runPipelined(ctx, calls))
+	for _, vk := range vks {
+		c.forget(vk)
+	}
+	return err
+}
+
+// tagCalls are the calls that add value key vk, stored for ttl, to the
+// sets of tags.
+func (c *Cache[T]) tagCalls(vk string, ttl time.Duration, tags []string) []scriptCall {
+	calls := make([]scriptCall, len(tags))
+	for i, t := range tags {
+		set, epoch := c.tagKeys(t)
+		calls[i] = scriptCall{tagAddScript, []string{set, epoch}, []any{vk, redisutil.Millis(ttl)}}
+	}
+	return calls
+}
+
+// readEpochs reads the epochs of tags ("" for none), in one round trip
+// (one per node). It is what Tag calls.
+func (c *Cache[T]) readEpochs(ctx context.Context, tags []string) ([]string, error) {
+	cmds := make([]*redis.StringCmd, len(tags))
+	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tags {
+			_, epoch := c.tagKeys(t)
+			cmds[i] = p.Get(ctx, epoch)
+		}
+		return nil
+	})
+	out := make([]string, len(tags))
+	for i, cmd := range cmds {
+		v, err := cmd.Result()
+		switch {
+		case err == redis.Nil:
+		case err != nil:
+			return nil, err
+		default:
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
+// A taggedStore is a value stored with tags whose keys live on other nodes
+// than its own: they are added once it is stored (see addTags).
+type taggedStore struct {
+	ks  keys
+	b   []byte
+	ttl time.Duration
+}
+
+// storeCallFor is the script call that stores b for ks under token, as
+// store does, for a compute that said ro: a plain store; on one server,
+// one that checks and adds the tags in the same step; with split, a plain
+// store whose tags addTags adds after; or, when the cache cannot vouch for
+// the tags (Tag could not read them), one that keeps nothing but hands
+// the value to the waiters.
+func (c *Cache[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
+	tags, seen, vouch := ro.tagged()
+	switch {
+	case len(tags) == 0 || ttl == 0:
+		return c.storeCall(ks, token, b, ttl), false
+	case !vouch:
+		return c.storeCall(ks, token, b, 0), false
+	case !c.oneNode():
+		return c.storeCall(ks, token, b, ttl), true
+	}
+	sc = c.storeCall(ks, token, b, ttl)
+	sc.s = storeTaggedScript
+	for i, t := range tags {
+		set, epoch := c.tagKeys(t)
+		sc.keys = append(sc.keys, set, epoch)
+		sc.args = append(sc.args, seen[i])
+	}
+	return sc, false
+}
+
+// addTags adds the stored values to the sets of the tags compute gave them
+// (ro), and undoes the store of each that an InvalidateTag overtook: one
+// of its tags' epochs is no longer the one compute saw.
+func (c *Cache[T]) addTags(ctx context.Context, ro *resultOpts, stored []taggedStore) {
+	tags, seen, _ := ro.tagged()
+	var calls []scriptCall
+	for _, s := range stored {
+		calls = append(calls, c.tagCalls(s.ks.value, s.ttl, tags)...)
+	}
+	cmds := c.runPipelined(ctx, calls)
+	var undo []scriptCall
+	for i, s := range stored {
+		for k := range tags {
+			if e, err := cmds[i*len(tags)+k].Text(); err != nil || e != seen[k] {
+				undo = append(undo, scriptCall{unstoreScript, []string{s.ks.value, s.ks.channel}, []any{sha1hex(s.b), c.publish}})
+				break
+			}
+		}
+	}
+	if len(undo) > 0 {
+		c.runPipelined(ctx, undo)
+		for _, u := range undo {
+			c.forget(u.keys[0])
+		}
+	}
+}
+
+// Tags (see Tag, InvalidateTag). A tag t of a Cache with prefix p has a set
+// "p tag:{t}" of the value keys stored with it, which expires no sooner
+// than the last of them, and an epoch "p tagv:{t}", a counter that each
+// InvalidateTag of t bumps (it expires a day after the last one). Both
+// share the tag's hash slot; a value's keys share another.
+
+// tagLua adds value key vk, stored for ttl ms, to the set of a tag, and
+// makes the set live at least as long.
+const tagLua = `
+local function tagadd(set, vk, ttl)
+  redis.call('SADD', set, vk)
+  local p = redis.call('PTTL', set)
+  if p < tonumber(ttl) then redis.call('PEXPIRE', set, ttl) end
+end
+`
+
+// storeTaggedScript is storeScript for a value with tags, on a server that
+// holds every key (not a Cluster or a Ring): if an epoch is no longer what
+// compute saw when it tagged the value (an InvalidateTag came since), it
+// stores nothing, releases the lock and wakes the waiters, who look again,
+// and returns -1; else it stores the value and adds it to each tag's set.
+// KEYS: value, lock, channel, then each tag's set and epoch. ARGV: as
+// storeScript, then each tag's epoch as compute saw it ("" for none).
+var storeTaggedScript = redis.NewScript(storeLua + tagLua + `
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+local n = (#KEYS - 3) / 2
+for i = 1, n do
+  if (redis.call('GET', KEYS[3 + 2*i]) or '') ~= ARGV[5 + i] then
+    redis.call('DEL', KEYS[2])
+    redis.call(ARGV[4], KEYS[3], '` + wake.Released + `')
+    return -1
+  end
+end
+if ARGV[3] ~= '0' then
+  for i = 1, n do tagadd(KEYS[2 + 2*i], KEYS[1], ARGV[3]) end
+end
+return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+`)
+
+// tagAddScript adds a value key to a tag's set, where the tag's keys live
+// in another slot than the value's (a Cluster, a Ring), and returns the
+// tag's epoch ("" for none) so that the caller can tell whether an
+// InvalidateTag came since compute tagged the value. KEYS: set, epoch.
+// ARGV: value key, its ttl ms.
+var tagAddScript = redis.NewScript(tagLua + `
+tagadd(KEYS[1], ARGV[1], ARGV[2])
+return redis.call('GET', KEYS[2]) or ''
+`)
+
+// tagBumpScript bumps a tag's epoch and moves its set aside, in one step,
+// before InvalidateTag voids the values of the set: a value tagged after
+// this step goes into a new set, and a compute that tagged before it finds
+// the epoch moved. KEYS: epoch, set, the set's new name. ARGV: how long the
+// epoch lives, ms.
+var tagBumpScript = redis.NewScript(`
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[3]) end
+return 1
+`)
+
+// voidScript makes one value of an invalidated tag a miss, or with a stale
+// window (ARGV[2] ms > 0) stale, so that it is refreshed in the background;
+// takes the lock away from a compute in progress (its store is fenced off)
+// and wakes the waiters. KEYS: value, lock, channel. ARGV: PUBLISH or
+// SPUBLISH, stale window ms.
+var voidScript = redis.NewScript(`
+local stale = tonumber(ARGV[2])
+if stale == 0 then
+  redis.call('DEL', KEYS[1])
+elseif redis.call('PTTL', KEYS[1]) > stale then
+  redis.call('PEXPIRE', KEYS[1], stale)
+end
+redis.call('DEL', KEYS[2])
+redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
+return 1
+`)
+
+// unstoreScript deletes a value this process stored if it is still there
+// (by its SHA1), and wakes the waiters: the undo of a tagged store that an
+// InvalidateTag overtook on a Cluster. KEYS: value, channel. ARGV: SHA1 of
+// the stored bytes, PUBLISH or SPUBLISH.
+var unstoreScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v or redis.sha1hex(v) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[2], KEYS[2], '` + wake.Deleted + `')
+return 1
+`)

@@ -1,0 +1,198 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// tagBackends runs f on every deployment: a server and a failover client,
+// where one script checks and adds a value's tags, and a cluster and a
+// ring, where a tag's keys and its values live on different nodes.
+func tagBackends(t *testing.T, f func(t *testing.T, b redistest.Backend)) {
+	redistest.ForEachBackend(t, f)
+}
+
+// tagged computes v for key, tagged with tags.
+func tagged(v string, tags ...string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		Tag(ctx, tags...)
+		return v, nil
+	}
+}
+
+// TestInvalidateTag: InvalidateTag of a tag makes every value tagged with it
+// (by Tag in Fetch and FetchMany computes, or by SetTagged), on every node,
+// a miss, in this process and in another one's near tier, and leaves other
+// values alone; with WithStale it makes them stale instead. Every key of
+// the tags' bookkeeping has a TTL.
+func TestInvalidateTag(t *testing.T) {
+	tagBackends(t, func(t *testing.T, b redistest.Backend) {
+		for _, stale := range []time.Duration{0, time.Minute} {
+			t.Run(fmt.Sprint("stale=", stale), func(t *testing.T) {
+				testInvalidateTag(t, b, stale)
+			})
+		}
+	})
+}
+
+func testInvalidateTag(t *testing.T, b redistest.Backend, stale time.Duration) {
+	clients := b.Clients(t, 2)
+	ctx := t.Context()
+	opts := []Option{prefix(t)}
+	if stale > 0 {
+		opts = append(opts, WithStale(stale))
+	}
+	c := New[string](clients[0], opts...)
+	near := b.Name == "server" || b.Name == "cluster" // where the near tier works
+	other := New[string](clients[1], opts...)
+	if near {
+		other = newNearCache[string](t, clients[1], 100, opts...)
+	}
+	const n = 40
+	for i := range n {
+		tag := []string{"even", "odd"}[i%2]
+		key := fmt.Sprint("k", i)
+		var err error
+		if i < n/2 {
+			_, err = c.Fetch(ctx, key, time.Minute, tagged("v", tag, "all"))
+		} else {
+			err = c.SetTagged(ctx, key, "v", time.Minute, tag, "all")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.FetchMany(ctx, []string{"m1", "m2"}, time.Minute, func(ctx context.Context, keys []string) (map[string]string, error) {
+		Tag(ctx, "even")
+		return map[string]string{"m1": "v", "m2": "v"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if near {
+		fetchNear(t, other, "k0") // "even"
+	}
+	if err := c.InvalidateTag(ctx, "even"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		key := fmt.Sprint("k", i)
+		pttl, err := clients[0].PTTL(ctx, c.valueKey(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		invalidated := pttl < 0 || stale > 0 && pttl <= stale
+		if want := i%2 == 0; invalidated != want {
+			t.Errorf("%s (%s) after InvalidateTag(even): PTTL %v", key, []string{"even", "odd"}[i%2], pttl)
+		}
+	}
+	for _, k := range []string{"m1", "m2"} {
+		if pttl, _ := clients[0].PTTL(ctx, c.valueKey(k)).Result(); pttl > stale {
+			t.Errorf("FetchMany's %s, tagged even, still fresh after InvalidateTag (PTTL %v)", k, pttl)
+		}
+	}
+	eventually(t, "the other process's near tier to drop k0", func() bool {
+		v, err := other.Fetch(ctx, "k0", time.Minute, constant("recomputed"))
+		return err == nil && (v == "recomputed" || stale > 0)
+	})
+	assertTagKeysExpire(t, clients[0], c)
+}
+
+// assertTagKeysExpire fails if a key of c's tags has no TTL.
+func assertTagKeysExpire(t *testing.T, rdb redis.UniversalClient, c *Cache[string]) {
+	t.Helper()
+	check := func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, c.opts.prefix+"tag*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if pttl, err := n.PTTL(ctx, k).Result(); err != nil || pttl < 0 {
+				return fmt.Errorf("tag key %s has no TTL (%v, %v)", k, pttl, err)
+			}
+		}
+		return nil
+	}
+	if err := forEachNode(t.Context(), rdb, check); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTagRacesInvalidation: a compute that tagged its value before an
+// InvalidateTag began, and stores it after InvalidateTag returned, does not
+// leave it served: on a server the store is refused; on a cluster the value
+// is removed again within a round trip. A compute that tagged after the
+// InvalidateTag keeps its value.
+func TestTagRacesInvalidation(t *testing.T) {
+	tagBackends(t, func(t *testing.T, b redistest.Backend) {
+		rdb := b.Client(t)
+		ctx := t.Context()
+		c := New[string](rdb, prefix(t))
+		taggedCh, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			v, err := c.Fetch(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
+				Tag(ctx, "T")
+				close(taggedCh)
+				<-release // the data is read here, before the invalidation
+				return "old", nil
+			})
+			if err == nil && v != "old" {
+				err = errors.New("the compute's own caller got " + v)
+			}
+			done <- err
+		}()
+		<-taggedCh
+		if err := c.InvalidateTag(ctx, "T"); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if b.Cluster || b.Name == "ring" {
+			eventually(t, "the overtaken value's removal", func() bool {
+				_, err := c.Get(ctx, "k")
+				return errors.Is(err, ErrMiss)
+			})
+		} else if v, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+			t.Errorf("Get after the overtaken store = %q, %v; want ErrMiss (refused)", v, err)
+		}
+		if v, err := c.Fetch(ctx, "k", time.Minute, tagged("new", "T")); err != nil || v != "new" {
+			t.Errorf("Fetch after it = %q, %v; want new", v, err)
+		}
+		if v, err := c.Get(ctx, "k"); err != nil || v != "new" {
+			t.Errorf("a value tagged after the InvalidateTag: Get = %q, %v; want new, kept", v, err)
+		}
+	})
+}
+
+// TestTagWithoutEpochs: when Tag cannot read its tags' epochs, the value
+// is returned to its callers but not kept: the cache cannot vouch for it.
+func TestTagWithoutEpochs(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	c := New[string](rdb, prefix(t))
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		for _, cmd := range cmds {
+			if a := cmd.Args(); cmd.Name() == "get" && strings.Contains(fmt.Sprint(a[1]), "tagv:") {
+				err := errors.New("injected")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}})
+	if v, err := c.Fetch(t.Context(), "k", time.Minute, tagged("v", "T")); err != nil || v != "v" {
+		t.Fatalf("Fetch = %q, %v; want v", v, err)
+	}
+	if _, err := c.Get(t.Context(), "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get = %v; want ErrMiss: a value whose tags could not be read is not kept", err)
+	}
+}
