@@ -172,12 +172,16 @@ func TestServerPausedErrorsWithoutHanging(t *testing.T) {
 func TestAutoExtendKeepsLeaseAndReportsLoss(t *testing.T) {
 	srv := redistest.StartMemcached(t)
 	c := srv.Client(t)
-	m := mclock.NewMutex(c, "watched", mclock.WithTTL(time.Second), mclock.WithAutoExtend())
+	// A 2 s lease, not 1 s: the watchdog then has over a second to get an
+	// extension through, which a CI machine running every package at once
+	// under -race once failed to give a 1 s lease (renewals every 333 ms,
+	// retried until 990 ms).
+	m := mclock.NewMutex(c, "watched", mclock.WithTTL(2*time.Second), mclock.WithAutoExtend())
 	l, err := m.Lock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // past the stored expiry of 2 s
+	time.Sleep(4 * time.Second) // past the stored expiry of 3 s
 	if l.Err() != nil {
 		t.Fatalf("lease ended while the watchdog ran: %v", l.Err())
 	}
