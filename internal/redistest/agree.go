@@ -18,7 +18,7 @@ func (c *Cluster) settle(ctx context.Context, want layout, retry func() error) e
 	clients := c.clients()
 	defer closeAll(clients)
 	last := time.Now()
-	err := poll(ctx, func() error {
+	err := poll(ctx, clusterStep, func() error {
 		if retry != nil && time.Since(last) > failoverRetry {
 			last = time.Now()
 			if err := retry(); err != nil {

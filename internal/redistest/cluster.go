@@ -173,7 +173,7 @@ func (c *Cluster) form(ctx context.Context) error {
 		master := c.ids[(i / len(c.Replicas[0]))]
 		c.lay.master[c.ids[n+i]] = master
 		// A replica must have heard of its master (from the MEETs' gossip).
-		if err := poll(ctx, func() error { return rdb.Do(ctx, "CLUSTER", "REPLICATE", master).Err() }); err != nil {
+		if err := poll(ctx, clusterStep, func() error { return rdb.Do(ctx, "CLUSTER", "REPLICATE", master).Err() }); err != nil {
 			return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", c.all[n+i].Addr(), master, err)
 		}
 	}
@@ -195,9 +195,10 @@ func closeAll(clients []*redis.Client) {
 	}
 }
 
-// poll calls try until it succeeds or ctx ends.
-func poll(ctx context.Context, try func() error) error {
-	tick := time.NewTicker(10 * time.Millisecond)
+// poll calls try every step until it succeeds or ctx is done; it returns
+// try's last error, with ctx's, if it never succeeded.
+func poll(ctx context.Context, step time.Duration, try func() error) error {
+	tick := time.NewTicker(step)
 	defer tick.Stop()
 	for {
 		err := try()

@@ -77,7 +77,7 @@ func (s *Sentinel) settle(ctx context.Context) error {
 	defer replica.Close()
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr()})
 	defer sentinel.Close()
-	return poll(ctx, func() error { return s.settled(ctx, replica, sentinel) })
+	return poll(ctx, clusterStep, func() error { return s.settled(ctx, replica, sentinel) })
 }
 
 func (s *Sentinel) settled(ctx context.Context, replica *redis.Client, sentinel *redis.SentinelClient) error {
