@@ -88,7 +88,7 @@ func TestClearNearTiers(t *testing.T) {
 	if v, err := a.Fetch(ctx, "k", time.Minute, constant("new")); err != nil || v != "new" {
 		t.Errorf("Fetch after Clear in the clearing process = %q, %v; want new", v, err)
 	}
-	eventually(t, "the other process's tier to drop k", func() bool {
+	redistest.Eventually(t, "the other process's tier to drop k", func() bool {
 		v, err := b.Fetch(ctx, "k", time.Minute, constant("new"))
 		return err == nil && v == "new"
 	})

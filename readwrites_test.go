@@ -132,7 +132,7 @@ func startHeldFetch(t *testing.T, rdb redis.UniversalClient, c *Cache[string], k
 		t.Fatal(err)
 	}
 	if c.near != nil {
-		eventually(t, "the invalidation of the Set", func() bool { return c.Stats().NearInvalidations > before })
+		redistest.Eventually(t, "the invalidation of the Set", func() bool { return c.Stats().NearInvalidations > before })
 	}
 	h := holdNextRead(t, rdb, c.valueKey(key))
 	type answer struct {
@@ -220,7 +220,7 @@ func TestFetchAfterInvalidation(t *testing.T) {
 		if err := other.Set(t.Context(), "k", "new", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the invalidation of k", func() bool { return c.Stats().NearInvalidations > before })
+		redistest.Eventually(t, "the invalidation of k", func() bool { return c.Stats().NearInvalidations > before })
 		later()
 		if v, err := c.Fetch(t.Context(), "k", time.Minute, constant("fresh")); err != nil || v != "new" {
 			t.Errorf("Fetch after the invalidation arrived = %q, %v; want new", v, err)
@@ -278,7 +278,7 @@ func TestBackgroundRefreshAfterWrite(t *testing.T) {
 		if err := c.Set(ctx, "k", "old", 5*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "k to turn stale", func() bool {
+		redistest.Eventually(t, "k to turn stale", func() bool {
 			pttl, err := rdb.PTTL(ctx, c.valueKey("k")).Result()
 			return err == nil && pttl <= time.Minute
 		})
@@ -296,7 +296,7 @@ func TestBackgroundRefreshAfterWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		close(release)
-		eventually(t, "the background refresh to end", func() bool { return !c.inFlight(laterFlight, "k") })
+		redistest.Eventually(t, "the background refresh to end", func() bool { return !c.inFlight(laterFlight, "k") })
 		for range 3 {
 			if v := fetchValue(t, c, "k"); v != "set" {
 				t.Fatalf("Fetch after the Set = %q; want set", v)
@@ -346,7 +346,7 @@ func TestNearReadsNeverGoBack(t *testing.T) {
 		v, _ := c.Fetch(ctx, "k", time.Minute, constant("fresh")) // reads v1
 		firstDone <- v
 	}()
-	eventually(t, "the first flight to end", func() bool { return blocked.Load() })
+	redistest.Eventually(t, "the first flight to end", func() bool { return blocked.Load() })
 	if err := writer.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}

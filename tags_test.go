@@ -98,7 +98,7 @@ func testInvalidateTag(t *testing.T, b redistest.Backend, stale time.Duration) {
 			t.Errorf("FetchMany's %s, tagged even, still fresh after InvalidateTag (PTTL %v)", k, pttl)
 		}
 	}
-	eventually(t, "the other process's near tier to drop k0", func() bool {
+	redistest.Eventually(t, "the other process's near tier to drop k0", func() bool {
 		v, err := other.Fetch(ctx, "k0", time.Minute, constant("recomputed"))
 		return err == nil && (v == "recomputed" || stale > 0)
 	})
@@ -158,7 +158,7 @@ func TestTagRacesInvalidation(t *testing.T) {
 			t.Fatal(err)
 		}
 		if b.Cluster || b.Name == "ring" {
-			eventually(t, "the overtaken value's removal", func() bool {
+			redistest.Eventually(t, "the overtaken value's removal", func() bool {
 				_, err := c.Get(ctx, "k")
 				return errors.Is(err, ErrMiss)
 			})
