@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,62 @@ func TestErrNotObtained(t *testing.T) {
 			t.Errorf("%s Lock with Redis down = %v; want a Redis error, not ErrNotObtained", p.name, err)
 		}
 		cancel()
+	}
+}
+
+// TestErrorsNameTheLock: with Redis down, the error of every call of a
+// Mutex, a Semaphore and an RWMutex reads `lock: <op> <primitive>
+// "<name>": ...` and still matches ErrUnavailable: the first call of a
+// fresh client fails its round trip (a refused dial), the next is turned
+// away by the open circuit; both paths name the primitive alike.
+func TestErrorsNameTheLock(t *testing.T) {
+	srv := redistest.StartServer(t)
+	srv.Kill()
+	type call struct {
+		op   string
+		call func(ctx context.Context) error
+	}
+	for _, c := range []struct {
+		kind  string
+		calls func(rdb redis.UniversalClient) []call
+	}{
+		{"mutex", func(rdb redis.UniversalClient) []call {
+			m := lock.NewMutex(rdb, "down")
+			return []call{
+				{"acquire", func(ctx context.Context) error { _, _, err := m.TryLock(ctx); return err }},
+				{"acquire", func(ctx context.Context) error { _, err := m.Lock(ctx); return err }},
+				{"locked", func(ctx context.Context) error { _, err := m.Locked(ctx); return err }},
+			}
+		}},
+		{"semaphore", func(rdb redis.UniversalClient) []call {
+			s := lock.NewSemaphore(rdb, "down", 2)
+			return []call{
+				{"acquire", func(ctx context.Context) error { _, err := s.Acquire(ctx, 1); return err }},
+				{"acquire", func(ctx context.Context) error { _, _, err := s.TryAcquire(ctx, 1); return err }},
+				{"available", func(ctx context.Context) error { _, err := s.Available(ctx); return err }},
+			}
+		}},
+		{"rwmutex", func(rdb redis.UniversalClient) []call {
+			rw := lock.NewRWMutex(rdb, "down")
+			return []call{
+				{"acquire", func(ctx context.Context) error { _, err := rw.RLock(ctx); return err }},
+				{"acquire", func(ctx context.Context) error { _, err := rw.Lock(ctx); return err }},
+				{"locked", func(ctx context.Context) error { _, err := rw.Locked(ctx); return err }},
+			}
+		}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1}) // its own circuit, closed
+			defer rdb.Close()
+			for i, call := range c.calls(rdb) {
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				err := call.call(ctx)
+				cancel()
+				want := `lock: ` + call.op + ` ` + c.kind + ` "down": `
+				if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, lock.ErrUnavailable) {
+					t.Errorf("call %d (%s) with Redis down = %v; want %q... matching ErrUnavailable", i, call.op, err, want)
+				}
+			}
+		})
 	}
 }

@@ -77,7 +77,6 @@ func retryAfter(pttl int64, o *options) time.Duration {
 // grant needs to turn the script's reply into an attempt's result.
 type ask struct {
 	h     holder
-	op    string // "acquire", "rlock", "lock": for errors
 	name  string
 	token string
 	sent  time.Time // when the request was sent
@@ -102,13 +101,13 @@ type reply struct {
 // orphan lock behind for a whole TTL and never keeps its caller waiting.
 func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error) {
 	if foreign(r.err) {
-		return nil, 0, foreignErr(a.op, a.name, a.h, r.err) // nothing was taken
+		return nil, 0, a.o.foreign("acquire", a.h, r.err) // nothing was taken
 	}
 	if r.err != nil {
 		if redisutil.MayHaveRun(r.err) {
 			releaseLater(ctx, a.h, a.token)
 		}
-		return nil, 0, redisutil.Failed(ctx, "lock", a.op, a.name, r.err)
+		return nil, 0, a.o.failed(ctx, "acquire", r.err)
 	}
 	if !r.granted {
 		retry := retryAfter(r.v, a.o)
@@ -205,8 +204,26 @@ func foreign(err error) bool {
 // lease of ours ever leaves.
 var errNoTTL = errors.New("a value without expiry")
 
-// foreignErr reports that op on the lock called name found foreign data
-// at h's keys; it wraps cause (ErrNotHeld, or Redis's error).
+// Every error of a lock's round trip reads `lock: <op> <primitive>
+// "<name>": <cause>`, so that a log line says which kind of lock failed
+// without the caller's help: "acquire" for every attempt to take a lock
+// (whether Redis failed it or the circuit turned it away, see guarded),
+// "locked", "available", "upgrade" for the queries.
+
+// failed reports the failed round trip of op on the lock o describes. A
+// done context wins, unwrapped (see redisutil.Failed).
+func (o *options) failed(ctx context.Context, op string, err error) error {
+	return redisutil.Failed(ctx, "lock", op+" "+o.kind, o.name, err)
+}
+
+// foreign reports that op on the lock o describes found foreign data at
+// h's keys; it wraps cause (ErrNotHeld, or Redis's error).
+func (o *options) foreign(op string, h holder, cause error) error {
+	return foreignErr(op+" "+o.kind, o.name, h, cause)
+}
+
+// foreignErr is foreign for a caller that names the primitive in op
+// itself.
 func foreignErr(op, name string, h holder, cause error) error {
 	return fmt.Errorf("lock: %s %q: %s holds data that is not this lock's: %w", op, name, h.where(), cause)
 }

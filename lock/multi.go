@@ -142,16 +142,16 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			// group's earlier locks were set. Undo this group with the
 			// groups before it.
 			mm.releaseLater(ctx, token, mm.groups[:gi+1])
-			return nil, 0, "", foreignErr("acquire", mm.label, mm, err)
+			return nil, 0, "", mm.opts.foreign("acquire", mm, err)
 		}
 		if err != nil {
 			// This group's script may have run: undo it with the others.
 			mm.releaseLater(ctx, token, mm.groups[:gi+1])
-			return nil, 0, "", redisutil.Failed(ctx, "lock", "acquire", mm.label, err)
+			return nil, 0, "", mm.opts.failed(ctx, "acquire", err)
 		}
 		if len(res) > 0 && res[0] == multiForeign {
 			mm.releaseLater(ctx, token, mm.groups[:gi])
-			return nil, 0, "", foreignErr("acquire", mm.label, mm.mutexes[g[res[1]-1]], errNoTTL)
+			return nil, 0, "", mm.opts.foreign("acquire", mm.mutexes[g[res[1]-1]], errNoTTL)
 		}
 		if res[0] == 0 {
 			// Back off before waiting. If that fails, the next attempt
@@ -160,7 +160,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			if gi > 0 {
 				if err := mm.releaseGroups(ctx, token, mm.groups[:gi]); err != nil {
 					mm.releaseLater(ctx, token, mm.groups[:gi])
-					return nil, 0, "", redisutil.Failed(ctx, "lock", "back off", mm.label, err)
+					return nil, 0, "", mm.opts.failed(ctx, "back off", err)
 				}
 			}
 			busy := mm.mutexes[g[res[1]-1]]

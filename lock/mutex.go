@@ -123,7 +123,7 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 	}
 	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
 	if err != nil {
-		return false, redisutil.Failed(ctx, "lock", "locked", m.name, err)
+		return false, m.opts.failed(ctx, "locked", err)
 	}
 	return n == 1, nil
 }
@@ -140,7 +140,7 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	if wake.Waiting(m.client, m.channel) > 0 {
 		mark = awaitedMark
 	}
-	a := ask{h: m, op: "acquire", name: m.name, token: token, sent: time.Now(), o: &m.opts}
+	a := ask{h: m, name: m.name, token: token, sent: time.Now(), o: &m.opts}
 	var res any
 	var err error
 	if m.opts.acks > 0 { // on its own: WAIT follows the script on its connection

@@ -191,11 +191,11 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	if alien > len(r.clients)-r.quorum {
 		// Foreign data on so many servers that a majority is out of reach
 		// until someone removes it: say so instead of waiting forever.
-		return nil, 0, foreignErr("acquire", r.name, r, alienErr)
+		return nil, 0, r.opts.foreign("acquire", r, alienErr)
 	}
 	if failed > len(r.clients)-r.quorum {
-		return nil, 0, fmt.Errorf("lock: redlock %q: %d of %d servers failed, a majority is out of reach: %w",
-			r.name, failed, len(r.clients), errors.Join(errs...))
+		return nil, 0, r.opts.failed(ctx, "acquire", fmt.Errorf("%d of %d servers failed, a majority is out of reach: %w",
+			failed, len(r.clients), errors.Join(errs...)))
 	}
 	retry := r.opts.maxBackoff
 	for _, rep := range replies {

@@ -158,7 +158,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	switch {
 	case err != nil && !redisutil.MayHaveRun(err):
 		r.clk.ResumeWatchdog()
-		return nil, redisutil.Failed(ctx, "lock", "upgrade", rw.name, err)
+		return nil, rw.opts.failed(ctx, "upgrade", err)
 	case err != nil:
 		// The script may have run with its reply lost: r's read may
 		// have become a write lock that nobody knows it holds. Undo
@@ -167,7 +167,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 		releaseLater(ctx, writer{rw}, r.token)
 		releaseLater(ctx, r.h, r.token)
 		r.end(ErrLost)
-		return nil, redisutil.Failed(ctx, "lock", "upgrade", rw.name, err)
+		return nil, rw.opts.failed(ctx, "upgrade", err)
 	case res[0] == 0:
 		r.clk.ResumeWatchdog()
 		return nil, ErrUpgrade
@@ -185,19 +185,19 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 	}
 	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
 	if err != nil {
-		return false, redisutil.Failed(ctx, "lock", "locked", rw.name, err)
+		return false, rw.opts.failed(ctx, "locked", err)
 	}
 	return n == 1, nil
 }
 
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	a := ask{h: reader{rw}, op: "rlock", name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its place
+	a := ask{h: reader{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its place
 	cmd, acked := rw.opts.script(ctx, rw.client, rwRLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
 	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	a := ask{h: writer{rw}, op: "lock", name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its claim
+	a := ask{h: writer{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its claim
 	cmd, acked := rw.opts.script(ctx, rw.client, rwLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
 	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
