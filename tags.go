@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 
@@ -14,11 +13,6 @@ import (
 
 // Tags: values computed with Tag (see result.go) or stored by SetTagged
 // join a set per tag, and InvalidateTag voids every value of a tag's set.
-
-// tagBatch is how many values InvalidateTag voids in one pipeline: small
-// enough that Redis, which runs a pipeline's scripts back to back, serves
-// its other clients every millisecond or two.
-const tagBatch = 256
 
 // epochLife is how long a tag's epoch lives after its last InvalidateTag:
 // far longer than any compute runs between Tag and its store.
@@ -35,83 +29,6 @@ func (c *Cache[T]) tagKeys(t string) (set, epoch string) {
 // [Cache.InvalidateTag] of any of them drops it. Empty tags are ignored.
 func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Duration, tags ...string) error {
 	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
-}
-
-// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
-// compute, or [Cache.SetTagged]) a miss in every process, near tiers
-// included (as Redis reports each change, and in this process at once);
-// with [WithStale] it makes them stale instead: served while one process
-// refreshes each in the background. A compute of such a value in progress
-// loses its lock, as after [Cache.Delete].
-//
-// A compute that called Tag with one of tags before InvalidateTag began
-// does not leave its value served after InvalidateTag returned, whenever
-// it stores it: on a single server its store is refused; on a Cluster or a
-// Ring, where a tag's keys and a value's live on different nodes, the
-// value is stored, then found overtaken and removed again, within a round
-// trip, and near tiers drop it as Redis reports the removal.
-//
-// InvalidateTag works through a tag's values a few hundred at a time, so
-// Redis is never blocked for long, and returns the first error: the values
-// not yet reached are kept for a retry. An empty tag returns an error
-// matching [ErrInvalid].
-func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
-	if c.life.done() {
-		return ErrClosed
-	}
-	if slices.Contains(tags, "") {
-		return fmt.Errorf("%w: empty tag", ErrInvalid)
-	}
-	start := time.Now()
-	for _, t := range tags {
-		if err := c.invalidateTag(ctx, t); err != nil {
-			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
-		}
-	}
-	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
-	return nil
-}
-
-// invalidateTag bumps t's epoch, moves its set aside, and voids the values
-// of the set a batch at a time. On an error it puts the values not yet
-// voided back into t's set.
-func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
-	set, epoch := c.tagKeys(t)
-	aside := set + ":" + redisutil.Token() // same hash tag: same slot
-	if err := c.run(ctx, tagBumpScript, []string{epoch, set, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
-		return err
-	}
-	for {
-		vks, err := c.client.SPopN(ctx, aside, tagBatch).Result()
-		if err == nil && len(vks) > 0 {
-			if err = c.void(ctx, vks); err != nil {
-				c.client.SAdd(context.WithoutCancel(ctx), aside, anySlice(vks)...)
-			}
-		}
-		if err != nil && err != redis.Nil {
-			c.client.SUnionStore(context.WithoutCancel(ctx), set, set, aside)
-			return err
-		}
-		if len(vks) == 0 {
-			return nil
-		}
-	}
-}
-
-// void makes the values vks a miss (or stale), in one pipeline, and drops
-// this process's copies and flights of them.
-func (c *Cache[T]) void(ctx context.Context, vks []string) error {
-	calls := make([]scriptCall, len(vks))
-	stale := redisutil.Millis(c.opts.stale)
-	for i, vk := range vks {
-		ks := keysFor(vk)
-		calls[i] = scriptCall{voidScript, []string{ks.value, ks.lock, ks.channel}, []any{c.publish, stale}}
-	}
-	err := firstErr(c.runPipelined(ctx, calls))
-	for _, vk := range vks {
-		c.forget(vk)
-	}
-	return err
 }
 
 // tagCalls are the calls that add value key vk, stored for ttl, to the
@@ -258,35 +175,6 @@ return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 var tagAddScript = redis.NewScript(tagLua + `
 tagadd(KEYS[1], ARGV[1], ARGV[2])
 return redis.call('GET', KEYS[2]) or ''
-`)
-
-// tagBumpScript bumps a tag's epoch and moves its set aside, in one step,
-// before InvalidateTag voids the values of the set: a value tagged after
-// this step goes into a new set, and a compute that tagged before it finds
-// the epoch moved. KEYS: epoch, set, the set's new name. ARGV: how long the
-// epoch lives, ms.
-var tagBumpScript = redis.NewScript(`
-redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[3]) end
-return 1
-`)
-
-// voidScript makes one value of an invalidated tag a miss, or with a stale
-// window (ARGV[2] ms > 0) stale, so that it is refreshed in the background;
-// takes the lock away from a compute in progress (its store is fenced off)
-// and wakes the waiters. KEYS: value, lock, channel. ARGV: PUBLISH or
-// SPUBLISH, stale window ms.
-var voidScript = redis.NewScript(`
-local stale = tonumber(ARGV[2])
-if stale == 0 then
-  redis.call('DEL', KEYS[1])
-elseif redis.call('PTTL', KEYS[1]) > stale then
-  redis.call('PEXPIRE', KEYS[1], stale)
-end
-redis.call('DEL', KEYS[2])
-redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
-return 1
 `)
 
 // unstoreScript deletes a value this process stored if it is still there

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,4 +196,71 @@ func TestTagWithoutEpochs(t *testing.T) {
 	if _, err := c.Get(t.Context(), "k"); !errors.Is(err, ErrMiss) {
 		t.Errorf("Get = %v; want ErrMiss: a value whose tags could not be read is not kept", err)
 	}
+}
+
+// TestInvalidateTagFailsMidway: when a batch of InvalidateTag fails, the
+// values not yet voided go back into the tag's set, which keeps a TTL (no
+// bookkeeping key is left without one, nor the set moved aside), and a
+// second InvalidateTag voids them.
+func TestInvalidateTagFailsMidway(t *testing.T) {
+	tagBackends(t, func(t *testing.T, b redistest.Backend) {
+		rdb := b.Client(t)
+		ctx := t.Context()
+		c := New[string](rdb, prefix(t))
+		const n = 3 * tagBatch
+		for i := range n {
+			if err := c.SetTagged(ctx, fmt.Sprint("k", i), "v", time.Minute, "T"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var voids atomic.Int32
+		failing := atomic.Bool{}
+		failing.Store(true)
+		rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			if a := cmds[0].Args(); failing.Load() && len(a) > 1 && a[1] == voidScript.Hash() {
+				if voids.Add(1) == 2 {
+					err := errors.New("injected")
+					for _, cmd := range cmds {
+						cmd.SetErr(err)
+					}
+					return err
+				}
+			}
+			return next(ctx, cmds)
+		}})
+		// The first use of voidScript is sent as EVAL, with its body.
+		voidScript.Load(ctx, rdb)
+		c.loaded.Store(voidScript, true)
+		if err := c.InvalidateTag(ctx, "T"); err == nil {
+			t.Fatal("InvalidateTag with a failing batch = nil; want its error")
+		}
+		assertTagKeysExpire(t, rdb, c)
+		if err := forEachNode(ctx, rdb, func(ctx context.Context, n *redis.Client) error {
+			if aside, _ := n.Keys(ctx, c.opts.prefix+"tag:{T}:*").Result(); len(aside) > 0 {
+				return fmt.Errorf("the set moved aside is left: %v", aside)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+		left := 0
+		for i := range n {
+			if _, err := c.Get(ctx, fmt.Sprint("k", i)); err == nil {
+				left++
+			}
+		}
+		if left == 0 || left == n {
+			t.Fatalf("%d of %d values left after the failed batch; want some voided, some kept", left, n)
+		}
+		failing.Store(false)
+		if err := c.InvalidateTag(ctx, "T"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if v, err := c.Get(ctx, fmt.Sprint("k", i)); !errors.Is(err, ErrMiss) {
+				t.Fatalf("k%d after the second InvalidateTag = %q, %v; want ErrMiss", i, v, err)
+			}
+		}
+		assertTagKeysExpire(t, rdb, c)
+	})
 }

@@ -1,0 +1,250 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/wake"
+)
+
+// Invalidation by group, fleet-wide: InvalidateTag voids the values of a
+// tag (see tags.go for how values join a tag's set), Clear every value of
+// the Cache. Both work a batch at a time, so that Redis serves its other
+// clients in between, and drop this process's copies and flights at once.
+
+// tagBatch is how many values InvalidateTag voids in one pipeline: small
+// enough that Redis, which runs a pipeline's scripts back to back, serves
+// its other clients every millisecond or two.
+const tagBatch = 256
+
+// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
+// compute, or [Cache.SetTagged]) a miss in every process, near tiers
+// included (as Redis reports each change, and in this process at once);
+// with [WithStale] it makes them stale instead: served while one process
+// refreshes each in the background. A compute of such a value in progress
+// loses its lock, as after [Cache.Delete].
+//
+// A compute that called Tag with one of tags before InvalidateTag began
+// does not leave its value served after InvalidateTag returned, whenever
+// it stores it: on a single server its store is refused; on a Cluster or a
+// Ring, where a tag's keys and a value's live on different nodes, the
+// value is stored, then found overtaken and removed again, within a round
+// trip, and near tiers drop it as Redis reports the removal.
+//
+// InvalidateTag works through a tag's values a few hundred at a time, so
+// Redis is never blocked for long, and returns the first error: the values
+// not yet reached are kept for a retry. An empty tag returns an error
+// matching [ErrInvalid].
+func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
+	if c.life.done() {
+		return ErrClosed
+	}
+	if slices.Contains(tags, "") {
+		return fmt.Errorf("%w: empty tag", ErrInvalid)
+	}
+	start := time.Now()
+	for _, t := range tags {
+		if err := c.invalidateTag(ctx, t); err != nil {
+			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
+		}
+	}
+	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
+	return nil
+}
+
+// invalidateTag bumps t's epoch, moves its set aside, and voids the values
+// of the set a batch at a time. On an error it puts the values not yet
+// voided back into t's set.
+func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
+	set, epoch := c.tagKeys(t)
+	aside := set + ":" + redisutil.Token() // same hash tag: same slot
+	life, err := c.run(ctx, tagBumpScript, []string{epoch, set, aside}, redisutil.Millis(epochLife)).Int64()
+	if err != nil {
+		return err
+	}
+	for {
+		vks, err := c.client.SPopN(ctx, aside, tagBatch).Result()
+		if err == nil && len(vks) > 0 {
+			err = c.void(ctx, vks)
+		}
+		if err != nil && err != redis.Nil {
+			c.restoreTag(ctx, set, aside, life, vks)
+			return err
+		}
+		if len(vks) == 0 {
+			return nil
+		}
+	}
+}
+
+// restoreTag puts the values of a failed InvalidateTag back into the tag's
+// set: those of the batch that failed (popped) and those not reached
+// (aside), keeping the set's TTL (life ms, the set's when it was moved
+// aside), and drops the aside set. Best effort: an undone InvalidateTag is
+// retried by the caller, and a value left out of its tag's sets only
+// outlives an invalidation until its own TTL.
+func (c *Cache[T]) restoreTag(ctx context.Context, set, aside string, life int64, popped []string) {
+	dctx, cancel := redisutil.Detached(ctx)
+	defer cancel()
+	c.run(dctx, tagRestoreScript, []string{set, aside}, append([]any{life}, anySlice(popped)...)...)
+}
+
+// void makes the values vks a miss (or stale), in one pipeline, and drops
+// this process's copies and flights of them.
+func (c *Cache[T]) void(ctx context.Context, vks []string) error {
+	calls := make([]scriptCall, len(vks))
+	stale := redisutil.Millis(c.opts.stale)
+	for i, vk := range vks {
+		ks := keysFor(vk)
+		calls[i] = scriptCall{voidScript, []string{ks.value, ks.lock, ks.channel}, []any{c.publish, stale}}
+	}
+	err := firstErr(c.runPipelined(ctx, calls))
+	for _, vk := range vks {
+		c.forget(vk)
+	}
+	return err
+}
+
+// Clear deletes, rather than bumping a generation that every key name
+// would carry: a generation must be read before every hit (a second
+// command, or a stale copy of it in each process, which would let a
+// cleared value be served), and the old values would fill memory until
+// their TTLs. SCAN and UNLINK cost Redis work in proportion to the keys,
+// spread over many small steps; a hit stays one GET.
+
+// clearBatch is how many keys one SCAN asks for, and one pipeline of
+// UNLINKs removes: small steps, so that Redis serves other clients in
+// between.
+const clearBatch = 1000
+
+// Clear removes every value of the Cache, and every compute lock, error
+// record and retry mark that goes with one: every key under its prefix (see
+// [WithPrefix]; the keys of the lock package, and of Caches with other
+// prefixes, are left alone), on every master of a Cluster or shard of a
+// Ring. A compute running anywhere at that moment loses its lock, so its
+// value is not stored (as after [Cache.Delete]); near tiers in every
+// process drop their copies as Redis reports each deletion, and this
+// process's at once. Clear walks the keyspace with SCAN and removes keys
+// with UNLINK, a thousand at a time, so Redis is never blocked for long;
+// a value stored while Clear runs may survive it. Clear returns the first
+// error a node reported (the keys of that node may be partly removed).
+func (c *Cache[T]) Clear(ctx context.Context) error {
+	if c.life.done() {
+		return ErrClosed
+	}
+	pattern := globEscape(c.opts.prefix) + "{*"
+	err := forEachNode(ctx, c.client, func(ctx context.Context, n *redis.Client) error {
+		return clearNode(ctx, n, pattern)
+	})
+	// After the deletes, as Set does after its write (see forget).
+	c.flights.forgetAll()
+	if c.near != nil {
+		c.near.x.DropAll()
+	}
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
+	}
+	return nil
+}
+
+// clearNode removes the keys of one node that match pattern.
+func clearNode(ctx context.Context, n *redis.Client, pattern string) error {
+	var cursor uint64
+	for {
+		keys, next, err := n.Scan(ctx, cursor, pattern, clearBatch).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			// One key per UNLINK: on a Cluster the keys of one node span
+			// slots, which one command may not.
+			if _, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// forEachNode calls f for every master of a Cluster, or every shard of a
+// Ring, at once, or for the client itself, and returns the first error.
+func forEachNode(ctx context.Context, client redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, f)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, f)
+	case *redis.Client:
+		return f(ctx, c)
+	}
+	return fmt.Errorf("a client of type %T", client)
+}
+
+// globEscape escapes the characters that a SCAN MATCH pattern gives a
+// meaning: a prefix is matched as it is.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
+}
+
+// tagBumpScript bumps a tag's epoch and moves its set aside, in one step,
+// before InvalidateTag voids the values of the set: a value tagged after
+// this step goes into a new set, and a compute that tagged before it finds
+// the epoch moved. It returns the set's PTTL (negative if none). KEYS:
+// epoch, set, the set's new name. ARGV: how long the epoch lives, ms.
+var tagBumpScript = redis.NewScript(`
+redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+local life = redis.call('PTTL', KEYS[2])
+if life ~= -2 then redis.call('RENAME', KEYS[2], KEYS[3]) end
+return life
+`)
+
+// tagRestoreScript puts the values of an InvalidateTag that failed back
+// into the tag's set: the popped ones given, and the set moved aside,
+// which it deletes. The set lives at least as long as the aside set did
+// (SUNIONSTORE drops a TTL; a set without one would never expire). KEYS:
+// set, aside set. ARGV: the aside set's PTTL when it was moved aside, then
+// the popped value keys.
+var tagRestoreScript = redis.NewScript(`
+local life = redis.call('PTTL', KEYS[2])
+if life < 0 then life = tonumber(ARGV[1]) end
+local p = redis.call('PTTL', KEYS[1])
+if p > life then life = p end
+if #ARGV > 1 then redis.call('SADD', KEYS[1], unpack(ARGV, 2)) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('SUNIONSTORE', KEYS[1], KEYS[1], KEYS[2])
+  redis.call('DEL', KEYS[2])
+end
+if life > 0 then redis.call('PEXPIRE', KEYS[1], life) end
+return 1
+`)
+
+// voidScript makes one value of an invalidated tag a miss, or with a stale
+// window (ARGV[2] ms > 0) stale, so that it is refreshed in the background;
+// takes the lock away from a compute in progress (its store is fenced off)
+// and wakes the waiters. KEYS: value, lock, channel. ARGV: PUBLISH or
+// SPUBLISH, stale window ms.
+var voidScript = redis.NewScript(`
+local stale = tonumber(ARGV[2])
+if stale == 0 then
+  redis.call('DEL', KEYS[1])
+elseif redis.call('PTTL', KEYS[1]) > stale then
+  redis.call('PEXPIRE', KEYS[1], stale)
+end
+redis.call('DEL', KEYS[2])
+redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
+return 1
+`)
