@@ -17,19 +17,30 @@ import (
 // it dies; after the replica's promotion the next fence is still above
 // every fence issued before (it failed before the fix: the promoted
 // replica's counter was behind, and INCR handed out numbers already used).
-// Each primitive draws from its own counter; one of each is checked.
+// Each primitive draws from its own counter, and a MultiMutex from one per
+// name; every name is picked on the master that fails, so each is checked.
 func TestFenceAboveEveryIssuedAcrossFailover(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	rdb := cl.Client(t)
 	ctx := t.Context()
 	const name = "ledger"
+	i := masterOf(cl, name)
+	master, replica := cl.Nodes[i], cl.Replicas[i][0]
+	fair := nameOn(t, cl, i, "ledger-fair", nil)
+	multi := []string{nameOn(t, cl, i, "ledger-multi", nil)}
+	multi = append(multi, nameOn(t, cl, i, "ledger-multi", func(n string) bool { // another slot
+		return redisutil.Slot("{"+n+"}") != redisutil.Slot("{"+multi[0]+"}")
+	}))
 	acquires := map[string]func() (*lock.Lease, error){
-		"mutex":     func() (*lock.Lease, error) { return lock.NewMutex(rdb, name).Lock(ctx) },
-		"fair":      func() (*lock.Lease, error) { return lock.NewMutex(rdb, name+"-fair", lock.WithFair()).Lock(ctx) },
-		"semaphore": func() (*lock.Lease, error) { return lock.NewSemaphore(rdb, name, 2).Acquire(ctx, 1) },
-		"rwmutex":   func() (*lock.Lease, error) { return lock.NewRWMutex(rdb, name).Lock(ctx) },
+		"mutex":      func() (*lock.Lease, error) { return lock.NewMutex(rdb, name).Lock(ctx) },
+		"fair":       func() (*lock.Lease, error) { return lock.NewMutex(rdb, fair, lock.WithFair()).Lock(ctx) },
+		"semaphore":  func() (*lock.Lease, error) { return lock.NewSemaphore(rdb, name, 2).Acquire(ctx, 1) },
+		"rwmutex":    func() (*lock.Lease, error) { return lock.NewRWMutex(rdb, name).Lock(ctx) },
+		"multimutex": func() (*lock.Lease, error) { return lock.NewMultiMutex(rdb, multi).Lock(ctx) },
 	}
-	draw := func(kind string) int64 {
+	// draw acquires and releases kind once and returns its fences, one per
+	// counter: the MultiMutex's by name.
+	draw := func(kind string) map[string]int64 {
 		t.Helper()
 		l, err := acquires[kind]()
 		// Just after the failover the client's circuit may be open (the
@@ -44,38 +55,63 @@ func TestFenceAboveEveryIssuedAcrossFailover(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatalf("%s: Unlock: %v", kind, err)
 		}
-		return l.Fence()
-	}
-	// Every primitive's keys of name share one slot: one master holds them.
-	i := redisutil.Slot("{"+name+"}") * len(cl.Nodes) / 16384
-	master, replica := cl.Nodes[i], cl.Replicas[i][0]
-	for kind := range acquires {
-		if kind == "fair" {
-			i2 := redisutil.Slot("{"+name+"-fair}") * len(cl.Nodes) / 16384
-			if i2 != i {
-				delete(acquires, kind) // another master: not part of this failover
-				continue
-			}
+		if kind == "multimutex" {
+			return l.Fences()
 		}
-		draw(kind) // the counter reaches the replica
+		return map[string]int64{"": l.Fence()}
+	}
+	for kind := range acquires {
+		draw(kind) // the counters reach the replica
 	}
 	if err := master.Client(t).Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
 	cutReplication(t, master)
-	issued := map[string]int64{}
+	issued := map[string]map[string]int64{}
 	for kind := range acquires {
 		for range 3 {
 			issued[kind] = draw(kind) // lost with the master
 		}
 	}
+	if got := len(issued["multimutex"]); got != len(multi) {
+		t.Fatalf("MultiMutex lease of %v has %d fences", multi, got)
+	}
 	master.Kill()
 	cl.AwaitPromotion(t, replica)
 	for kind, last := range issued {
-		if f := draw(kind); f <= last {
-			t.Errorf("%s: fence %d after the failover; want above %d, the last issued before it", kind, f, last)
+		next := draw(kind)
+		for counter, f := range last {
+			if next[counter] <= f {
+				t.Errorf("%s: fence %d after the failover; want above %d, the last issued before it",
+					strings.TrimSpace(kind+" "+counter), next[counter], f)
+			}
 		}
 	}
+}
+
+// masterOf is the index in cl.Nodes of the master that starts with the
+// slot of every key of the lock name.
+func masterOf(cl *redistest.Cluster, name string) int {
+	slot, n := redisutil.Slot("{"+name+"}"), len(cl.Nodes)
+	for i := range n { // the ranges of redistest's ADDSLOTSRANGE
+		if slot < (i+1)*16384/n {
+			return i
+		}
+	}
+	return n - 1
+}
+
+// nameOn returns the first of prefix-0, prefix-1, ... whose keys master i
+// of cl holds and that ok, if not nil, accepts.
+func nameOn(t *testing.T, cl *redistest.Cluster, i int, prefix string, ok func(string) bool) string {
+	t.Helper()
+	for j := range 10000 {
+		if n := fmt.Sprintf("%s-%d", prefix, j); masterOf(cl, n) == i && (ok == nil || ok(n)) {
+			return n
+		}
+	}
+	t.Fatalf("no name %s-N on master %d", prefix, i)
+	return ""
 }
 
 // cutReplication stops master's writes from reaching its replicas.

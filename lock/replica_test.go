@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/lock"
 )
 
@@ -116,7 +115,7 @@ func TestReplicaAckLeaseSurvivesFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := redisutil.Slot("{"+name+"}") * len(cl.Nodes) / 16384
+	i := masterOf(cl, name)
 	cl.Nodes[i].Kill() // at once: nothing but the acknowledged writes reached the replica
 	cl.AwaitPromotion(t, cl.Replicas[i][0])
 	var held bool
