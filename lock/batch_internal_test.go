@@ -23,8 +23,8 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	var hook acquires
-	rdb.AddHook(&hook)
+	var sent acquires
+	rdb.AddHook(sent.hook())
 	ctx := t.Context()
 	for _, name := range []string{"a", "b", "c"} { // load the scripts
 		l, err := NewMutex(rdb, name).Lock(ctx)
@@ -33,7 +33,7 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 		}
 		l.Unlock(ctx)
 	}
-	hook.reset()
+	sent.reset()
 
 	srv.Pause()
 	var wg sync.WaitGroup
@@ -61,7 +61,7 @@ func TestBatchDropsCallersThatLeft(t *testing.T) {
 	srv.Resume()
 	wg.Wait()
 	WaitRollbacks()
-	if keys := hook.keys(); slices.Contains(keys, NewMutex(rdb, "c").lock) {
+	if keys := sent.keys(); slices.Contains(keys, NewMutex(rdb, "c").lock) {
 		t.Errorf("acquires sent for %v; want none for c, whose caller had gone", keys)
 	}
 }
@@ -94,19 +94,18 @@ func (h *acquires) record(cmds ...redis.Cmder) {
 	}
 }
 
-func (*acquires) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *acquires) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.record(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *acquires) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.record(cmds...)
-		return next(ctx, cmds)
+// hook records what the client it is added to sends, alone or in a
+// pipeline.
+func (h *acquires) hook() redistest.Hook {
+	return redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			h.record(cmd)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			h.record(cmds...)
+			return next(ctx, cmds)
+		},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,8 +19,8 @@ import (
 // name, although the server's scripts are flushed meanwhile (a batch
 // whose scripts are gone sends them again).
 func testOverlappingCallsShareRoundTrips(t *testing.T, rdb redis.UniversalClient) {
-	var hook pipelines
-	rdb.AddHook(&hook)
+	var p pipelines
+	rdb.AddHook(redistest.Hook{Pipeline: p.count})
 	ctx := t.Context()
 	var wg, flusher sync.WaitGroup
 	stop := make(chan struct{})
@@ -57,32 +58,29 @@ func testOverlappingCallsShareRoundTrips(t *testing.T, rdb redis.UniversalClient
 		})
 	}
 	wg.Wait()
-	if hook.shared.Load() == 0 {
-		t.Errorf("no pipeline carried two calls (%d pipelines): 1600 overlapping calls never shared a round trip", hook.sent.Load())
+	if p.shared.Load() == 0 {
+		t.Errorf("no pipeline carried two calls (%d pipelines): 1600 overlapping calls never shared a round trip", p.sent.Load())
 	}
-	t.Logf("%d of 1600 calls went in %d pipelines", hook.shared.Load(), hook.sent.Load())
+	t.Logf("%d of 1600 calls went in %d pipelines", p.shared.Load(), p.sent.Load())
 }
 
 // pipelines counts the pipelines of scripts a client sends, and the
 // scripts in those of two or more.
 type pipelines struct{ sent, shared atomic.Int64 }
 
-func (*pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		scripts := 0
-		for _, c := range cmds {
-			if c.Name() == "evalsha" {
-				scripts++
-			}
+// count is a redistest.Hook's Pipeline.
+func (p *pipelines) count(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+	scripts := 0
+	for _, c := range cmds {
+		if c.Name() == "evalsha" {
+			scripts++
 		}
-		if scripts > 0 {
-			p.sent.Add(1)
-		}
-		if scripts > 1 {
-			p.shared.Add(int64(scripts))
-		}
-		return next(ctx, cmds)
 	}
+	if scripts > 0 {
+		p.sent.Add(1)
+	}
+	if scripts > 1 {
+		p.shared.Add(int64(scripts))
+	}
+	return next(ctx, cmds)
 }

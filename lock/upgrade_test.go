@@ -28,41 +28,34 @@ type markKey struct{}
 
 func mark(ctx context.Context) context.Context { return context.WithValue(ctx, markKey{}, true) }
 
-func (h *upgradeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *upgradeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *upgradeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		marked := ctx.Value(markKey{}) != nil
-		if marked && h.dial {
-			err := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("refused by the test")}
-			cmd.SetErr(err)
-			return err
-		}
-		if marked {
-			select { // only renewals that reply from now on count
-			case <-h.renewed:
-			default:
-			}
-		}
-		err := next(ctx, cmd)
-		switch {
-		case marked && err == nil: // the upgrade has run (not a NOSCRIPT)
-			select {
-			case <-h.renewed:
-			case <-time.After(h.hold):
-			}
-		case !marked && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval"):
-			select {
-			case h.renewed <- struct{}{}:
-			default:
-			}
-		}
+// process is a redistest.Hook's Process.
+func (h *upgradeHook) process(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+	marked := ctx.Value(markKey{}) != nil
+	if marked && h.dial {
+		err := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("refused by the test")}
+		cmd.SetErr(err)
 		return err
 	}
+	if marked {
+		select { // only renewals that reply from now on count
+		case <-h.renewed:
+		default:
+		}
+	}
+	err := next(ctx, cmd)
+	switch {
+	case marked && err == nil: // the upgrade has run (not a NOSCRIPT)
+		select {
+		case <-h.renewed:
+		case <-time.After(h.hold):
+		}
+	case !marked && strings.HasPrefix(strings.ToLower(cmd.Name()), "eval"):
+		select {
+		case h.renewed <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 // TestUpgradePausesReadWatchdog: the upgrade's reply is held back until
@@ -75,7 +68,7 @@ func TestUpgradePausesReadWatchdog(t *testing.T) {
 	onServerAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
 		const ttl = 900 * time.Millisecond
 		h := &upgradeHook{hold: ttl / 2, renewed: make(chan struct{}, 1)}
-		rdb.AddHook(h)
+		rdb.AddHook(redistest.Hook{Process: h.process})
 		var rec recorder
 		rw := lock.NewRWMutex(rdb, "upwd", lock.WithTTL(ttl), lock.WithAutoExtend(), lock.WithObserver(rec.observe))
 		ctx := t.Context()
@@ -106,7 +99,7 @@ func TestUpgradeRefusedKeepsRenewing(t *testing.T) {
 	onServerAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
 		const ttl = 300 * time.Millisecond
 		h := &upgradeHook{renewed: make(chan struct{}, 1)}
-		rdb.AddHook(h)
+		rdb.AddHook(redistest.Hook{Process: h.process})
 		rw := lock.NewRWMutex(rdb, "upref", lock.WithTTL(ttl), lock.WithAutoExtend())
 		ctx := t.Context()
 		a, err := rw.RLock(ctx)
