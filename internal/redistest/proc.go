@@ -7,24 +7,29 @@ import (
 	"runtime"
 )
 
-// A proc is a server process started by spawn.
+// A proc is a process started by start: a server, or a child (child.go).
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once cmd has exited and been waited for
 }
 
 // spawn starts bin with argv in dir, its output going to log.
+func spawn(bin string, argv []string, dir string, log *os.File) (*proc, error) {
+	cmd := exec.Command(bin, argv...)
+	cmd.Dir = dir
+	cmd.Stdout = log
+	cmd.Stderr = log
+	return start(cmd)
+}
+
+// start starts cmd in a process group of its own (see sysProcAttr).
 //
 // One goroutine per process starts it and waits for it, so done tells
 // whether it is alive. The goroutine stays on its OS thread: on Linux the
 // child's parent-death signal fires when the thread that forked it exits,
 // so the thread must outlive the child. The goroutine ends when the process
 // does, which the caller's kill guarantees by the end of the test.
-func spawn(bin string, argv []string, dir string, log *os.File) (*proc, error) {
-	cmd := exec.Command(bin, argv...)
-	cmd.Dir = dir
-	cmd.Stdout = log
-	cmd.Stderr = log
+func start(cmd *exec.Cmd) (*proc, error) {
 	cmd.SysProcAttr = sysProcAttr()
 	started := make(chan error, 1)
 	done := make(chan struct{})
@@ -40,7 +45,7 @@ func spawn(bin string, argv []string, dir string, log *os.File) (*proc, error) {
 		close(done)
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("redistest: start %s: %w", bin, err)
+		return nil, fmt.Errorf("redistest: start %s: %w", cmd.Path, err)
 	}
 	return &proc{cmd: cmd, done: done}, nil
 }
