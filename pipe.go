@@ -6,13 +6,47 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// Batches of round trips for FetchMany: scripts sent together in one
+// How calls reach Redis: through the client's circuit breaker (guard),
+// lock attempts by turns, and, for FetchMany, scripts sent together in one
 // pipeline (go-redis splits a pipeline per node, so a cluster costs one
-// round trip per node, sent in parallel), and keys grouped by what one
+// round trip per node, sent in parallel), with keys grouped by what one
 // script may touch together.
+
+// guard runs f, the first round trip of a call, through the client's
+// circuit breaker (see ErrUnavailable): while Redis is known to be
+// unreachable it returns ErrUnavailable without calling f.
+func (c *Cache[T]) guard(ctx context.Context, f func() error) error {
+	done, err := c.allow()
+	if err != nil {
+		return err
+	}
+	err = f()
+	c.report(done, err)
+	return err
+}
+
+// allow asks the client's breaker whether a call may go to Redis (see
+// Breaker.Allow), counting the calls it turns away. read and readMany use
+// it and report directly, with no closure on the hit path.
+func (c *Cache[T]) allow() (func(error), error) {
+	done, err := c.breaker.Allow()
+	if err != nil {
+		c.stats.unavailable.Add(1)
+	}
+	return done, err
+}
+
+// report hands the outcome of an allowed call's round trip to the breaker,
+// which logs the outage it began or ended, if any.
+func (c *Cache[T]) report(done func(error), err error) { done(err) }
+
+// unreachable reports whether err means Redis could not be reached, as
+// opposed to an error reply from a server that works.
+func unreachable(err error) bool { return breaker.Unreachable(err) }
 
 // turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
 // at once: half its client's connection pool. When many keys miss at once,
