@@ -8,8 +8,8 @@ import (
 )
 
 // An Event is something a Cache did, handed to the observer set with
-// [WithObserver] for metrics and traces. [Cache.Stats] counts the same
-// events.
+// [WithObserver] for metrics and traces. [Cache.Stats] counts them, and a
+// few things that have no event of their own (see [Stats]).
 type Event struct {
 	Kind EventKind
 	// Prefix is the Cache's key prefix (see [WithPrefix]): a bounded value,
