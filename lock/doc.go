@@ -38,6 +38,20 @@
 // retention. Fencing numbers increase with gaps: a waiter's ticket (see
 // below) and a retried request use one up.
 //
+// A failover, or a restart that reloads an older copy of the data, can set
+// a counter back: its last increments had not reached the replica (or the
+// disk). A number drawn from a counter more than a second behind the
+// server's clock in microseconds restarts the counter from the clock, so
+// fences never repeat as long as (1) the failover, from the last number
+// the old master drew to the first the new one draws, takes longer than a
+// second plus how far the old master's clock was ahead of the new one's
+// (Sentinel and Cluster take seconds to fail a master over), and (2) a
+// counter draws at most one number per microsecond, on average since it
+// last restarted from the clock (the scripts that draw them run for
+// microseconds each: far fewer). A lease acquired with [WithReplicaAck] has its fence on the
+// replicas that acknowledged it, so after a failover to one of them, however
+// fast, the next fence is above it.
+//
 // # Waiting
 //
 // A blocked acquire does not poll. A waiter marks the lock as awaited, and
@@ -108,9 +122,12 @@
 //
 // On one Redis server, a lock is held by at most one lease at a time, as
 // long as the server keeps its data. Redis replication is asynchronous: a
-// failover can lose a lock that was just acquired, and a restart without
-// persistence loses all locks (fencing numbers too, unless persisted).
-// Where that matters, use fencing.
+// failover can lose a lock that was just acquired (with [WithReplicaAck],
+// only a failover to a replica that did not acknowledge it can), and a
+// restart without persistence loses all locks. Fencing numbers survive
+// both, under the conditions above (see Lost leases and fencing); where a
+// lost lock matters, have the storage refuse fences below the highest it
+// has seen, or use a [Redlock].
 //
 // Every key a lock uses is derived from its name with a hash tag, so all of
 // them live in one cluster slot and each operation is one atomic script

@@ -15,22 +15,15 @@ import (
 var ErrReplication = errors.New("lock: not acknowledged by enough replicas")
 
 // WithReplicaAck makes every acquire, and every extension, of the lock
-// wait until n replicas of the master that holds it have its writes: the
-// lock and the fencing counter's increment (Redis's WAIT n timeout, sent on
-// the same connection right after the script). An acquire that n replicas
+// wait until n replicas of the master that holds it have its writes, the
+// lock and its fence (Redis's WAIT n timeout). An acquire that n replicas
 // do not acknowledge within timeout is rolled back and fails at once with
 // an error matching [ErrNotObtained] and [ErrReplication], for the caller
-// to retry or give up; an extension that is not acknowledged counts as a
-// failed one, retried until the lease's safe deadline. A lease then
-// survives a failover to any of those replicas with its TTL, as its fence
-// does (fences never repeat across a failover, with or without this
-// option: see the package doc).
-//
-// It costs every acquire and extension a WAIT, a round trip no shorter than
-// the slowest of the n replicas, and an acquire goes to Redis on its own,
-// not in a shared pipeline. timeout must be shorter than the client's
-// ReadTimeout (3 s by default), which bounds the reply. A Redlock ignores
-// the option: its servers are independent, without replicas. WithReplicaAck
+// to retry or give up; an unacknowledged extension counts as a failed one.
+// A lease so acquired survives a failover to one of those replicas; a
+// release is not waited for, so a failover may bring a released lock back
+// until its TTL. timeout must be shorter than the client's ReadTimeout. A
+// Redlock ignores the option (its servers have no replicas). WithReplicaAck
 // panics unless n > 0 and timeout > 0.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	if n < 1 || timeout <= 0 {
@@ -42,6 +35,14 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // script runs s on client as s.Run does. With WithReplicaAck it also
 // reports whether enough replicas acknowledged its writes; without, acked
 // is true.
+//
+// The WAIT goes in one pipeline with the script, on the connection of the
+// master that holds keys[0] (WAIT counts the replicas of its own
+// connection's server and the writes made on it), so the option costs each
+// acquire and extension a round trip no shorter than the slowest of the n
+// replicas, and a Mutex's acquire goes to Redis on its own, not in a shared
+// batch (see batch.go). bench/README.md ("Mutex with WithReplicaAck")
+// measures the cost against the plain mutex.
 func (o *options) script(ctx context.Context, client redis.UniversalClient, s *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked bool) {
 	if o.acks == 0 {
 		return s.Run(ctx, client, keys, args...), true
