@@ -176,9 +176,7 @@ func TestBatchLanePerMaster(t *testing.T) {
 func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
 	t.Helper()
 	b := batcherFor(client)
-	for deadline := time.Now().Add(5 * time.Second); b.calls.Load() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls in progress after 5 s; want %d", b.calls.Load(), n)
-		}
+	if !redistest.Within(redistest.EventuallyWithin, func() bool { return b.calls.Load() >= n }) {
+		t.Fatalf("%d calls in progress after %v; want %d", b.calls.Load(), redistest.EventuallyWithin, n)
 	}
 }

@@ -84,7 +84,7 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 					l, err := call(ctx)
 					record(name, ctx)
 					if err == nil {
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // work
 						uctx, ucancel := context.WithTimeout(context.Background(), deadline)
 						_ = l.Unlock(uctx)
 						record(name+" Unlock", uctx)
@@ -97,7 +97,7 @@ func TestDeadlineHoldsWhileRedisPaused(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // load before the fault
 	srv.Pause()
-	time.Sleep(pause)
+	time.Sleep(pause) // the fault lasts this long, on purpose
 	resumed := time.Now()
 	srv.Resume()
 	time.Sleep(200 * time.Millisecond) // and after it

@@ -1,15 +1,20 @@
 package lock
 
 import (
-	"time"
+	"fmt"
 
+	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// WaitRollbacks returns once no background rollback is in flight.
+// WaitRollbacks returns once no background rollback is in flight. Each
+// rollback is bounded (redisutil.CleanupTimeout), so one still in flight
+// after redistest.EventuallyWithin is a bug: WaitRollbacks then panics,
+// naming it, instead of hanging until go test's timeout. (It takes no
+// testing.TB, for callers that have none at hand.)
 func WaitRollbacks() {
-	for redisutil.Rollbacks() > 0 {
-		time.Sleep(time.Millisecond)
+	if !redistest.Within(redistest.EventuallyWithin, func() bool { return redisutil.Rollbacks() == 0 }) {
+		panic(fmt.Sprintf("lock: %d background rollbacks still in flight after %v", redisutil.Rollbacks(), redistest.EventuallyWithin))
 	}
 }
 

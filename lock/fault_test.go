@@ -86,11 +86,9 @@ func TestWatchdogRidesOutLostRenewals(t *testing.T) {
 	}
 	start := time.Now()
 	proxy.DropReplies(2) // the next traffic is the watchdog's
-	for proxy.Dropped() < 2 {
-		if l.Err() != nil {
-			t.Fatalf("lease lost after %d dropped renewals: %v", proxy.Dropped(), l.Err())
-		}
-		time.Sleep(time.Millisecond)
+	redistest.Eventually(t, "two dropped renewal replies", func() bool { return proxy.Dropped() >= 2 || l.Err() != nil })
+	if l.Err() != nil {
+		t.Fatalf("lease lost after %d dropped renewals: %v", proxy.Dropped(), l.Err())
 	}
 	// Past the first lease's safe deadline, and then some: only a renewal
 	// after the two lost ones can have kept it.

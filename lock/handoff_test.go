@@ -100,13 +100,9 @@ func TestWaiterThatLeftWithdrawsItsClaim(t *testing.T) {
 		_, err := lock.NewMutex(rdb, "left").Lock(wctx)
 		gave <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(rdb.Get(ctx, "dogpile:mutex:{left}").Val(), "+1") { // its ticket, from the clock
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter never marked the lock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "the waiter's mark on the lock", func() bool {
+		return strings.Contains(rdb.Get(ctx, "dogpile:mutex:{left}").Val(), "+1") // its ticket, from the clock
+	})
 	cancel()
 	if err := <-gave; !errors.Is(err, lock.ErrNotObtained) {
 		t.Fatalf("the waiter's Lock = %v; want ErrNotObtained", err)

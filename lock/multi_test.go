@@ -42,7 +42,7 @@ func testMultiNoDeadlock(t *testing.T, clients []redis.UniversalClient, goroutin
 							overlaps.Add(1)
 						}
 					}
-					time.Sleep(100 * time.Microsecond)
+					time.Sleep(100 * time.Microsecond) // work: widens the window an overlap would need
 					for _, n := range set {
 						inside[n].Add(-1)
 					}

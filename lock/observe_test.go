@@ -64,7 +64,7 @@ func TestObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(40 * time.Millisecond)
+	time.Sleep(40 * time.Millisecond) // on purpose: past its 20ms TTL
 	if !errors.Is(short.Err(), lock.ErrLost) {
 		t.Fatalf("short lease Err = %v; want ErrLost", short.Err())
 	}
@@ -99,8 +99,9 @@ func TestBreakerAndLogger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On purpose past its 20ms TTL: Err finds the lease lost, and logs it.
 	time.Sleep(40 * time.Millisecond)
-	l.Err() // lost: logged
+	l.Err()
 	s.Kill()
 	for _, call := range []func() error{
 		func() error { _, _, err := m.TryLock(ctx); return err }, // the first: its dial is refused
@@ -169,7 +170,7 @@ func TestObserverLostUnobserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(40 * time.Millisecond)
+	time.Sleep(40 * time.Millisecond) // on purpose: past its 20ms TTL, with nobody looking
 	if err := l.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Unlock of an expired lease = %v; want ErrNotHeld", err)
 	}

@@ -14,16 +14,9 @@ import (
 // waitKeys waits until rdb holds n keys.
 func waitKeys(t *testing.T, rdb *redis.Client, n int64, why string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := rdb.DBSize(t.Context()).Val()
-		if got == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d keys (%v); want %d", why, got, rdb.Keys(t.Context(), "*").Val(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var got int64
+	if !redistest.Within(redistest.EventuallyWithin, func() bool { got = rdb.DBSize(t.Context()).Val(); return got == n }) {
+		t.Fatalf("%s: %d keys (%v) after %v; want %d", why, got, rdb.Keys(t.Context(), "*").Val(), redistest.EventuallyWithin, n)
 	}
 }
 

@@ -60,7 +60,7 @@ func testRWInvariant(t *testing.T, clients []redis.UniversalClient, goroutines, 
 							return
 						}
 						c.lock()
-						time.Sleep(200 * time.Microsecond)
+						time.Sleep(200 * time.Microsecond) // work: widens the window an overlap would need
 						c.unlock()
 						l.Unlock(t.Context())
 					} else {
@@ -70,7 +70,7 @@ func testRWInvariant(t *testing.T, clients []redis.UniversalClient, goroutines, 
 							return
 						}
 						c.rlock()
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // work, long enough for readers to overlap
 						c.runlock()
 						l.Unlock(t.Context())
 					}
@@ -156,14 +156,12 @@ func testRWMutexWriterNotStarved(t *testing.T, rdb redis.UniversalClient) {
 					return
 				}
 				reads.Add(1)
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // a read hold, overlapping the others'
 				l.Unlock(context.Background())
 			}
 		})
 	}
-	for reads.Load() < 8 { // wait until the readers are in full swing
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "8 reads: the readers in full swing", func() bool { return reads.Load() >= 8 })
 	start := time.Now()
 	w, err := rw.Lock(t.Context())
 	waited := time.Since(start)
@@ -195,14 +193,12 @@ func testRWMutexReaderNotStarvedByWriters(t *testing.T, rdb redis.UniversalClien
 					return
 				}
 				writes.Add(1)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // a write hold
 				l.Unlock(context.Background())
 			}
 		})
 	}
-	for writes.Load() < 6 { // wait until the writers are in full swing
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "6 writes: the writers in full swing", func() bool { return writes.Load() >= 6 })
 	var worst time.Duration
 	for range 10 {
 		start := time.Now()

@@ -49,7 +49,7 @@ func testSemaphoreLimit(t *testing.T, clients []redis.UniversalClient, goroutine
 					}
 					p.take(n)
 					acquired.Add(1)
-					time.Sleep(200 * time.Microsecond)
+					time.Sleep(200 * time.Microsecond) // work: widens the window an overlap would need
 					p.give(n)
 					if err := l.Unlock(t.Context()); err != nil {
 						t.Errorf("Unlock: %v", err)
@@ -111,12 +111,9 @@ func queueLen(t *testing.T, rdb redis.UniversalClient, key string) int64 {
 // for observable state, not for time.
 func waitQueue(t *testing.T, rdb redis.UniversalClient, key string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for queueLen(t, rdb, key) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s has %d waiters; want %d", key, queueLen(t, rdb, key), n)
-		}
-		time.Sleep(time.Millisecond)
+	var got int64
+	if !redistest.Within(redistest.EventuallyWithin, func() bool { got = queueLen(t, rdb, key); return got == n }) {
+		t.Fatalf("queue %s has %d waiters after %v; want %d", key, got, redistest.EventuallyWithin, n)
 	}
 }
 
@@ -476,7 +473,7 @@ func testFairAndPlainMutexExclude(t *testing.T, rdb redis.UniversalClient) {
 					return
 				}
 				x.enter(t, l)
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // work: widens the window an overlap would need
 				x.leave()
 				l.Unlock(t.Context())
 			}
@@ -504,7 +501,7 @@ func testFairMutexShareIsEven(t *testing.T, rdb redis.UniversalClient) {
 					return
 				}
 				counts[i]++
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond) // work
 				l.Unlock(ctx)
 			}
 		})

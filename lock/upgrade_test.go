@@ -119,7 +119,7 @@ func TestUpgradeRefusedKeepsRenewing(t *testing.T) {
 		if _, err := rw.Upgrade(mark(ctx), a); err == nil || errors.Is(err, lock.ErrUpgrade) {
 			t.Fatalf("Upgrade with a failed dial = %v; want the dial error", err)
 		}
-		time.Sleep(4 * ttl)
+		time.Sleep(4 * ttl) // on purpose: several TTLs, which only renewals can bridge
 		if err := a.Err(); err != nil {
 			t.Fatalf("read lease %v after two failed upgrades and 4 TTLs; want held (renewed)", err)
 		}
