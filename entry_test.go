@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // oldEntry is what dogpile wrote before the entry format had versions
@@ -74,10 +76,10 @@ func TestEntryUnknownIsAnError(t *testing.T) {
 // Stats.DecodeErrors, by Get and by Fetch, on the plain read path and on the
 // freshness one (GET and PTTL pipelined): never an error, never a panic.
 func TestEntryNewerIsACountedMiss(t *testing.T) {
-	b := serverBackend(t)
+	s := redistest.StartServer(t)
 	ctx := t.Context()
 	for _, opts := range [][]Option{nil, {WithStale(time.Minute), WithEarlyRefresh(1)}} {
-		c := New[string](b.client(t), append(opts, prefix(t))...)
+		c := New[string](s.Client(t), append(opts, prefix(t))...)
 		newer := []string{"dp\x03\x80", "dp\x7f", "dp\x02\x80\x00\x00\xa1v"}
 		for i, raw := range newer {
 			key := fmt.Sprint("k", i)

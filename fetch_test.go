@@ -11,36 +11,36 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
-// The behaviour tests run on every deployment (see suite.run). Each test
-// has its own keys (the test name is the prefix), so one cluster serves
-// every cluster subtest.
-var behaviour = suite{
-	{"GetSetDelete", testGetSetDelete},
-	{"DedupInProcess", testDedupInProcess},
-	{"DedupAcrossInstances", testDedupAcrossInstances},
-	{"ComputeError", testComputeError},
-	{"ComputePanic", testComputePanic},
-	{"CorruptBytes", testCorruptBytes},
-	{"WaiterCtxCancelled", testWaiterCtxCancelled},
-	{"LocalCallerLeaves", testLocalCallerLeaves},
-	{"DeadHolderTakenOver", testDeadHolderTakenOver},
-	{"SlowComputeNotTakenOver", testSlowComputeNotTakenOver},
-	{"SetDuringComputeIsFenced", testSetDuringComputeIsFenced},
-	{"KeyWithBraces", testKeyWithBraces},
-	{"CommandsPerFetch", testCommandsPerFetch},
-	{"WakeUpCarriesValue", testWakeUpCarriesValue},
-	{"LargeValueReadAgain", testLargeValueReadAgain},
+// The behaviour tests run on every deployment and on miniredis (see
+// redistest.Suite). Each test has its own keys (see prefix), so one
+// cluster serves every cluster subtest.
+var behaviour = redistest.Suite{
+	{Name: "GetSetDelete", Test: testGetSetDelete},
+	{Name: "DedupInProcess", Test: testDedupInProcess},
+	{Name: "DedupAcrossInstances", Test: testDedupAcrossInstances},
+	{Name: "ComputeError", Test: testComputeError},
+	{Name: "ComputePanic", Test: testComputePanic},
+	{Name: "CorruptBytes", Test: testCorruptBytes},
+	{Name: "WaiterCtxCancelled", Test: testWaiterCtxCancelled},
+	{Name: "LocalCallerLeaves", Test: testLocalCallerLeaves},
+	{Name: "DeadHolderTakenOver", Test: testDeadHolderTakenOver},
+	{Name: "SlowComputeNotTakenOver", Test: testSlowComputeNotTakenOver},
+	{Name: "SetDuringComputeIsFenced", Test: testSetDuringComputeIsFenced},
+	{Name: "KeyWithBraces", Test: testKeyWithBraces},
+	{Name: "CommandsPerFetch", Test: testCommandsPerFetch},
+	{Name: "WakeUpCarriesValue", Test: testWakeUpCarriesValue},
+	{Name: "LargeValueReadAgain", Test: testLargeValueReadAgain},
 }
 
-func TestFetch(t *testing.T) { behaviour.run(t) }
+func TestFetch(t *testing.T) { behaviour.RunWithMiniredis(t) }
 
-func prefix(t *testing.T) Option { return WithPrefix(t.Name() + ":") }
-
-func testGetSetDelete(t *testing.T, b backend) {
+func testGetSetDelete(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
 		t.Fatalf("Get on an empty cache: err = %v; want ErrMiss", err)
 	}
@@ -65,8 +65,8 @@ func testGetSetDelete(t *testing.T, b backend) {
 	}
 }
 
-func testDedupInProcess(t *testing.T, b backend) {
-	rdb := b.client(t)
+func testDedupInProcess(t *testing.T, b redistest.Backend) {
+	rdb := b.Client(t)
 	c := New[int](rdb, prefix(t))
 	var computes atomic.Int64
 	compute := func(context.Context) (int, error) {
@@ -93,12 +93,12 @@ func testDedupInProcess(t *testing.T, b backend) {
 
 // testDedupAcrossInstances: 8 Caches, each with its own client, stand for
 // 8 processes; none shares a flight with another.
-func testDedupAcrossInstances(t *testing.T, b backend) {
-	ctr := &counted{rdb: b.client(t), counter: t.Name() + ":counter"}
+func testDedupAcrossInstances(t *testing.T, b redistest.Backend) {
+	ctr := &counted{rdb: b.Client(t), counter: t.Name() + ":counter"}
 	var wg sync.WaitGroup
 	caches := make([]*Cache[string], 8)
 	for i := range caches {
-		caches[i] = New[string](b.client(t), prefix(t))
+		caches[i] = New[string](b.Client(t), prefix(t))
 	}
 	for _, c := range caches {
 		for range 10 {
@@ -128,48 +128,9 @@ func testDedupAcrossInstances(t *testing.T, b backend) {
 	}
 }
 
-// holdAndWait starts a compute of key in holder that blocks until release
-// is closed, and a Fetch of key in waiter; it returns once the waiter
-// waits for the holder.
-func holdAndWait[T any](t *testing.T, holder, waiter *Cache[T], ctx context.Context, key string, compute func(context.Context) (T, error)) (release chan struct{}, holderRes, waiterRes chan result[T]) {
-	t.Helper()
-	release = make(chan struct{})
-	computing := make(chan struct{})
-	holderRes, waiterRes = make(chan result[T], 1), make(chan result[T], 1)
-	go func() {
-		v, err := holder.Fetch(t.Context(), key, time.Minute, func(ctx context.Context) (T, error) {
-			close(computing)
-			<-release
-			return compute(ctx)
-		})
-		holderRes <- result[T]{v, err}
-	}()
-	<-computing
-	hook, waiting := waitSignal()
-	waiter.onWait = hook
-	go func() {
-		v, err := waiter.Fetch(ctx, key, time.Minute, func(ctx context.Context) (T, error) {
-			var zero T
-			return zero, errors.New("waiter computed; want it to wait")
-		})
-		waiterRes <- result[T]{v, err}
-	}()
-	select {
-	case <-waiting:
-	case r := <-waiterRes:
-		t.Fatalf("waiter returned %v, %v before waiting", r.v, r.err)
-	}
-	return release, holderRes, waiterRes
-}
-
-type result[T any] struct {
-	v   T
-	err error
-}
-
-func testComputeError(t *testing.T, b backend) {
-	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+func testComputeError(t *testing.T, b redistest.Backend) {
+	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
 	errDB := errors.New("db down")
 	start := time.Now()
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
@@ -201,18 +162,9 @@ func testComputeError(t *testing.T, b backend) {
 	}
 }
 
-func assertNothingStored[T any](t *testing.T, c *Cache[T], key string) {
-	t.Helper()
-	ks := c.keys(key)
-	n, err := c.client.Exists(context.Background(), ks.value, ks.lock).Result()
-	if err != nil || n != 0 {
-		t.Errorf("EXISTS value lock = %d, %v; want 0 (nothing cached, lock released)", n, err)
-	}
-}
-
-func testComputePanic(t *testing.T, b backend) {
-	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+func testComputePanic(t *testing.T, b redistest.Backend) {
+	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		panic("boom")
 	})
@@ -226,9 +178,9 @@ func testComputePanic(t *testing.T, b backend) {
 	assertNothingStored(t, holder, "k")
 }
 
-func testCorruptBytes(t *testing.T, b backend) {
+func testCorruptBytes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	for i, raw := range []string{
 		"not ours at all",
 		"dp\x01\xc1",             // our header, a payload msgpack rejects
@@ -255,9 +207,9 @@ func testCorruptBytes(t *testing.T, b backend) {
 	}
 }
 
-func testWaiterCtxCancelled(t *testing.T, b backend) {
-	holder := New[int](b.client(t), prefix(t))
-	waiter := New[int](b.client(t), prefix(t))
+func testWaiterCtxCancelled(t *testing.T, b redistest.Backend) {
+	holder := New[int](b.Client(t), prefix(t))
+	waiter := New[int](b.Client(t), prefix(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) {
 		return 1, nil
@@ -277,8 +229,8 @@ func testWaiterCtxCancelled(t *testing.T, b backend) {
 
 // testLocalCallerLeaves: the caller that started a compute gives up; the
 // compute is not cancelled, and another caller of the flight gets the value.
-func testLocalCallerLeaves(t *testing.T, b backend) {
-	c := New[int](b.client(t), prefix(t))
+func testLocalCallerLeaves(t *testing.T, b redistest.Backend) {
+	c := New[int](b.Client(t), prefix(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	computing, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
@@ -308,14 +260,14 @@ func testLocalCallerLeaves(t *testing.T, b backend) {
 
 // testDeadHolderTakenOver: a lock whose holder is gone (never stores,
 // never renews) is taken over when its lease runs out.
-func testDeadHolderTakenOver(t *testing.T, b backend) {
-	c := New[int](b.client(t), prefix(t))
+func testDeadHolderTakenOver(t *testing.T, b redistest.Backend) {
+	c := New[int](b.Client(t), prefix(t))
 	ctx := t.Context()
 	if err := c.client.Set(ctx, c.keys("k").lock, "dead-holder", 300*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if b.advance != nil {
-		c.onWait = func(string) { b.advance(time.Second) }
+	if b.Advance != nil {
+		c.onWait = func(string) { b.Advance(time.Second) }
 	}
 	v, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (int, error) { return 3, nil })
 	if err != nil || v != 3 {
@@ -328,12 +280,12 @@ func testDeadHolderTakenOver(t *testing.T, b backend) {
 
 // testSlowComputeNotTakenOver: compute runs for several leases; renewal
 // keeps the lock, so a waiting instance does not compute too.
-func testSlowComputeNotTakenOver(t *testing.T, b backend) {
+func testSlowComputeNotTakenOver(t *testing.T, b redistest.Backend) {
 	// Renewed every third of the lease: a 60ms lease was lost to a 40ms
 	// stall of a loaded machine (1 run in 20), which is a takeover by design.
 	const lease = 300 * time.Millisecond
-	holder := New[int](b.client(t), prefix(t), WithLease(lease))
-	waiter := New[int](b.client(t), prefix(t), WithLease(lease))
+	holder := New[int](b.Client(t), prefix(t), WithLease(lease))
+	waiter := New[int](b.Client(t), prefix(t), WithLease(lease))
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		return 9, nil
 	})
@@ -352,9 +304,9 @@ func testSlowComputeNotTakenOver(t *testing.T, b backend) {
 
 // testSetDuringComputeIsFenced: a Set while a compute runs wins; the
 // compute's result goes to its own callers but is not stored over it.
-func testSetDuringComputeIsFenced(t *testing.T, b backend) {
-	holder := New[int](b.client(t), prefix(t))
-	other := New[int](b.client(t), prefix(t))
+func testSetDuringComputeIsFenced(t *testing.T, b redistest.Backend) {
+	holder := New[int](b.Client(t), prefix(t))
+	other := New[int](b.Client(t), prefix(t))
 	release, hres, wres := holdAndWait(t, holder, other, t.Context(), "k", func(context.Context) (int, error) {
 		return 1, nil
 	})
@@ -373,8 +325,8 @@ func testSetDuringComputeIsFenced(t *testing.T, b backend) {
 	}
 }
 
-func testKeyWithBraces(t *testing.T, b backend) {
-	c := New[string](b.client(t), prefix(t))
+func testKeyWithBraces(t *testing.T, b redistest.Backend) {
+	c := New[string](b.Client(t), prefix(t))
 	for _, key := range []string{"{", "}", "a{b}c", "{}", "x}{y"} {
 		v, err := c.Fetch(t.Context(), key, time.Minute, func(context.Context) (string, error) { return key, nil })
 		if err != nil || v != key {
@@ -462,8 +414,8 @@ func loadScripts(t *testing.T, rdb redis.UniversalClient) {
 
 // testCommandsPerFetch counts what a client sends (pub/sub commands go on
 // the separate wake-up connection and are not seen by hooks).
-func testCommandsPerFetch(t *testing.T, b backend) {
-	hrdb, wrdb := b.client(t), b.client(t)
+func testCommandsPerFetch(t *testing.T, b redistest.Backend) {
+	hrdb, wrdb := b.Client(t), b.Client(t)
 	loadScripts(t, hrdb)
 	hcount, wcount := &commandCounter{}, &commandCounter{}
 	hrdb.AddHook(hcount)
@@ -498,11 +450,6 @@ func testCommandsPerFetch(t *testing.T, b backend) {
 	if got := wcount.take(); len(got) > 3 {
 		t.Errorf("waiter sent %d commands %v; want at most 3", len(got), got)
 	}
-}
-
-func nil2[T any](context.Context) (T, error) {
-	var zero T
-	return zero, errors.New("unexpected compute")
 }
 
 func TestBadInput(t *testing.T) {
@@ -549,10 +496,10 @@ func first[T any](_ T, err error) error { return err }
 // testWakeUpCarriesValue sends forged wake-ups to a waiting process: it
 // takes the value from a wake-up only if the compute it waits for sent it
 // and it decodes; anything else makes it look in Redis again.
-func testWakeUpCarriesValue(t *testing.T, b backend) {
+func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	holder := New[int](b.client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.client(t), prefix(t), WithLease(time.Minute))
+	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) { return 2, nil })
 	ks := waiter.keys("k")
 	token, err := waiter.client.Get(ctx, ks.lock).Result()
@@ -570,7 +517,7 @@ func testWakeUpCarriesValue(t *testing.T, b backend) {
 		t.Helper()
 		push := waiter.Stats().PushWakeups
 		var err error
-		if b.cluster {
+		if b.Cluster {
 			err = waiter.client.SPublish(ctx, ks.channel, msg).Err()
 		} else {
 			err = waiter.client.Publish(ctx, ks.channel, msg).Err()
@@ -609,8 +556,8 @@ func testWakeUpCarriesValue(t *testing.T, b backend) {
 
 // testLargeValueReadAgain: a value too long to travel with the wake-up is
 // read again by the waiter (GET, fetch script twice, then once more).
-func testLargeValueReadAgain(t *testing.T, b backend) {
-	hrdb, wrdb := b.client(t), b.client(t)
+func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
+	hrdb, wrdb := b.Client(t), b.Client(t)
 	loadScripts(t, hrdb)
 	wcount := &commandCounter{}
 	wrdb.AddHook(wcount)

@@ -14,49 +14,24 @@ import (
 // The freshness behaviour (stale serving, background and forced refresh,
 // negative caching, per-result TTL) runs on every backend. Each Cache made
 // on its own client stands for one process.
-var freshness = suite{
-	{"StaleServedWhileOneRefreshes", testStaleServedWhileOneRefreshes},
-	{"StaleRefreshFailsThrottled", testStaleRefreshFailsThrottled},
-	{"NegativeCaching", testNegativeCaching},
-	{"NotFoundWithoutNegativeTTL", testNotFoundWithoutNegativeTTL},
-	{"RefreshForces", testRefreshForces},
-	{"RefreshJoinsRunningCompute", testRefreshJoinsRunningCompute},
-	{"SetTTLFromCompute", testSetTTLFromCompute},
-	{"SetTTLZeroStoresNothing", testSetTTLZeroStoresNothing},
-	{"EarlyRefreshBeforeExpiry", testEarlyRefreshBeforeExpiry},
+var freshness = redistest.Suite{
+	{Name: "StaleServedWhileOneRefreshes", Test: testStaleServedWhileOneRefreshes},
+	{Name: "StaleRefreshFailsThrottled", Test: testStaleRefreshFailsThrottled},
+	{Name: "NegativeCaching", Test: testNegativeCaching},
+	{Name: "NotFoundWithoutNegativeTTL", Test: testNotFoundWithoutNegativeTTL},
+	{Name: "RefreshForces", Test: testRefreshForces},
+	{Name: "RefreshJoinsRunningCompute", Test: testRefreshJoinsRunningCompute},
+	{Name: "SetTTLFromCompute", Test: testSetTTLFromCompute},
+	{Name: "SetTTLZeroStoresNothing", Test: testSetTTLZeroStoresNothing},
+	{Name: "EarlyRefreshBeforeExpiry", Test: testEarlyRefreshBeforeExpiry},
 }
 
-func TestFresh(t *testing.T) { freshness.run(t) }
+func TestFresh(t *testing.T) { freshness.RunWithMiniredis(t) }
 
-// pass lets d go by on the server's clock: miniredis is told to, a real
-// server is waited for.
-func pass(b backend, d time.Duration) {
-	if b.advance != nil {
-		b.advance(d)
-		return
-	}
-	time.Sleep(d)
-}
-
-// settle waits until c runs no background refresh (they outlive the Fetch
-// that started them), so that each test ends with no goroutine of its own.
-func settle[T any](t *testing.T, c *Cache[T]) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		c.flights.mu.Lock()
-		n := len(c.flights.m)
-		c.flights.mu.Unlock()
-		if n == 0 {
-			return
-		}
-	}
-	t.Fatal("background work did not end within 10s")
-}
-
-func testStaleServedWhileOneRefreshes(t *testing.T, b backend) {
+func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.client(t), prefix(t), WithStale(time.Minute))
-	o := New[string](b.client(t), prefix(t), WithStale(time.Minute))
+	a := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
 	if _, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1")); err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +71,12 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b backend) {
 	}
 }
 
-func testStaleRefreshFailsThrottled(t *testing.T, b backend) {
+func testStaleRefreshFailsThrottled(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	const retry, stale = 200 * time.Millisecond, 1500 * time.Millisecond
 	cs := []*Cache[string]{
-		New[string](b.client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
-		New[string](b.client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
 	}
 	if _, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1")); err != nil {
 		t.Fatal(err)
@@ -115,7 +90,7 @@ func testStaleRefreshFailsThrottled(t *testing.T, b backend) {
 	// every refresh fails: the backend sees at most one call per retry
 	// interval from both processes together.
 	start := time.Now()
-	for i := 0; i < 50 && (b.advance != nil || time.Since(start) < 500*time.Millisecond); i++ {
+	for i := 0; i < 50 && (b.Advance != nil || time.Since(start) < 500*time.Millisecond); i++ {
 		c := cs[i%2]
 		if v, err := c.Fetch(ctx, "k", 50*time.Millisecond, failing); v != "v1" || err != nil {
 			t.Fatalf("Fetch while refreshes fail = %q, %v; want the stale v1", v, err)
@@ -124,7 +99,7 @@ func testStaleRefreshFailsThrottled(t *testing.T, b backend) {
 		pass(b, 10*time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	if b.advance != nil {
+	if b.Advance != nil {
 		elapsed = 500 * time.Millisecond // miniredis's clock moved 10ms a call
 	}
 	if n, most := calls.Load(), int32(elapsed/retry)+1; n < 2 || n > most {
@@ -137,10 +112,10 @@ func testStaleRefreshFailsThrottled(t *testing.T, b backend) {
 	}
 }
 
-func testNegativeCaching(t *testing.T, b backend) {
+func testNegativeCaching(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
-	o := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	a := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
 		return "", fmt.Errorf("no such beer: %w", ErrNotFound)
 	})
@@ -173,10 +148,10 @@ func testNegativeCaching(t *testing.T, b backend) {
 	}
 }
 
-func testNotFoundWithoutNegativeTTL(t *testing.T, b backend) {
+func testNotFoundWithoutNegativeTTL(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
-	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
 		return "", ErrNotFound
 	})
@@ -192,16 +167,16 @@ func testNotFoundWithoutNegativeTTL(t *testing.T, b backend) {
 	}
 }
 
-func testRefreshForces(t *testing.T, b backend) {
+func testRefreshForces(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	if err := c.Set(ctx, "k", "old", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := c.Refresh(ctx, "k", time.Minute, constant("new")); v != "new" || err != nil {
 		t.Fatalf("Refresh = %q, %v; want new", v, err)
 	}
-	if v, err := New[string](b.client(t), prefix(t)).Get(ctx, "k"); v != "new" || err != nil {
+	if v, err := New[string](b.Client(t), prefix(t)).Get(ctx, "k"); v != "new" || err != nil {
 		t.Errorf("Get after Refresh = %q, %v; want new", v, err)
 	}
 	errDB := errors.New("db down")
@@ -213,10 +188,10 @@ func testRefreshForces(t *testing.T, b backend) {
 	}
 }
 
-func testRefreshJoinsRunningCompute(t *testing.T, b backend) {
+func testRefreshJoinsRunningCompute(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
-	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
 	if err := a.Set(ctx, "k", "old", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -250,9 +225,9 @@ func testRefreshJoinsRunningCompute(t *testing.T, b backend) {
 	}
 }
 
-func testSetTTLFromCompute(t *testing.T, b backend) {
+func testSetTTLFromCompute(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	_, err := c.Fetch(ctx, "k", time.Hour, func(ctx context.Context) (string, error) {
 		SetTTL(ctx, 5*time.Second) // e.g. Cache-Control: max-age=5
 		return "v", nil
@@ -266,10 +241,10 @@ func testSetTTLFromCompute(t *testing.T, b backend) {
 	}
 }
 
-func testSetTTLZeroStoresNothing(t *testing.T, b backend) {
+func testSetTTLZeroStoresNothing(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.client(t), prefix(t), WithLease(time.Minute))
-	o := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(ctx context.Context) (string, error) {
 		SetTTL(ctx, 0) // e.g. Cache-Control: max-age=0
 		return "partial", nil
@@ -285,12 +260,12 @@ func testSetTTLZeroStoresNothing(t *testing.T, b backend) {
 	}
 }
 
-func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
+func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	// The gap (early) is at least took; the margins below stay clear of
 	// its edges by more than a loaded machine oversleeps.
 	const took, ttl, margin = 150 * time.Millisecond, 1500 * time.Millisecond, 150 * time.Millisecond
-	c := New[string](b.client(t), prefix(t), WithEarlyRefresh(1))
+	c := New[string](b.Client(t), prefix(t), WithEarlyRefresh(1))
 	var n atomic.Int32
 	compute := func(context.Context) (string, error) {
 		time.Sleep(took)
@@ -330,10 +305,6 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b backend) {
 	if s := c.Stats(); s.Refreshes != 1 || s.Misses != 1 {
 		t.Errorf("Stats = %+v; want one refresh and only the first fill missed", s)
 	}
-}
-
-func constant(v string) func(context.Context) (string, error) {
-	return func(context.Context) (string, error) { return v, nil }
 }
 
 // TestFlightNamesDoNotCollide: keys come from data, so no key may join a

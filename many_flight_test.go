@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // FetchMany with the other flights of the fleet: a Fetch of this process, a
@@ -16,9 +18,9 @@ import (
 
 // testManyJoinsFetch: a key that a Fetch of this process computes is not
 // passed to FetchMany's compute: FetchMany joins that flight.
-func testManyJoinsFetch(t *testing.T, b backend) {
+func testManyJoinsFetch(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	started, release := make(chan struct{}), make(chan struct{})
 	fres := make(chan error, 1)
 	go func() {
@@ -51,10 +53,10 @@ func testManyJoinsFetch(t *testing.T, b backend) {
 
 // testManyFetchJoinsMany: Fetch calls, here and in another instance, of a
 // key that FetchMany computes share its compute.
-func testManyFetchJoinsMany(t *testing.T, b backend) {
+func testManyFetchJoinsMany(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
-	other := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
+	other := New[string](b.Client(t), prefix(t))
 	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
 	mres := goFetchMany(t, c, []string{"a", "b"}, e.compute)
 	<-e.started
@@ -82,18 +84,18 @@ func testManyFetchJoinsMany(t *testing.T, b backend) {
 
 // testManyTakesOverDeadHolder: a key locked by a holder that never
 // stores is taken over once its lock expires, and computed alone.
-func testManyTakesOverDeadHolder(t *testing.T, b backend) {
+func testManyTakesOverDeadHolder(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t), WithLease(200*time.Millisecond))
+	c := New[string](b.Client(t), prefix(t), WithLease(200*time.Millisecond))
 	// The dead holder's lock outlives the time a loaded machine may take to
 	// reach the lock script, so that FetchMany finds it held.
 	if err := c.client.Set(ctx, c.keys("dead").lock, "someone", time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if b.advance != nil { // miniredis expires keys only when told to
+	if b.Advance != nil { // miniredis expires keys only when told to
 		hook, waiting := waitSignal()
 		c.onWait = hook
-		go func() { <-waiting; b.advance(2 * time.Second) }()
+		go func() { <-waiting; b.Advance(2 * time.Second) }()
 	}
 	e := &echo{}
 	got, err := c.FetchMany(ctx, []string{"a", "dead"}, time.Minute, e.compute)
@@ -113,9 +115,9 @@ func testManyTakesOverDeadHolder(t *testing.T, b backend) {
 
 // testManyStale: with WithStale, stale keys are returned at once and each
 // is refreshed in the background with compute for that key alone.
-func testManyStale(t *testing.T, b backend) {
+func testManyStale(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t), WithStale(time.Minute))
+	c := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
 	for _, k := range []string{"s1", "s2"} {
 		if err := c.Set(ctx, k, "old", 100*time.Millisecond); err != nil {
 			t.Fatal(err)

@@ -9,24 +9,26 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // The FetchMany tests run on every deployment, like Fetch's.
-var batchSuite = suite{
-	{"HitsAndMisses", testManyHitsAndMisses},
-	{"Duplicates", testManyDuplicates},
-	{"PartialMap", testManyPartialMap},
-	{"NegativeTTL", testManyNegativeTTL},
-	{"ComputeError", testManyComputeError},
-	{"AcrossInstances", testManyAcrossInstances},
-	{"WithFetch", testManyWithFetch},
-	{"JoinsFetch", testManyJoinsFetch},
-	{"FetchJoinsMany", testManyFetchJoinsMany},
-	{"TakesOverDeadHolder", testManyTakesOverDeadHolder},
-	{"Stale", testManyStale},
+var batchSuite = redistest.Suite{
+	{Name: "HitsAndMisses", Test: testManyHitsAndMisses},
+	{Name: "Duplicates", Test: testManyDuplicates},
+	{Name: "PartialMap", Test: testManyPartialMap},
+	{Name: "NegativeTTL", Test: testManyNegativeTTL},
+	{Name: "ComputeError", Test: testManyComputeError},
+	{Name: "AcrossInstances", Test: testManyAcrossInstances},
+	{Name: "WithFetch", Test: func(t *testing.T, b redistest.Backend) { testManyWithFetch(t, fromBackend(b)) }},
+	{Name: "JoinsFetch", Test: testManyJoinsFetch},
+	{Name: "FetchJoinsMany", Test: testManyFetchJoinsMany},
+	{Name: "TakesOverDeadHolder", Test: testManyTakesOverDeadHolder},
+	{Name: "Stale", Test: testManyStale},
 }
 
-func TestFetchMany(t *testing.T) { batchSuite.run(t) }
+func TestFetchMany(t *testing.T) { batchSuite.RunWithMiniredis(t) }
 
 // keyRange returns the keys prefix0 … prefix(n-1): spread over all slots.
 func keyRange(p string, n int) []string {
@@ -87,9 +89,9 @@ func wantAll(t *testing.T, got map[string]string, keys []string) {
 	}
 }
 
-func testManyHitsAndMisses(t *testing.T, b backend) {
+func testManyHitsAndMisses(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t))
+	c := New[string](b.Client(t), prefix(t))
 	keys := keyRange("k", 50)
 	for _, k := range keys[:20] {
 		if err := c.Set(ctx, k, "v:"+k, time.Minute); err != nil {
@@ -124,8 +126,8 @@ func nilMany[T any](context.Context, []string) (map[string]T, error) {
 	return nil, errors.New("unexpected compute")
 }
 
-func testManyDuplicates(t *testing.T, b backend) {
-	c := New[string](b.client(t), prefix(t))
+func testManyDuplicates(t *testing.T, b redistest.Backend) {
+	c := New[string](b.Client(t), prefix(t))
 	e := &echo{}
 	got, err := c.FetchMany(t.Context(), []string{"a", "b", "a", "a", "b"}, time.Minute, e.compute)
 	if err != nil {
@@ -139,8 +141,8 @@ func testManyDuplicates(t *testing.T, b backend) {
 
 // testManyPartialMap: a key compute leaves out is absent, with no error,
 // and not stored (no negative TTL).
-func testManyPartialMap(t *testing.T, b backend) {
-	c := New[string](b.client(t), prefix(t))
+func testManyPartialMap(t *testing.T, b redistest.Backend) {
+	c := New[string](b.Client(t), prefix(t))
 	got, err := c.FetchMany(t.Context(), []string{"a", "gone", "b"}, time.Minute, func(_ context.Context, keys []string) (map[string]string, error) {
 		return map[string]string{"a": "v:a", "b": "v:b", "extra": "x"}, nil
 	})
@@ -152,9 +154,9 @@ func testManyPartialMap(t *testing.T, b backend) {
 	assertNothingStored(t, c, "extra")
 }
 
-func testManyNegativeTTL(t *testing.T, b backend) {
+func testManyNegativeTTL(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t), WithNegativeTTL(time.Minute))
+	c := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute))
 	e := &echo{}
 	only := func(ctx context.Context, keys []string) (map[string]string, error) {
 		m, err := e.compute(ctx, keys)
@@ -179,10 +181,10 @@ func testManyNegativeTTL(t *testing.T, b backend) {
 // testManyComputeError: compute's error fails its keys only; hits are
 // returned, each failed key is named, and a process waiting for one of
 // them gets ErrComputeFailed.
-func testManyComputeError(t *testing.T, b backend) {
+func testManyComputeError(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.client(t), prefix(t), WithLease(time.Minute))
-	other := New[string](b.client(t), prefix(t), WithLease(time.Minute))
+	c := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	other := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
 	if err := c.Set(ctx, "hit", "v:hit", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -221,13 +223,13 @@ func testManyComputeError(t *testing.T, b backend) {
 // testManyAcrossInstances: 4 Caches (each its own client, a process each)
 // × 8 goroutines FetchMany overlapping sets of 200 keys: each key computed
 // once in all.
-func testManyAcrossInstances(t *testing.T, b backend) {
-	rdb := b.client(t)
+func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
+	rdb := b.Client(t)
 	counter := t.Name() + ":computes" // see computesPerKey
 	var wg sync.WaitGroup
 	keys := keyRange("k", 200)
 	for p := range 4 {
-		c := New[string](b.client(t), prefix(t))
+		c := New[string](b.Client(t), prefix(t))
 		for g := range 8 {
 			// Each goroutine asks for a window of 120 keys starting at a
 			// different place, wrapping around: every pair overlaps.

@@ -1,7 +1,6 @@
 package dogpile
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -413,23 +412,6 @@ func TestNearCacheDegrades(t *testing.T) {
 	if n := strings.Count(buf.String(), "near cache off"); n != 1 {
 		t.Errorf("logged %d times; want once:\n%s", n, buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestNearCacheOptionPanics(t *testing.T) {
