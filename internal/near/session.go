@@ -140,19 +140,23 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 	return &opt
 }
 
-// refusal reports whether err is the server refusing tracking for good
-// (an unknown command, a syntax it lacks, no permission), as opposed to a
-// network error or a passing state (a script running: BUSY; loading its
-// data; a failover under way), after which the session is tried again.
+// refusal reports whether err is the server refusing tracking for good:
+// no permission (an ACL user without the command or the channel), or a
+// server that does not know the command, subcommand or option (Redis
+// before 6, miniredis). Every other error (the network, a script running,
+// loading, a failover, too many clients, out of memory, a password being
+// rotated) may pass, and the session is tried again: turning the tier off
+// is for the Cache's life.
 func refusal(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
 	}
-	for _, passing := range []string{"BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY"} {
-		if strings.HasPrefix(re.Error(), passing) {
-			return false
+	msg := strings.ToLower(re.Error())
+	for _, lasting := range []string{"noperm", "err unknown command", "err unknown subcommand", "err syntax error", "err wrong number of arguments"} {
+		if strings.HasPrefix(msg, lasting) {
+			return true
 		}
 	}
-	return true
+	return false
 }

@@ -42,9 +42,11 @@ func TestNearSessionEndsWithItsContext(t *testing.T) {
 	}
 }
 
-// TestNearRefusal: only a lasting refusal of CLIENT TRACKING turns the near
-// tier off for good; a server busy with a script, loading, or in a
-// failover is tried again.
+// TestNearRefusal: only a lasting refusal of CLIENT TRACKING (no
+// permission, a command or option the server does not know) turns the
+// near tier off for good; a server busy with a script, loading, in a
+// failover, full of clients or memory, or between two passwords is tried
+// again.
 func TestNearRefusal(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
@@ -55,6 +57,14 @@ func TestNearRefusal(t *testing.T) {
 		{replyErr("BUSY Redis is busy running a script"), false},
 		{replyErr("LOADING Redis is loading the dataset in memory"), false},
 		{replyErr("MASTERDOWN Link with MASTER is down"), false},
+		{replyErr("ERR unknown subcommand 'tracking'. Try CLIENT HELP."), true},
+		{replyErr("ERR Unknown subcommand or wrong number of arguments for 'TRACKING'. Try CLIENT HELP"), true},
+		{replyErr("ERR syntax error"), true},
+		{replyErr("NOPERM User u has no permissions to access the '__redis__:invalidate' channel"), true},
+		{replyErr("ERR max number of clients reached"), false},
+		{replyErr("OOM command not allowed when used memory > 'maxmemory'."), false},
+		{replyErr("WRONGPASS invalid username-password pair or user is disabled."), false},
+		{replyErr("NOAUTH Authentication required."), false},
 		{io.EOF, false},
 	} {
 		if got := refusal(tc.err); got != tc.want {
