@@ -103,9 +103,9 @@ func StartChild(tb testing.TB, mode string, params any) *Child {
 }
 
 // StartChildren starts n children in mode with params and waits until each
-// says it is ready ([Parent.Ready]). Tests that time their children start
-// the clock after that: starting a process can take a second on a busy
-// machine.
+// says it is ready ([Parent.Ready]); [Child.Go] lets each go. Tests that
+// time their children start the clock after that: starting a process can
+// take a second on a busy machine.
 func StartChildren(tb testing.TB, n int, mode string, params any) []*Child {
 	tb.Helper()
 	kids := make([]*Child, n)
@@ -118,13 +118,11 @@ func StartChildren(tb testing.TB, n int, mode string, params any) []*Child {
 	return kids
 }
 
-// Go tells each ready child to go. Since every child started and connected
-// before, their work overlaps.
-func Go(tb testing.TB, kids []*Child) {
+// Go tells a ready child to go. Children told one after the other, once
+// all are ready, start their work together.
+func (c *Child) Go(tb testing.TB) {
 	tb.Helper()
-	for _, k := range kids {
-		k.Say(tb, "go")
-	}
+	c.Say(tb, "go")
 }
 
 func (c *Child) read(out *os.File) {

@@ -51,7 +51,9 @@ func fails(t *testing.T, f func(tb testing.TB)) string {
 func TestChildrenReadyGoResult(t *testing.T) {
 	t.Parallel()
 	kids := StartChildren(t, 3, "add", 41)
-	Go(t, kids)
+	for _, k := range kids {
+		k.Go(t)
+	}
 	for i, k := range kids {
 		var got int
 		k.Result(t, &got)

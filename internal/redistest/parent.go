@@ -69,7 +69,7 @@ func (p *Parent) Say(line string) {
 }
 
 // Ready tells the parent that the child is ready, and waits until the
-// parent says go ([Go]): the children's work then overlaps.
+// parent says go ([Child.Go]): the children's work then overlaps.
 func (p *Parent) Ready() {
 	p.Say("ready")
 	if !p.Scan() || p.Text() != "go" {
