@@ -1,28 +1,17 @@
 package dogpile
 
 // Freshness across processes: the test binary re-executed as children (see
-// fresh_child_test.go and fresh_modes_test.go), each with its own client and
+// fleet_test.go and fresh_modes_test.go), each with its own client and
 // Cache, on a real redis-server and a real 3-master cluster. Computes are
 // counted in Redis, so that the counts of every process add up.
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// onFleets runs f on a redis-server and on a 3-master cluster.
-func onFleets(t *testing.T, f func(t *testing.T, addrs []string, rdb redis.UniversalClient)) {
-	for _, b := range []string{"redis", "cluster"} {
-		t.Run(b, func(t *testing.T) {
-			addrs, rdb := fleetBackend(t, b)
-			f(t, addrs, rdb)
-		})
-	}
-}
 
 // seed stores v under "k" for ttl with a stale window, as a process of the
 // fleet would, and returns the parent's Cache and the moment before the
@@ -56,28 +45,6 @@ func seedStale(t *testing.T, rdb redis.UniversalClient, prefix string) *Cache[st
 	}
 }
 
-// counter reads a counter the children incremented.
-func counter(t *testing.T, rdb redis.UniversalClient, name string) int64 {
-	t.Helper()
-	n, err := rdb.Get(context.Background(), name).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func results(t *testing.T, kids []*child) []procResult {
-	t.Helper()
-	res := make([]procResult, len(kids))
-	for i, k := range kids {
-		k.decode(t, &res[i])
-		if len(res[i].Errors) > 0 {
-			t.Errorf("child %d: %q", i, res[i].Errors)
-		}
-	}
-	return res
-}
-
 // TestProcsStaleOneRefresh: 4 processes × 50 goroutines fetch a stale
 // value: every call is answered with it at once (a hit, no wait), while one
 // refresh runs in the whole fleet; its value is stored.
@@ -89,7 +56,7 @@ func TestProcsStaleOneRefresh(t *testing.T) {
 		// The refresh computes until every call was answered: an answer
 		// that waited for it would be v2.
 		for _, k := range kids {
-			k.expect(t, "served")
+			k.Expect(t, "served")
 		}
 		if err := rdb.Set(context.Background(), prefix+"release", 1, 0).Err(); err != nil {
 			t.Fatal(err)
@@ -187,12 +154,12 @@ func TestProcsRefreshWhileAnotherComputes(t *testing.T) {
 					}
 				}
 				holder := goChildren(t, 1, "hold", addrs, prefix, opEnv+"="+op)[0]
-				holder.expect(t, "computing")
+				holder.Expect(t, "computing")
 				kids := goChildren(t, 2, "refresh", addrs, prefix)
 				for _, k := range kids {
-					k.expect(t, "waiting")
+					k.Expect(t, "waiting")
 				}
-				holder.say(t, "finish")
+				holder.Say(t, "finish")
 				for i, r := range results(t, append(kids, holder)) {
 					if want := []int{50, 50, 1}[i]; r.Values != want {
 						t.Errorf("child %d: %d answers from the one compute; want %d", i, r.Values, want)

@@ -1,20 +1,18 @@
 package dogpile
 
 import (
-	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	// The multi-process tests re-execute this binary as child processes.
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(childMain(mode))
-	}
+	redistest.ChildMain(childModes())
 	// Trackers notice a silent connection, and an idle Cache, sooner.
 	near.Ping, near.Idle = 100*time.Millisecond, time.Second
 	// After failed dials to a killed server, go-redis keeps one goroutine

@@ -41,7 +41,7 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 			// with 3 processes taking over 200 keys at once under -race on a
 			// loaded machine, a 500 ms lease was lost now and then (a key
 			// then computed by a second taker).
-			lease := leaseEnv + "=2s"
+			lease := optsEnv + "=lease=2s"
 			holder := startChild(t, "batchholder", addrs, prefix, lease)
 			results, takeovers := killHolder(t, holder, func() []*child {
 				return goChildren(t, 3, "batch", addrs, prefix, lease, workersEnv+"=8")
