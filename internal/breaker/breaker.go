@@ -117,6 +117,7 @@ func New() *Breaker { return newBreaker(nil) }
 // time the circuit opens.
 func newBreaker(onOpen func()) *Breaker {
 	b := &Breaker{}
+	b.log.remindEvery = stillDownEvery
 	b.closed.Store(true)
 	b.doneClosed = b.reportClosed
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

@@ -24,6 +24,8 @@ type outageLog struct {
 
 	lastErr atomic.Pointer[error] // the latest failure reported
 
+	remindEvery time.Duration // stillDownEvery; shorter in tests
+
 	mu       sync.Mutex
 	loggers  []weak.Pointer[slog.Logger] // weak: a logger dropped by its program is dropped here too
 	down     time.Time                   // when the current outage began; zero while closed
@@ -76,7 +78,7 @@ func (x *outageLog) change(from, to gobreaker.State) {
 		x.down, x.reminded = now, now
 		x.emit(slog.LevelError, "dogpile: redis unreachable; calls on this client fail fast until it answers again",
 			append(attrs, x.errAttr())...)
-	case to == gobreaker.StateOpen && now.Sub(x.reminded) >= stillDownEvery:
+	case to == gobreaker.StateOpen && now.Sub(x.reminded) >= x.remindEvery:
 		x.reminded = now
 		x.emit(slog.LevelWarn, "dogpile: redis still unreachable",
 			append(attrs, slog.Duration("down", now.Sub(x.down)), x.errAttr())...)

@@ -72,6 +72,44 @@ func TestOutageLoggedOncePerLogger(t *testing.T) {
 	}
 }
 
+// TestOutageReminder: a long outage is logged again at most once per
+// reminder interval (a minute; 200 ms here), as a WARN with its length so
+// far, however many probes fail meanwhile (one every 100 ms here); its end
+// is logged once.
+func TestOutageReminder(t *testing.T) {
+	b := New()
+	b.log.remindEvery = 200 * time.Millisecond
+	var out syncBuffer
+	b.AddLogger(slog.New(slog.NewTextHandler(&out, nil)))
+	done, _ := b.Allow()
+	done(io.EOF)
+	probes := 0
+	for start := time.Now(); time.Since(start) < 450*time.Millisecond; {
+		time.Sleep(cooldown / 4)
+		if probe, err := b.Allow(); err == nil {
+			probes++
+			probe(io.ErrUnexpectedEOF)
+		}
+	}
+	redistest.Eventually(t, "a probe after the cooldown", func() bool {
+		probe, err := b.Allow()
+		if err == nil {
+			probe(nil)
+		}
+		return err == nil
+	})
+	log := out.String()
+	if n := strings.Count(log, "redis still unreachable"); n < 1 || n > 2 || n >= probes || !strings.Contains(log, "level=WARN") {
+		t.Errorf("%d reminders over %d failed probes in 450 ms with a 200 ms interval; want 1 or 2 WARN lines:\n%s", n, probes, log)
+	}
+	if n := strings.Count(log, "redis unreachable;"); n != 1 {
+		t.Errorf("%d start lines; want 1:\n%s", n, log)
+	}
+	if n := strings.Count(log, "redis reachable again"); n != 1 {
+		t.Errorf("%d end lines; want 1:\n%s", n, log)
+	}
+}
+
 // TestDialHookFailsFast: with default client options, the first call after
 // the server is killed fails with ErrUnavailable at the first refused dial,
 // not after go-redis's dial retries (1.7 s), and so does every later call,
