@@ -59,25 +59,17 @@ func testMultiNoDeadlock(t *testing.T, clients []redis.UniversalClient, goroutin
 	}
 }
 
-// TestMultiMutex runs the multi-name suite on every kind of deployment.
-// On the cluster, "a", "b" and "c" hash to slots owned by three different
-// masters, so each Lock takes three scripts in the global order.
-func TestMultiMutex(t *testing.T) {
-	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
-		t.Run("NoDeadlock", func(t *testing.T) { testMultiNoDeadlock(t, b.Clients(t, 2), 10, 5) })
-		rdb := b.Client(t)
-		for _, tc := range []struct {
-			name string
-			f    func(*testing.T, redis.UniversalClient)
-		}{
-			{"AllOrNothing", testMultiAllOrNothing},
-			{"PartialLoss", testMultiMutexPartialLoss},
-			{"DuplicatesAndCancel", testMultiMutexDuplicatesAndCancel},
-		} {
-			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
-		}
-	})
+// The multi-name suite runs on every kind of deployment. On the cluster,
+// "a", "b" and "c" hash to slots owned by three different masters, so
+// each Lock takes three scripts in the global order.
+var multiSuite = redistest.Suite{
+	{Name: "NoDeadlock", Test: func(t *testing.T, b redistest.Backend) { testMultiNoDeadlock(t, b.Clients(t, 2), 10, 5) }},
+	{Name: "AllOrNothing", Test: onClient(testMultiAllOrNothing)},
+	{Name: "PartialLoss", Test: onClient(testMultiMutexPartialLoss)},
+	{Name: "DuplicatesAndCancel", Test: onClient(testMultiMutexDuplicatesAndCancel)},
 }
+
+func TestMultiMutex(t *testing.T) { multiSuite.Run(t) }
 
 func testMultiAllOrNothing(t *testing.T, rdb redis.UniversalClient) {
 	ctx := t.Context()

@@ -80,35 +80,29 @@ func testExclusive(t *testing.T, clients []redis.UniversalClient, goroutines, ro
 	}
 }
 
-// TestMutex runs the mutex suite on every kind of deployment: a plain
-// server, a 3-master cluster (where every script must stay within one hash
-// slot), a 2-shard ring and a sentinel-monitored master.
-func TestMutex(t *testing.T) {
-	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
-		clients := b.Clients(t, 3)
-		rdb := clients[0]
-		t.Run("NeverTwoHolders", func(t *testing.T) { testExclusive(t, clients, 100, 3) })
-		t.Run("OverlappingCallsShareRoundTrips", func(t *testing.T) { testOverlappingCallsShareRoundTrips(t, b.Client(t)) })
-		for name, f := range map[string]func(*testing.T, redis.UniversalClient){
-			"UnlockAfterExpiryIsNotHeld":         testUnlockAfterExpiryIsNotHeld,
-			"FencingOutlivesLocks":               testFencingOutlivesLocks,
-			"AutoExtendKeepsLeaseAndReportsLoss": testAutoExtendKeepsLeaseAndReportsLoss,
-			"MaxHoldStopsAutoExtend":             testMaxHoldStopsAutoExtend,
-			"LockCancelledWhileWaiting":          testLockCancelledWhileWaiting,
-			"WaiterWokenByRelease":               testWaiterWokenByRelease,
-			"ExpiryFreesWaiterWithoutMessage":    testExpiryFreesWaiterWithoutMessage,
-			"UnlockWithCancelledContext":         testUnlockWithCancelledContext,
-			"SurvivesScriptFlush":                testSurvivesScriptFlush,
-			"DoReleasesOnPanic":                  testDoReleasesOnPanic,
-			"DoCancelsFnWhenLeaseLost":           testDoCancelsFnWhenLeaseLost,
-			"DoGivesTheLease":                    testDoGivesTheLease,
-			"LeaseHandOff":                       testLeaseHandOff,
-			"Locked":                             testMutexLocked,
-		} {
-			t.Run(name, func(t *testing.T) { f(t, rdb) })
-		}
-	})
+// The mutex suite runs on every kind of deployment: a plain server, a
+// 3-master cluster (where every script must stay within one hash slot), a
+// 2-shard ring and a sentinel-monitored master.
+var mutexSuite = redistest.Suite{
+	{Name: "NeverTwoHolders", Test: func(t *testing.T, b redistest.Backend) { testExclusive(t, b.Clients(t, 3), 100, 3) }},
+	{Name: "OverlappingCallsShareRoundTrips", Test: onClient(testOverlappingCallsShareRoundTrips)},
+	{Name: "UnlockAfterExpiryIsNotHeld", Test: onClient(testUnlockAfterExpiryIsNotHeld)},
+	{Name: "FencingOutlivesLocks", Test: onClient(testFencingOutlivesLocks)},
+	{Name: "AutoExtendKeepsLeaseAndReportsLoss", Test: onClient(testAutoExtendKeepsLeaseAndReportsLoss)},
+	{Name: "MaxHoldStopsAutoExtend", Test: onClient(testMaxHoldStopsAutoExtend)},
+	{Name: "LockCancelledWhileWaiting", Test: onClient(testLockCancelledWhileWaiting)},
+	{Name: "WaiterWokenByRelease", Test: onClient(testWaiterWokenByRelease)},
+	{Name: "ExpiryFreesWaiterWithoutMessage", Test: onClient(testExpiryFreesWaiterWithoutMessage)},
+	{Name: "UnlockWithCancelledContext", Test: onClient(testUnlockWithCancelledContext)},
+	{Name: "SurvivesScriptFlush", Test: onClient(testSurvivesScriptFlush)},
+	{Name: "DoReleasesOnPanic", Test: onClient(testDoReleasesOnPanic)},
+	{Name: "DoCancelsFnWhenLeaseLost", Test: onClient(testDoCancelsFnWhenLeaseLost)},
+	{Name: "DoGivesTheLease", Test: onClient(testDoGivesTheLease)},
+	{Name: "LeaseHandOff", Test: onClient(testLeaseHandOff)},
+	{Name: "Locked", Test: onClient(testMutexLocked)},
 }
+
+func TestMutex(t *testing.T) { mutexSuite.Run(t) }
 
 // TestMutexEmbedded proves the mutex works against miniredis, which users
 // test with. miniredis expires keys only when told to (FastForward), so the

@@ -85,29 +85,21 @@ func testRWInvariant(t *testing.T, clients []redis.UniversalClient, goroutines, 
 	t.Logf("max readers at once: %d", c.maxReaders.Load())
 }
 
-// TestRWMutex runs the reader/writer suite on every kind of deployment.
-func TestRWMutex(t *testing.T) {
-	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
-		t.Run("Invariant", func(t *testing.T) { testRWInvariant(t, b.Clients(t, 2), 8, 4) })
-		rdb := b.Client(t)
-		for _, tc := range []struct {
-			name string
-			f    func(*testing.T, redis.UniversalClient)
-		}{
-			{"ReadersOverlap", testRWMutexReadersOverlap},
-			{"WriterNotStarved", testRWMutexWriterNotStarved},
-			{"ReaderNotStarvedByWriters", testRWMutexReaderNotStarvedByWriters},
-			{"CancelledReaderKeepsNoWriterOut", testRWMutexCancelledReaderKeepsNoWriterOut},
-			{"WaitingWriterBlocksNewReaders", testRWMutexWaitingWriterBlocksNewReaders},
-			{"Upgrade", testRWMutexUpgrade},
-			{"DoubleUnlockAndCancelledContext", testRWMutexDoubleUnlockAndCancelledContext},
-			{"ReaderLeasesExtendAlone", testRWMutexReaderLeasesExtendAlone},
-			{"Locked", testRWMutexLocked},
-		} {
-			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
-		}
-	})
+// The reader/writer suite runs on every kind of deployment.
+var rwSuite = redistest.Suite{
+	{Name: "Invariant", Test: func(t *testing.T, b redistest.Backend) { testRWInvariant(t, b.Clients(t, 2), 8, 4) }},
+	{Name: "ReadersOverlap", Test: onClient(testRWMutexReadersOverlap)},
+	{Name: "WriterNotStarved", Test: onClient(testRWMutexWriterNotStarved)},
+	{Name: "ReaderNotStarvedByWriters", Test: onClient(testRWMutexReaderNotStarvedByWriters)},
+	{Name: "CancelledReaderKeepsNoWriterOut", Test: onClient(testRWMutexCancelledReaderKeepsNoWriterOut)},
+	{Name: "WaitingWriterBlocksNewReaders", Test: onClient(testRWMutexWaitingWriterBlocksNewReaders)},
+	{Name: "Upgrade", Test: onClient(testRWMutexUpgrade)},
+	{Name: "DoubleUnlockAndCancelledContext", Test: onClient(testRWMutexDoubleUnlockAndCancelledContext)},
+	{Name: "ReaderLeasesExtendAlone", Test: onClient(testRWMutexReaderLeasesExtendAlone)},
+	{Name: "Locked", Test: onClient(testRWMutexLocked)},
 }
+
+func TestRWMutex(t *testing.T) { rwSuite.Run(t) }
 
 func testRWMutexReadersOverlap(t *testing.T, rdb redis.UniversalClient) {
 	// potlock's "read-write" lock admits one reader at a time. Here five

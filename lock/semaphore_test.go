@@ -71,31 +71,23 @@ func testSemaphoreLimit(t *testing.T, clients []redis.UniversalClient, goroutine
 	}
 }
 
-// TestSemaphore runs the semaphore suite, fair mutexes included, on
-// every kind of deployment.
-func TestSemaphore(t *testing.T) {
-	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
-		t.Run("NeverMoreThanN", func(t *testing.T) { testSemaphoreLimit(t, b.Clients(t, 2), 8, 5) })
-		rdb := b.Client(t)
-		for _, tc := range []struct {
-			name string
-			f    func(*testing.T, redis.UniversalClient)
-		}{
-			{"FIFO", testSemaphoreFIFO},
-			{"FairMutexFIFO", testFairMutexFIFO},
-			{"HeadBlocksSmallerRequests", testSemaphoreHeadBlocksSmallerRequests},
-			{"DoubleReleaseNeverInflates", testSemaphoreDoubleReleaseNeverInflates},
-			{"ExpiredHolderGivesBack", testSemaphoreExpiredHolderGivesBack},
-			{"CancelledWaiterLeavesQueue", testSemaphoreCancelledWaiterLeavesQueue},
-			{"UnlockWithCancelledContext", testSemaphoreUnlockWithCancelledContext},
-			{"KeysExpire", testSemaphoreKeysExpire},
-			{"FairAndPlainMutexExclude", testFairAndPlainMutexExclude},
-			{"FairMutexShareIsEven", testFairMutexShareIsEven},
-		} {
-			t.Run(tc.name, func(t *testing.T) { tc.f(t, rdb) })
-		}
-	})
+// The semaphore suite, fair mutexes included, runs on every kind of
+// deployment.
+var semaphoreSuite = redistest.Suite{
+	{Name: "NeverMoreThanN", Test: func(t *testing.T, b redistest.Backend) { testSemaphoreLimit(t, b.Clients(t, 2), 8, 5) }},
+	{Name: "FIFO", Test: onClient(testSemaphoreFIFO)},
+	{Name: "FairMutexFIFO", Test: onClient(testFairMutexFIFO)},
+	{Name: "HeadBlocksSmallerRequests", Test: onClient(testSemaphoreHeadBlocksSmallerRequests)},
+	{Name: "DoubleReleaseNeverInflates", Test: onClient(testSemaphoreDoubleReleaseNeverInflates)},
+	{Name: "ExpiredHolderGivesBack", Test: onClient(testSemaphoreExpiredHolderGivesBack)},
+	{Name: "CancelledWaiterLeavesQueue", Test: onClient(testSemaphoreCancelledWaiterLeavesQueue)},
+	{Name: "UnlockWithCancelledContext", Test: onClient(testSemaphoreUnlockWithCancelledContext)},
+	{Name: "KeysExpire", Test: onClient(testSemaphoreKeysExpire)},
+	{Name: "FairAndPlainMutexExclude", Test: onClient(testFairAndPlainMutexExclude)},
+	{Name: "FairMutexShareIsEven", Test: onClient(testFairMutexShareIsEven)},
 }
+
+func TestSemaphore(t *testing.T) { semaphoreSuite.Run(t) }
 
 // queueLen returns how many waiters are queued for the named semaphore.
 func queueLen(t *testing.T, rdb redis.UniversalClient, key string) int64 {

@@ -128,10 +128,3 @@ func TestUpgradeRefusedKeepsRenewing(t *testing.T) {
 		}
 	})
 }
-
-// onServerAndCluster runs f on a fresh client of a private redis-server
-// and of a Redis Cluster.
-func onServerAndCluster(t *testing.T, f func(*testing.T, redis.UniversalClient)) {
-	t.Run("server", func(t *testing.T) { f(t, redistest.StartServer(t).Client(t)) })
-	t.Run("cluster", func(t *testing.T) { f(t, redistest.StartCluster(t, 3).Client(t)) })
-}
