@@ -14,12 +14,13 @@
 //	dogpile.cache.compute.duration  histogram  s [key_prefix, refresh, error, not_found]
 //	dogpile.cache.wait.duration     histogram  s [key_prefix, wake: push|poll|takeover|failed|timeout|error]
 //	dogpile.cache.near.invalidations counter   [key_prefix, flush]
-//	dogpile.cache.tag.invalidations counter    [key_prefix]
+//	dogpile.cache.tag.invalidations counter    [key_prefix, tag_prefix]
 //	dogpile.lock.acquire.duration   histogram  s [lock, obtained]
 //	dogpile.lock.events             counter    [lock, event: obtained|not_obtained|extended|lost|released]
 //
 // where lock is the primitive ("mutex", "semaphore", "rwmutex",
-// "multimutex", "redlock"). A "not found" (dogpile.ErrNotFound) is an
+// "multimutex", "redlock"), and tag_prefix the kind of an invalidated tag,
+// never the tag itself (see [WithTagLabel]). A "not found" (dogpile.ErrNotFound) is an
 // answer, not an error: result=notfound, error=false with not_found=true,
 // and no error status on the spans.
 //
@@ -35,6 +36,7 @@ package dogpileotel
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,7 +53,8 @@ const scope = "github.com/dogpile-go/dogpile/dogpileotel"
 // An Observer records metrics and spans. Its Cache and Lock methods are
 // the observers to pass to dogpile.WithObserver and lock.WithObserver.
 type Observer struct {
-	tracer trace.Tracer
+	tracer   trace.Tracer
+	tagLabel func(tag string) string
 
 	requests, computes, lockEvents, invalidations, tagInvalidations metric.Int64Counter
 	computeTime, waitTime, acquire                                  metric.Float64Histogram
@@ -61,8 +64,9 @@ type Observer struct {
 type Option func(*config)
 
 type config struct {
-	meters  metric.MeterProvider
-	tracers trace.TracerProvider
+	meters   metric.MeterProvider
+	tracers  trace.TracerProvider
+	tagLabel func(tag string) string
 }
 
 // WithMeterProvider sets the meter provider; the default is the global one.
@@ -72,16 +76,33 @@ func WithMeterProvider(p metric.MeterProvider) Option { return func(c *config) {
 // one.
 func WithTracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracers = p } }
 
+// WithTagLabel sets the tag_prefix attribute of an invalidated tag to
+// label(tag). The default keeps what comes before the tag's first ':'
+// ("team:7" is "team") and "" for a tag without one. label must return one
+// of a few values: tags come from data, and each value makes a series.
+func WithTagLabel(label func(tag string) string) Option {
+	return func(c *config) { c.tagLabel = label }
+}
+
+// tagKind is the default tag label: the part of tag before its first ':'.
+func tagKind(tag string) string {
+	kind, _, found := strings.Cut(tag, ":")
+	if !found {
+		return ""
+	}
+	return kind
+}
+
 // New returns an Observer on the given (or the global) providers. It
 // panics if an instrument cannot be created, which only an invalid
 // provider does (a programmer error).
 func New(opts ...Option) *Observer {
-	c := config{meters: otel.GetMeterProvider(), tracers: otel.GetTracerProvider()}
+	c := config{meters: otel.GetMeterProvider(), tracers: otel.GetTracerProvider(), tagLabel: tagKind}
 	for _, o := range opts {
 		o(&c)
 	}
 	m := c.meters.Meter(scope)
-	o := &Observer{tracer: c.tracers.Tracer(scope)}
+	o := &Observer{tracer: c.tracers.Tracer(scope), tagLabel: c.tagLabel}
 	durations := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
 	var errs [8]error
 	o.requests, errs[0] = m.Int64Counter("dogpile.cache.requests", metric.WithDescription("Fetch and Get calls, by result"))
@@ -96,7 +117,7 @@ func New(opts ...Option) *Observer {
 	o.invalidations, errs[6] = m.Int64Counter("dogpile.cache.near.invalidations",
 		metric.WithDescription("near-tier keys invalidated by Redis; flush=true: the whole tier emptied"))
 	o.tagInvalidations, errs[7] = m.Int64Counter("dogpile.cache.tag.invalidations",
-		metric.WithDescription("tags invalidated (InvalidateTag), by key prefix; never by tag"))
+		metric.WithDescription("tags invalidated (InvalidateTag), by key prefix and tag kind; never by tag"))
 	if err := errors.Join(errs[:]...); err != nil {
 		panic("dogpileotel: " + err.Error() + " (a programmer error)")
 	}
@@ -146,7 +167,9 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 	case dogpile.EventInvalidate:
 		o.invalidations.Add(ctx, 1, metric.WithAttributes(prefix, attribute.Bool("flush", e.Key == "")))
 	case dogpile.EventInvalidateTag:
-		o.tagInvalidations.Add(ctx, int64(len(e.Tags)), metric.WithAttributes(prefix))
+		for _, tag := range e.Tags {
+			o.tagInvalidations.Add(ctx, 1, metric.WithAttributes(prefix, attribute.String("tag_prefix", o.tagLabel(tag))))
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package dogpileotel_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,8 +251,9 @@ func TestNotFound(t *testing.T) {
 	}
 }
 
-// TestTagInvalidations: InvalidateTag is counted per tag, by key prefix,
-// never by tag (tags come from data).
+// TestTagInvalidations: InvalidateTag is counted per tag, by key prefix
+// and the tag's kind (before its first ':'), never by tag (tags come from
+// data); WithTagLabel changes the kind.
 func TestTagInvalidations(t *testing.T) {
 	obs, reader, _, _ := setup(t)
 	rdb := redistest.StartServer(t).Client(t)
@@ -259,8 +261,20 @@ func TestTagInvalidations(t *testing.T) {
 	if err := c.SetTagged(context.Background(), "42", 1, time.Minute, "team:7"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.InvalidateTag(context.Background(), "team:7", "team:8"); err != nil {
+	if err := c.InvalidateTag(context.Background(), "team:7", "team:8", "prices"); err != nil {
 		t.Fatal(err)
 	}
-	wantCounts(t, reader, map[string]int64{"dogpile.cache.tag.invalidations{key_prefix=users:}": 2})
+	wantCounts(t, reader, map[string]int64{
+		"dogpile.cache.tag.invalidations{key_prefix=users:,tag_prefix=team}": 2,
+		"dogpile.cache.tag.invalidations{key_prefix=users:,tag_prefix=}":     1,
+	})
+
+	reader2 := sdkmetric.NewManualReader()
+	obs2 := dogpileotel.New(dogpileotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader2))),
+		dogpileotel.WithTagLabel(func(tag string) string { return strings.ToUpper(tag[:1]) }))
+	c2 := dogpile.New[int](rdb, dogpile.WithPrefix("users:"), dogpile.WithObserver(obs2.Cache))
+	if err := c2.InvalidateTag(context.Background(), "team:9"); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, reader2, map[string]int64{"dogpile.cache.tag.invalidations{key_prefix=users:,tag_prefix=T}": 1})
 }
