@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -358,7 +357,7 @@ type stampedeResult struct {
 }
 
 func runStampede(b *testing.B, addr string, lib cacheLib) {
-	children := startJSONChildren(b, stampedeProcs, "TestStampedeChild", "BENCH_STAMPEDE_LIB="+lib.name, "BENCH_STAMPEDE_REDIS="+addr)
+	children := startChildren(b, stampedeProcs, "stampede", procSpec{Addr: addr, Lib: lib.name})
 	// A warm-up round on a throwaway key: connections, scripts, and the
 	// children's readiness.
 	rounds := []string{"warm"}
@@ -489,21 +488,18 @@ func BenchmarkFetchCommands(b *testing.B) {
 	}
 }
 
-// TestStampedeChild is one process of BenchmarkStampede. Run directly it
-// does nothing.
-func TestStampedeChild(t *testing.T) {
-	name := os.Getenv("BENCH_STAMPEDE_LIB")
-	if name == "" {
-		t.Skip("only run by BenchmarkStampede")
-	}
-	i := slices.IndexFunc(cacheLibs, func(l cacheLib) bool { return l.name == name })
+// stampedeChild is one process of BenchmarkStampede.
+func stampedeChild(p *redistest.Parent) {
+	var spec procSpec
+	p.Params(&spec)
+	i := slices.IndexFunc(cacheLibs, func(l cacheLib) bool { return l.name == spec.Lib })
 	if i < 0 {
-		t.Fatalf("unknown library %q", name)
+		p.Fatalf("unknown library %q", spec.Lib)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_STAMPEDE_REDIS"), PoolSize: 2 * stampedeG})
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: 2 * stampedeG})
 	defer rdb.Close()
 	f := cacheLibs[i].newFetcher(rdb)
-	serveRounds(t, func(r stampedeRound) stampedeResult {
+	serveRounds(p, func(r stampedeRound) stampedeResult {
 		res := stampedeResult{
 			Latency:  make([]time.Duration, r.G),
 			Computed: make([]bool, r.G),

@@ -1,15 +1,10 @@
 package benchmarks
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -39,53 +34,37 @@ func BenchmarkMutexProcs(b *testing.B) {
 	})
 }
 
+// A mutexProcsSpec is what a child of BenchmarkMutexProcs is told: lock
+// Name with library Lib on the Redis at Addr, for Run from the parent's go.
+type mutexProcsSpec struct {
+	Addr, Lib, Name string
+	Run             time.Duration
+}
+
 // A lockProcsResult is one child's answer: the wait of each acquisition,
 // and how long its last Lock had waited in vain when the run ended (a
 // starved process's only sample, which the percentiles must not drop).
 type lockProcsResult struct {
 	Waits   []time.Duration
 	Pending time.Duration
-	Err     string
 }
 
 func runMutexProcs(b *testing.B, addr string, lib mutexLib) {
 	run := max(time.Duration(b.N)*time.Millisecond, time.Second)
 	name := fmt.Sprintf("bench:procs:%s:%d", lib.name, time.Now().UnixNano())
-	start := time.Now().Add(500 * time.Millisecond) // after every child started
-	type child struct {
-		cmd *exec.Cmd
-		dec *json.Decoder
-	}
-	children := make([]child, lockProcs)
-	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMutexProcsChild$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(),
-			"BENCH_LOCK_LIB="+lib.name, "BENCH_LOCK_REDIS="+addr, "BENCH_LOCK_NAME="+name,
-			"BENCH_LOCK_START="+strconv.FormatInt(start.UnixNano(), 10),
-			"BENCH_LOCK_STOP="+strconv.FormatInt(start.Add(run).UnixNano(), 10))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer cmd.Wait()
-		children[i] = child{cmd, json.NewDecoder(bufio.NewReader(out))}
-	}
-	time.Sleep(time.Until(start))
+	// Each child is connected and has taken the lock once when it says
+	// ready: the run measures contention, not start-up.
+	children := redistest.StartChildren(b, lockProcs, "mutex", mutexProcsSpec{Addr: addr, Lib: lib.name, Name: name, Run: run})
 	cpu0, calls0 := serverCPU(b, addr), serverCalls(b, addr)
+	for _, c := range children {
+		c.SetTimeout(redistest.ChildTimeout + run)
+		c.Go(b)
+	}
 	var all []time.Duration
 	acquired, most, fewest := 0, 0, math.MaxInt
 	for _, c := range children {
 		var res lockProcsResult
-		if err := c.dec.Decode(&res); err != nil {
-			b.Fatalf("read child result: %v", err)
-		}
-		if res.Err != "" {
-			b.Fatalf("child: %s", res.Err)
-		}
+		c.Result(b, &res)
 		acquired += len(res.Waits)
 		all = append(all, res.Waits...)
 		if res.Pending > 0 {
@@ -106,38 +85,26 @@ func runMutexProcs(b *testing.B, addr string, lib mutexLib) {
 	b.ReportMetric(float64(most)/float64(fewest), "fairness")
 }
 
-// TestMutexProcsChild is one process of BenchmarkMutexProcs. Run directly
-// it does nothing.
-func TestMutexProcsChild(t *testing.T) {
-	libName := os.Getenv("BENCH_LOCK_LIB")
-	if libName == "" {
-		t.Skip("only run by BenchmarkMutexProcs")
+// mutexChild is one process of BenchmarkMutexProcs.
+func mutexChild(p *redistest.Parent) {
+	var spec mutexProcsSpec
+	p.Params(&spec)
+	i := slices.IndexFunc(mutexLibs, func(l mutexLib) bool { return l.name == spec.Lib })
+	if i < 0 {
+		p.Fatalf("unknown library %q", spec.Lib)
 	}
-	i := slices.IndexFunc(mutexLibs, func(l mutexLib) bool { return l.name == libName })
-	startNs, err1 := strconv.ParseInt(os.Getenv("BENCH_LOCK_START"), 10, 64)
-	stopNs, err2 := strconv.ParseInt(os.Getenv("BENCH_LOCK_STOP"), 10, 64)
-	enc := json.NewEncoder(os.Stdout)
-	fail := func(err error) {
-		_ = enc.Encode(lockProcsResult{Err: err.Error()})
-	}
-	if i < 0 || err1 != nil || err2 != nil {
-		fail(fmt.Errorf("bad child spec %q: %v %v", libName, err1, err2))
-		return
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_LOCK_REDIS"), PoolSize: 2})
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: 2})
 	defer rdb.Close()
-	lockFn := mutexLibs[i].newLocker(rdb, os.Getenv("BENCH_LOCK_NAME"), 0)
+	lockFn := mutexLibs[i].newLocker(rdb, spec.Name, 0)
 	warm, err := lockFn(context.Background()) // connections and scripts
 	if err != nil {
-		fail(err)
-		return
+		p.Fatalf("warm-up Lock: %v", err)
 	}
 	if err := warm(context.Background()); err != nil {
-		fail(err)
-		return
+		p.Fatalf("warm-up Unlock: %v", err)
 	}
-	time.Sleep(time.Until(time.Unix(0, startNs)))
-	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, stopNs))
+	p.Ready()
+	ctx, cancel := context.WithTimeout(context.Background(), spec.Run)
 	defer cancel()
 	var res lockProcsResult
 	for ctx.Err() == nil {
@@ -148,15 +115,13 @@ func TestMutexProcsChild(t *testing.T) {
 				res.Pending = time.Since(t0) // the run is over, not a failure
 				break
 			}
-			fail(err)
-			return
+			p.Fatalf("Lock: %v", err)
 		}
 		res.Waits = append(res.Waits, time.Since(t0))
 		time.Sleep(time.Millisecond)
 		if err := unlock(context.Background()); err != nil {
-			fail(err)
-			return
+			p.Fatalf("Unlock: %v", err)
 		}
 	}
-	_ = enc.Encode(res)
+	p.Result(res)
 }

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -45,7 +45,7 @@ type manyMissResult struct {
 }
 
 func runManyMiss(b *testing.B, addr, lib string) {
-	children := startJSONChildren(b, manyMissProcs, "TestManyMissChild", "BENCH_MANYMISS_REDIS="+addr)
+	children := startChildren(b, manyMissProcs, "manymiss", procSpec{Addr: addr})
 	var walls []time.Duration
 	var keys, calls int64
 	b.ResetTimer()
@@ -74,17 +74,14 @@ func runManyMiss(b *testing.B, addr, lib string) {
 	b.ReportMetric(float64(percentile(walls, 0.50))/float64(manyMissCompute), "wall/compute")
 }
 
-// TestManyMissChild is one process of the batch miss scenario. Run
-// directly it does nothing.
-func TestManyMissChild(t *testing.T) {
-	addr := os.Getenv("BENCH_MANYMISS_REDIS")
-	if addr == "" {
-		t.Skip("only run by BenchmarkFetchMany")
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+// manyMissChild is one process of the batch miss scenario.
+func manyMissChild(p *redistest.Parent) {
+	var spec procSpec
+	p.Params(&spec)
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
 	defer rdb.Close()
 	c := dogpile.New[item](rdb, dogpile.WithPrefix("manymiss:"))
-	serveRounds(t, func(r manyMissRound) manyMissResult {
+	serveRounds(p, func(r manyMissRound) manyMissResult {
 		var res manyMissResult
 		var nkeys, ncalls atomic.Int64
 		compute := func(ctx context.Context, missing []string) (map[string]item, error) {

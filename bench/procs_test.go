@@ -1,78 +1,63 @@
 package benchmarks
 
+// The processes of the multi-process benchmarks: this test binary
+// re-executed through redistest's child harness, one process per child,
+// each driven by rounds of JSON values.
+
 import (
-	"bufio"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"testing"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
-// A jsonChild is this test binary re-executed to run one test function as
-// one process of a multi-process benchmark, driven by JSON values over its
-// stdin and stdout.
-type jsonChild struct {
-	cmd *exec.Cmd
-	enc *json.Encoder
-	dec *json.Decoder
+func TestMain(m *testing.M) {
+	redistest.ChildMain(map[string]func(*redistest.Parent){
+		"stampede": stampedeChild,
+		"rolling":  rollingChild,
+		"storelag": storeLagChild,
+		"manymiss": manyMissChild,
+		"mutex":    mutexChild,
+	})
+	m.Run()
 }
 
-// startJSONChildren starts n children that run the test named test with
-// env added to theirs. b.Cleanup closes their stdin (they return when it
-// ends) and waits for them.
-func startJSONChildren(b *testing.B, n int, test string, env ...string) []jsonChild {
+// A procSpec is what a child of a round-driven benchmark is told: the
+// Redis at Addr, and the library Lib for the scenarios that compare them.
+type procSpec struct{ Addr, Lib string }
+
+// startChildren starts n children in mode with spec; they answer the
+// rounds of exchange until b's cleanup kills them.
+func startChildren(b *testing.B, n int, mode string, spec procSpec) []*redistest.Child {
 	b.Helper()
-	children := make([]jsonChild, n)
+	children := make([]*redistest.Child, n)
 	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.bench=^$", "-test.count=1")
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { in.Close(); cmd.Wait() })
-		children[i] = jsonChild{cmd, json.NewEncoder(in), json.NewDecoder(bufio.NewReader(out))}
+		children[i] = redistest.StartChild(b, mode, spec)
 	}
 	return children
 }
 
 // exchange sends round to every child and returns their answers, in the
 // children's order.
-func exchange[R any](b *testing.B, children []jsonChild, round any) []R {
+func exchange[R any](b *testing.B, children []*redistest.Child, round any) []R {
 	b.Helper()
 	for _, c := range children {
-		if err := c.enc.Encode(round); err != nil {
-			b.Fatalf("send round: %v", err)
-		}
+		c.Send(b, round)
 	}
 	res := make([]R, len(children))
 	for i, c := range children {
-		if err := c.dec.Decode(&res[i]); err != nil {
-			b.Fatalf("read a child's result: %v", err)
-		}
+		c.Result(b, &res[i])
 	}
 	return res
 }
 
 // serveRounds is the child's side of exchange: it answers each round the
-// parent sends with do's result, until the parent closes stdin.
-func serveRounds[Q, R any](t *testing.T, do func(Q) R) {
-	dec, enc := json.NewDecoder(bufio.NewReader(os.Stdin)), json.NewEncoder(os.Stdout)
+// parent sends with do's result.
+func serveRounds[Q, R any](p *redistest.Parent, do func(Q) R) {
 	for {
 		var q Q
-		if err := dec.Decode(&q); err != nil {
+		if !p.Receive(&q) {
 			return // the parent closed stdin
 		}
-		if err := enc.Encode(do(q)); err != nil {
-			t.Fatal(err)
-		}
+		p.Result(do(q))
 	}
 }

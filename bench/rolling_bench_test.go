@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -88,7 +87,10 @@ type rollingResult struct {
 }
 
 func runRolling(b *testing.B, addr string, lib rollingLib) {
-	children := startJSONChildren(b, rollingProcs, "TestRollingChild", "BENCH_ROLLING_LIB="+lib.name, "BENCH_ROLLING_REDIS="+addr)
+	children := startChildren(b, rollingProcs, "rolling", procSpec{Addr: addr, Lib: lib.name})
+	for _, c := range children {
+		c.SetTimeout(redistest.ChildTimeout + *rollingDuration) // a round lasts the duration
+	}
 	var total rollingResult
 	var computes, expiries int64
 	b.ResetTimer()
@@ -170,24 +172,21 @@ func reportRolling(b *testing.B, t rollingResult, computes, expiries int64) {
 	b.ReportMetric(100*float64(t.Waited+t.Computed)/calls, "waited-%")
 }
 
-// TestRollingChild is one process of BenchmarkRollingExpiry. Run directly
-// it does nothing.
-func TestRollingChild(t *testing.T) {
-	name := os.Getenv("BENCH_ROLLING_LIB")
-	if name == "" {
-		t.Skip("only run by BenchmarkRollingExpiry")
-	}
-	i := slices.IndexFunc(rollingLibs, func(l rollingLib) bool { return l.name == name })
+// rollingChild is one process of BenchmarkRollingExpiry.
+func rollingChild(p *redistest.Parent) {
+	var spec procSpec
+	p.Params(&spec)
+	i := slices.IndexFunc(rollingLibs, func(l rollingLib) bool { return l.name == spec.Lib })
 	if i < 0 {
-		t.Fatalf("unknown library %q", name)
+		p.Fatalf("unknown library %q", spec.Lib)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_ROLLING_REDIS"), PoolSize: 2 * rollingG})
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr, PoolSize: 2 * rollingG})
 	defer rdb.Close()
 	f, stale := rollingLibs[i].newFetcher(rdb)
 	if stale == nil {
 		stale = func() uint64 { return 0 }
 	}
-	serveRounds(t, func(r rollingRound) rollingResult { return rollingLoad(f, stale, r) })
+	serveRounds(p, func(r rollingRound) rollingResult { return rollingLoad(f, stale, r) })
 }
 
 // rollingLoad is one child's part of a round.

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -51,7 +50,7 @@ func BenchmarkStoreLag(b *testing.B) {
 }
 
 func runStoreLag(b *testing.B, addr string, n int) {
-	children := startJSONChildren(b, storeLagProcs, "TestStoreLagChild", "BENCH_STORELAG_REDIS="+addr)
+	children := startChildren(b, storeLagProcs, "storelag", procSpec{Addr: addr})
 	var lags, walls []time.Duration
 	var computes uint64
 	b.ResetTimer()
@@ -83,17 +82,14 @@ func runStoreLag(b *testing.B, addr string, n int) {
 	b.ReportMetric(float64(percentile(walls, 0.50))/float64(storeLagCompute), "wall/compute")
 }
 
-// TestStoreLagChild is one process of BenchmarkStoreLag. Run directly it
-// does nothing.
-func TestStoreLagChild(t *testing.T) {
-	addr := os.Getenv("BENCH_STORELAG_REDIS")
-	if addr == "" {
-		t.Skip("only run by BenchmarkStoreLag")
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+// storeLagChild is one process of BenchmarkStoreLag.
+func storeLagChild(p *redistest.Parent) {
+	var spec procSpec
+	p.Params(&spec)
+	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
 	defer rdb.Close()
 	c := dogpile.New[item](rdb, dogpile.WithPrefix("storelag:"))
-	serveRounds(t, func(r storeLagRound) storeLagResult {
+	serveRounds(p, func(r storeLagRound) storeLagResult {
 		before := c.Stats().Computes
 		var res storeLagResult
 		var mu sync.Mutex
