@@ -341,117 +341,6 @@ func testKeyWithBraces(t *testing.T, b redistest.Backend) {
 	}
 }
 
-// commandCounter counts the commands a client sends.
-type commandCounter struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isHandshake(cmd) {
-			return next(ctx, cmd)
-		}
-		h.mu.Lock()
-		h.names = append(h.names, cmd.Name())
-		h.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		for _, c := range cmds {
-			if isHandshake(c) {
-				continue
-			}
-			h.names = append(h.names, c.Name())
-		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-// isHandshake reports a command go-redis sends once when it opens a pooled
-// connection (HELLO, CLIENT SETINFO), not one sent by Fetch.
-func isHandshake(cmd redis.Cmder) bool {
-	return cmd.Name() == "hello" || cmd.Name() == "client"
-}
-
-func (h *commandCounter) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := h.names
-	h.names = nil
-	return n
-}
-
-// loadScripts loads every script on every server, so that counts do not
-// include the one-off NOSCRIPT+EVAL of a script's first use.
-func loadScripts(t *testing.T, rdb redis.UniversalClient) {
-	t.Helper()
-	ctx := t.Context()
-	load := func(ctx context.Context, c *redis.Client) error {
-		for _, s := range []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
-			if err := s.Load(ctx, c).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var err error
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, load)
-	case *redis.Client:
-		err = load(ctx, c)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// testCommandsPerFetch counts what a client sends (pub/sub commands go on
-// the separate wake-up connection and are not seen by hooks).
-func testCommandsPerFetch(t *testing.T, b redistest.Backend) {
-	hrdb, wrdb := b.Client(t), b.Client(t)
-	loadScripts(t, hrdb)
-	hcount, wcount := &commandCounter{}, &commandCounter{}
-	hrdb.AddHook(hcount)
-	wrdb.AddHook(wcount)
-	holder := New[int](hrdb, prefix(t))
-	waiter := New[int](wrdb, prefix(t))
-
-	// Winner: GET, fetch script (takes the lock), store script.
-	if _, err := holder.Fetch(t.Context(), "w", time.Minute, func(context.Context) (int, error) { return 1, nil }); err != nil {
-		t.Fatal(err)
-	}
-	if got := hcount.take(); len(got) > 3 {
-		t.Errorf("winner sent %d commands %v; want at most 3", len(got), got)
-	}
-	// Hit: one GET.
-	if _, err := waiter.Fetch(t.Context(), "w", time.Minute, nil2[int]); err != nil {
-		t.Fatal(err)
-	}
-	if got := wcount.take(); len(got) != 1 {
-		t.Errorf("hit sent %d commands %v; want 1", len(got), got)
-	}
-	// Waiter: GET, fetch script (busy), fetch script after subscribing
-	// (wait); the value comes with the wake-up.
-	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) { return 2, nil })
-	close(release)
-	if r := <-hres; r.err != nil {
-		t.Fatal(r.err)
-	}
-	if r := <-wres; r.err != nil || r.v != 2 {
-		t.Fatalf("waiter = %v, %v", r.v, r.err)
-	}
-	if got := wcount.take(); len(got) > 3 {
-		t.Errorf("waiter sent %d commands %v; want at most 3", len(got), got)
-	}
-}
-
 func TestBadInput(t *testing.T) {
 	c := New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
 	ctx := context.Background()
@@ -559,8 +448,7 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
 	hrdb, wrdb := b.Client(t), b.Client(t)
 	loadScripts(t, hrdb)
-	wcount := &commandCounter{}
-	wrdb.AddHook(wcount)
+	wcount := countCommands(wrdb)
 	holder := New[string](hrdb, prefix(t))
 	waiter := New[string](wrdb, prefix(t))
 	big := strings.Repeat("x", maxWakeValue)

@@ -34,40 +34,32 @@ func (n *nodeCounter) reset() {
 }
 
 // hook returns the hook of the node client for addr.
-func (n *nodeCounter) hook(addr string) redis.Hook { return &nodeHook{n: n, addr: addr} }
-
-type nodeHook struct {
-	n    *nodeCounter
-	addr string
-}
-
-func (h *nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !isHandshake(cmd) && cmd.Name() != "cluster" { // CLUSTER SLOTS: the client's topology refresh
-			h.n.mu.Lock()
-			h.n.singles[h.addr]++
-			h.n.commands[h.addr]++
-			h.n.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.mu.Lock()
-		n := 0
-		for _, c := range cmds {
-			if !isHandshake(c) {
-				n++
+func (n *nodeCounter) hook(addr string) redis.Hook {
+	return redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if !redistest.IsHandshake(cmd) && cmd.Name() != "cluster" { // CLUSTER SLOTS: the client's topology refresh
+				n.mu.Lock()
+				n.singles[addr]++
+				n.commands[addr]++
+				n.mu.Unlock()
 			}
-		}
-		if n > 0 { // not the handshake of a new connection
-			h.n.pipelines[h.addr]++
-			h.n.commands[h.addr] += n
-		}
-		h.n.mu.Unlock()
-		return next(ctx, cmds)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			sent := 0
+			for _, c := range cmds {
+				if !redistest.IsHandshake(c) {
+					sent++
+				}
+			}
+			if sent > 0 { // not the handshake of a new connection
+				n.mu.Lock()
+				n.pipelines[addr]++
+				n.commands[addr] += sent
+				n.mu.Unlock()
+			}
+			return next(ctx, cmds)
+		},
 	}
 }
 
@@ -115,8 +107,7 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 
 	// A single server: one MGET.
 	rdb := redistest.StartServer(t).Client(t)
-	hc := &commandCounter{}
-	rdb.AddHook(hc)
+	hc := countCommands(rdb)
 	s := New[string](rdb, prefix(t))
 	for _, k := range keys {
 		if err := s.Set(ctx, k, "v:"+k, time.Minute); err != nil {
@@ -138,8 +129,7 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 func TestFetchManyMissCommands(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	loadScripts(t, rdb)
-	hc := &commandCounter{}
-	rdb.AddHook(hc)
+	hc := countCommands(rdb)
 	c := New[string](rdb, prefix(t))
 	c.loaded.Store(fetchManyScript, true) // loaded above: EVALSHA from the first call
 	c.loaded.Store(storeScript, true)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // traffic counts what a client sends: commands, and connections dialed.
@@ -24,45 +26,31 @@ type traffic struct {
 // Commands sent on a pub/sub connection (SUBSCRIBE) do not pass through
 // hooks, but its dial does.
 func countCommands(rdb *redis.Client, t *traffic) {
-	rdb.AddHook(counter{t})
+	rdb.AddHook(redistest.Hook{
+		Dial: func(ctx context.Context, network, addr string, next redis.DialHook) (net.Conn, error) {
+			t.dials.Add(1)
+			return next(ctx, network, addr)
+		},
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			t.count(cmd)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			t.count(cmds...)
+			return next(ctx, cmds)
+		},
+	})
 }
 
-type counter struct{ t *traffic }
-
-func (c counter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c.t.dials.Add(1)
-		return next(ctx, network, addr)
-	}
-}
-
-func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
-			c.t.cmds.Add(1)
+// count counts the commands that are not part of go-redis's connection
+// setup: redistest.IsHandshake's HELLO and CLIENT, and the AUTH and SELECT
+// of a client with a password or a database.
+func (t *traffic) count(cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if n := cmd.Name(); !redistest.IsHandshake(cmd) && n != "auth" && n != "select" {
+			t.cmds.Add(1)
 		}
-		return next(ctx, cmd)
 	}
-}
-
-func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if !handshake(cmd) {
-				c.t.cmds.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// handshake reports whether cmd is part of go-redis's connection setup.
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "auth", "select":
-		return true
-	}
-	return false
 }
 
 // serverCPU returns the CPU time (user+system) the redis-server process
