@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,5 +264,49 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 			}
 		}
 		assertTagKeysExpire(t, rdb, c)
+	})
+}
+
+// TestTaggedHitCostsOneCommand: a hit on a tagged value is one GET, as on
+// any value: tags are read only by computes and InvalidateTag.
+func TestTaggedHitCostsOneCommand(t *testing.T) {
+	tagBackends(t, func(t *testing.T, b redistest.Backend) {
+		rdb := b.Client(t)
+		ctx := t.Context()
+		c := New[string](rdb, prefix(t))
+		if _, err := c.Fetch(ctx, "k", time.Minute, tagged("v", "T", "U")); err != nil {
+			t.Fatal(err)
+		}
+		var cmds []string
+		var mu sync.Mutex
+		count := func(cs ...redis.Cmder) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, cmd := range cs {
+				if !redistest.IsHandshake(cmd) {
+					cmds = append(cmds, cmd.Name())
+				}
+			}
+		}
+		rdb.AddHook(redistest.Hook{
+			Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				count(cmd)
+				return next(ctx, cmd)
+			},
+			Pipeline: func(ctx context.Context, cs []redis.Cmder, next redis.ProcessPipelineHook) error {
+				count(cs...)
+				return next(ctx, cs)
+			},
+		})
+		for range 10 {
+			if v, err := c.Fetch(ctx, "k", time.Minute, tagged("other", "T")); err != nil || v != "v" {
+				t.Fatalf("Fetch = %q, %v; want the tagged value", v, err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(cmds) != 10 || slices.ContainsFunc(cmds, func(n string) bool { return n != "get" }) {
+			t.Errorf("10 hits on a tagged value sent %v; want 10 GETs", cmds)
+		}
 	})
 }
