@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -140,4 +141,47 @@ func TestUpgradeReplyLost(t *testing.T) {
 	if locked, err := direct.Locked(ctx); err != nil || locked {
 		t.Errorf("Locked after the rollback = %v, %v; want free", locked, err)
 	}
+}
+
+func TestRedisKilled(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	m := lock.NewMutex(rdb, "doomed")
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := m.Lock(ctx); err == nil || ctx.Err() != nil {
+		t.Errorf("Lock with Redis down = %v (ctx %v); want a prompt error", err, ctx.Err())
+	}
+	if _, ok, err := m.TryLock(ctx); ok || err == nil {
+		t.Errorf("TryLock with Redis down = %v, %v; want false, error", ok, err)
+	}
+	if err := l.Unlock(ctx); err == nil || errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock with Redis down = %v; want a Redis error", err)
+	}
+}
+
+func TestRedisPausedWatchdogReportsLoss(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := srv.Client(t)
+	l, err := lock.NewMutex(rdb, "paused", lock.WithTTL(150*time.Millisecond), lock.WithAutoExtend()).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	select {
+	case <-l.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease not reported lost while Redis was paused")
+	}
+	if !errors.Is(l.Err(), lock.ErrLost) {
+		t.Errorf("Err = %v; want ErrLost", l.Err())
+	}
+	srv.Resume()
+	l.Unlock(t.Context())
 }

@@ -128,3 +128,46 @@ func TestUpgradeRefusedKeepsRenewing(t *testing.T) {
 		}
 	})
 }
+
+func testRWMutexUpgrade(t *testing.T, rdb redis.UniversalClient) {
+	ctx := t.Context()
+	rw := lock.NewRWMutex(rdb, "up")
+	a, _ := rw.RLock(ctx)
+	b, _ := rw.RLock(ctx)
+	done := make(chan error)
+	go func() {
+		_, err := rw.Upgrade(ctx, a)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrUpgrade) {
+			t.Errorf("Upgrade with two readers = %v; want ErrUpgrade", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Upgrade with another reader blocked; want an immediate ErrUpgrade")
+	}
+	if ttl, err := a.TTL(ctx); err != nil || ttl <= 0 {
+		t.Errorf("read lease after a refused upgrade: %v, %v; want still held", ttl, err)
+	}
+	b.Unlock(ctx)
+	w, err := rw.Upgrade(ctx, a)
+	if err != nil {
+		t.Fatalf("Upgrade as the only reader = %v", err)
+	}
+	if w.Fence() != a.Fence() || !errors.Is(a.Err(), lock.ErrNotHeld) {
+		t.Errorf("upgrade: fence %d→%d, read lease Err %v", a.Fence(), w.Fence(), a.Err())
+	}
+	if _, ok, _ := rw.TryRLock(ctx); ok {
+		t.Error("a reader got in after the upgrade")
+	}
+	if _, err := rw.Upgrade(ctx, w); !errors.Is(err, lock.ErrUpgrade) {
+		t.Errorf("Upgrade of a write lease = %v; want ErrUpgrade", err)
+	}
+	if err := w.Unlock(ctx); err != nil {
+		t.Errorf("Unlock of the upgraded lease = %v", err)
+	}
+	if err := a.Unlock(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of the upgraded read lease = %v; want ErrNotHeld", err)
+	}
+}
