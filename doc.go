@@ -127,6 +127,34 @@
 // (a circuit breaker shared with the locks on that client) until a probe,
 // one per 100 ms, reaches Redis again.
 //
+// # Failover
+//
+// Redis replicates asynchronously, and the compute lock is a key like the
+// others. When the master of a key fails over while a process computes the
+// key:
+//
+//   - If the lock had reached the promoted replica, the holder keeps it: its
+//     renewals and its store reach the new master once its client knows the
+//     new slot map (the breaker makes go-redis reload it), and its store
+//     wakes the waiters; a waiter that missed the message reads again after
+//     at most the holder's lease. No one computes again, unless the holder
+//     could not renew for most of a lease (its compute's context is then
+//     cancelled, and it starts over) or its store failed (its client's
+//     circuit still open): then one process computes once more.
+//   - If the lock was lost with the master, the next process that misses
+//     takes it on the new master and computes once more. The holder's next
+//     renewal is refused there, which cancels its compute's context; a
+//     compute that returns a value anyway answers its own callers, but its
+//     store is refused, since the lock no longer holds its token (a fenced
+//     store), so it never replaces the newer value.
+//
+// So a failover costs at most one more compute of a key being computed, and
+// no store leaves a value in Redis older than one already served. What a
+// failover can lose is a write that had not reached the replica: a value
+// just stored is computed again, and one that replaced another (Set,
+// Refresh, a refresh under [WithStale]) may give way to the older value
+// again, until its next refresh.
+//
 // # Client options
 //
 // The library works with go-redis's defaults; these are the settings it
