@@ -76,3 +76,83 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 func nil2Many(context.Context, []string) (map[string]string, error) {
 	return nil, errors.New("unexpected compute")
 }
+
+// TestCloseEndsEveryWait: Close also ends a Fetch waiting for another
+// process's compute (it returns ErrClosed at once, and leaves the wake-up
+// hub), a background refresh (its compute's context ends with cause
+// ErrClosed) and a FetchMany computing a batch (ErrClosed); nothing of the
+// Cache is left running once the client is closed too.
+func TestCloseEndsEveryWait(t *testing.T) {
+	s := redistest.StartServer(t)
+	other := New[string](s.Client(t), prefix(t))
+	before := goleak.IgnoreCurrent()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := New[string](rdb, prefix(t), WithStale(time.Minute))
+	ctx := context.Background()
+
+	held, release := make(chan struct{}), make(chan struct{})
+	otherDone := make(chan struct{})
+	go func() {
+		defer close(otherDone)
+		other.Fetch(ctx, "w", time.Minute, func(context.Context) (string, error) {
+			close(held)
+			<-release
+			return "v", nil
+		})
+	}()
+	<-held
+	waiting := make(chan struct{}, 1)
+	c.onWait = func(string) { waiting <- struct{}{} }
+	waited := make(chan error, 1)
+	go func() { _, err := c.Fetch(ctx, "w", time.Minute, constant("x")); waited <- err }()
+	<-waiting
+
+	if err := c.Set(ctx, "s", "old", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past its TTL: stale from now on
+	refreshing, refreshCause := make(chan struct{}), make(chan error, 1)
+	if v, err := c.Fetch(ctx, "s", time.Minute, func(ctx context.Context) (string, error) {
+		close(refreshing)
+		<-ctx.Done()
+		refreshCause <- context.Cause(ctx)
+		return "", ctx.Err()
+	}); err != nil || v != "old" {
+		t.Fatalf("Fetch of a stale value = %q, %v; want old, served while it refreshes", v, err)
+	}
+	<-refreshing
+
+	batching, batched := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := c.FetchMany(ctx, []string{"m1", "m2"}, time.Minute, func(ctx context.Context, _ []string) (map[string]string, error) {
+			close(batching)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		batched <- err
+	}()
+	<-batching
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]chan error{"Fetch waiting for another process": waited, "FetchMany computing": batched} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("%s at Close = %v; want ErrClosed", what, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s still running 5 s after Close", what)
+		}
+	}
+	if err := <-refreshCause; !errors.Is(err, ErrClosed) {
+		t.Errorf("background refresh's context cause = %v; want ErrClosed", err)
+	}
+	close(release) // the other process's compute ends
+	<-otherDone
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
+}
