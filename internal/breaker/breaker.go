@@ -35,10 +35,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
@@ -81,14 +83,17 @@ type Breaker struct {
 	doneClosed func(error)
 }
 
-// breakers holds one Breaker per client. Clients are meant to live as long
-// as the process (go-redis's advice), so the few entries are never removed.
-var breakers sync.Map // redis.UniversalClient -> *Breaker
+// breakers holds one Breaker per client, as long as the client lives: the
+// key is a weak pointer to it, and the entry goes once the client is
+// garbage (a program that makes a client per tenant, or per test, and
+// closes it does not keep every one, with its pools, for ever).
+var breakers sync.Map // weak.Pointer to the client -> *Breaker
 
 // For returns client's breaker, creating it on first use and hooking it
 // into the client's dials (see hook.go).
 func For(client redis.UniversalClient) *Breaker {
-	if b, ok := breakers.Load(client); ok {
+	key, forget := keyOf(client)
+	if b, ok := breakers.Load(key); ok {
 		return b.(*Breaker)
 	}
 	var onOpen func()
@@ -98,16 +103,43 @@ func For(client redis.UniversalClient) *Breaker {
 		// dead and its replica promoted, every call (and probe) would go
 		// to the dead address for up to a minute. Each opening (the first
 		// failure, then each failed probe) asks for a reload; go-redis
-		// runs it in the background, at most one at a time.
-		onOpen = func() { cc.ReloadState(context.Background()) }
+		// runs it in the background, at most one at a time. Weak: the
+		// breaker must not keep its client alive.
+		wc := weak.Make(cc)
+		onOpen = func() {
+			if cc := wc.Value(); cc != nil {
+				cc.ReloadState(context.Background())
+			}
+		}
 	}
 	nb := newBreaker(onOpen)
 	nb.log.client = describe(client)
-	b, loaded := breakers.LoadOrStore(client, nb)
+	b, loaded := breakers.LoadOrStore(key, nb)
 	if !loaded {
 		hookInto(client, nb)
+		forget()
 	}
 	return b.(*Breaker)
+}
+
+// keyOf is client's key in breakers, and a function that arranges for the
+// entry to go with the client. A client of a type go-redis does not make
+// is its own key, kept for the life of the process.
+func keyOf(client redis.UniversalClient) (key any, forget func()) {
+	switch c := client.(type) {
+	case *redis.Client:
+		return weakKey(c)
+	case *redis.ClusterClient:
+		return weakKey(c)
+	case *redis.Ring:
+		return weakKey(c)
+	}
+	return client, func() {}
+}
+
+func weakKey[C any](c *C) (any, func()) {
+	key := weak.Make(c)
+	return key, func() { runtime.AddCleanup(c, func(key weak.Pointer[C]) { breakers.Delete(key) }, key) }
 }
 
 // New returns a closed breaker of its own (For shares one per client).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -99,5 +100,39 @@ func TestClosedCostsNoAllocation(t *testing.T) {
 		done(nil)
 	}); n != 0 {
 		t.Errorf("%v allocations per call through a closed circuit; want 0", n)
+	}
+}
+
+// TestBreakerGoesWithItsClient: For shares one breaker per client, and
+// forgets it once the client is garbage: the registry holds no client
+// (issue 20: every client ever made stayed, with its pools, for the
+// process's life).
+func TestBreakerGoesWithItsClient(t *testing.T) {
+	count := func() int {
+		n := 0
+		breakers.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	before := count()
+	for _, client := range []redis.UniversalClient{
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}),
+		redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}),
+	} {
+		if For(client) != For(client) {
+			t.Errorf("%T: two breakers for one client", client)
+		}
+		_ = client.Close()
+	}
+	if n := count(); n != before+3 {
+		t.Fatalf("%d breakers for 3 clients", n-before)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d breakers of closed, unreachable clients left after 10 s of GCs", count()-before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
