@@ -153,3 +153,43 @@ func TestErrorsNameTheLock(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseErrorsNameTheLock: a lease's Extend, TTL and Unlock that fail
+// to reach Redis name the primitive and the lock as the acquires do.
+func TestLeaseErrorsNameTheLock(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	ctx := t.Context()
+	leases := map[string]func() (*lock.Lease, error){
+		"mutex":     func() (*lock.Lease, error) { return lock.NewMutex(rdb, "up").Lock(ctx) },
+		"semaphore": func() (*lock.Lease, error) { return lock.NewSemaphore(rdb, "up", 2).Acquire(ctx, 1) },
+		"rwmutex":   func() (*lock.Lease, error) { return lock.NewRWMutex(rdb, "up").RLock(ctx) },
+	}
+	held := map[string]*lock.Lease{}
+	for kind, acquire := range leases {
+		l, err := acquire()
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		held[kind] = l
+	}
+	srv.Kill()
+	for kind, l := range held {
+		for _, c := range []struct {
+			op   string
+			call func() error
+		}{
+			{"extend", func() error { return l.Extend(ctx, time.Minute) }},
+			{"ttl", func() error { _, err := l.TTL(ctx); return err }},
+			{"release", func() error { return l.Unlock(ctx) }}, // last: it ends the lease
+		} {
+			op, call := c.op, c.call
+			err := call()
+			want := `lock: ` + op + ` ` + kind + ` "up": `
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("%s with Redis down = %v; want %q...", op, err, want)
+			}
+		}
+	}
+}

@@ -154,10 +154,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.end(ErrNotHeld)
 	if foreign(err) {
-		return foreignErr("release", l.name, l.h, ErrNotHeld)
+		return l.o.foreign("release", l.h, ErrNotHeld)
 	}
 	if err != nil {
-		return fmt.Errorf("lock: release %q: %w", l.name, err)
+		// Not failed: a done ctx must not hide the detached release's error.
+		return fmt.Errorf("lock: release %s %q: %w", l.o.kind, l.o.name, err)
 	}
 	if !ok {
 		return ErrNotHeld
@@ -182,10 +183,10 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	ok, err := l.h.extend(ctx, l.token, ttl)
 	if foreign(err) {
 		l.end(ErrLost)
-		return foreignErr("extend", l.name, l.h, ErrNotHeld)
+		return l.o.foreign("extend", l.h, ErrNotHeld)
 	}
 	if err != nil {
-		return redisutil.Failed(ctx, "lock", "extend", l.name, err)
+		return l.o.failed(ctx, "extend", err)
 	}
 	if !ok {
 		l.end(ErrLost)
@@ -202,10 +203,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	d, err := l.h.pttl(ctx, l.token)
 	if foreign(err) {
-		return 0, foreignErr("ttl", l.name, l.h, ErrNotHeld)
+		return 0, l.o.foreign("ttl", l.h, ErrNotHeld)
 	}
 	if err != nil && err != ErrNotHeld {
-		return 0, redisutil.Failed(ctx, "lock", "ttl", l.name, err)
+		return 0, l.o.failed(ctx, "ttl", err)
 	}
 	return d, err
 }

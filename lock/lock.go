@@ -208,7 +208,8 @@ var errNoTTL = errors.New("a value without expiry")
 // "<name>": <cause>`, so that a log line says which kind of lock failed
 // without the caller's help: "acquire" for every attempt to take a lock
 // (whether Redis failed it or the circuit turned it away, see guarded),
-// "locked", "available", "upgrade" for the queries.
+// "locked", "available", "upgrade" for the queries, "release", "extend"
+// and "ttl" for a lease's calls.
 
 // failed reports the failed round trip of op on the lock o describes. A
 // done context wins, unwrapped (see redisutil.Failed).
@@ -219,16 +220,10 @@ func (o *options) failed(ctx context.Context, op string, err error) error {
 // foreign reports that op on the lock o describes found foreign data at
 // h's keys; it wraps cause (ErrNotHeld, or Redis's error).
 func (o *options) foreign(op string, h holder, cause error) error {
-	return foreignErr(op+" "+o.kind, o.name, h, cause)
+	return fmt.Errorf("lock: %s %s %q: %s holds data that is not this lock's: %w", op, o.kind, o.name, h.where(), cause)
 }
 
-// foreignErr is foreign for a caller that names the primitive in op
-// itself.
-func foreignErr(op, name string, h holder, cause error) error {
-	return fmt.Errorf("lock: %s %q: %s holds data that is not this lock's: %w", op, name, h.where(), cause)
-}
-
-// keyList names the keys of a lock for foreignErr.
+// keyList names the keys of a lock for foreign.
 func keyList(keys ...string) string {
 	if len(keys) == 1 {
 		return "key " + keys[0]
