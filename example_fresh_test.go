@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // With WithStale, a value past its TTL is served at once while one process
@@ -29,9 +30,12 @@ func ExampleWithStale() {
 	v, _ = prices.Fetch(ctx, "beer", time.Minute, load)
 	fmt.Println("stale, served at once:", v)
 
-	for prices.Stats().Refreshes == 0 || v == 100 { // the refresh runs in the background
-		time.Sleep(time.Millisecond)
+	refreshed := func() bool { // the refresh runs in the background
 		v, _ = prices.Get(ctx, "beer")
+		return prices.Stats().Refreshes > 0 && v != 100
+	}
+	if !redistest.Within(redistest.EventuallyWithin, refreshed) {
+		fmt.Println("no refresh within", redistest.EventuallyWithin)
 	}
 	fmt.Println("after the refresh:", v)
 	// Output:
@@ -124,9 +128,12 @@ func ExampleWithEarlyRefresh() {
 	m.FastForward(time.Minute - time.Millisecond) // about to expire
 	b, _ := beers.Fetch(ctx, "42", time.Minute, load)
 	fmt.Println("served:", b.Name)
-	for beers.Stats().Refreshes == 0 || b.Name == "Pils #1" {
-		time.Sleep(time.Millisecond)
+	refreshed := func() bool {
 		b, _ = beers.Get(ctx, "42")
+		return beers.Stats().Refreshes > 0 && b.Name != "Pils #1"
+	}
+	if !redistest.Within(redistest.EventuallyWithin, refreshed) {
+		fmt.Println("no early refresh within", redistest.EventuallyWithin)
 	}
 	fmt.Println("refreshed early:", b.Name)
 	// Output:

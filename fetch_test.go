@@ -414,12 +414,7 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); waiter.Stats().PushWakeups == push; {
-			if time.Now().After(deadline) {
-				t.Fatalf("wake-up %q not received", msg)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		redistest.Eventually(t, fmt.Sprintf("the wake-up %q", msg), func() bool { return waiter.Stats().PushWakeups != push })
 	}
 	publish("v" + "another-holder:" + enc(99)) // an earlier compute's value
 	publish("v" + token + ":" + "garbage")     // does not decode

@@ -1,6 +1,6 @@
 package dogpile
 
-// The modes of the freshness children (see fresh_child_test.go).
+// The modes of the freshness children (see fleet_child_test.go).
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // procBurst: every worker fetches the stale "k" once and must get v1 at
@@ -18,8 +20,9 @@ func procBurst(p *proc) {
 	p.ready()
 	compute := func(ctx context.Context) (string, error) {
 		p.count("computes")
-		for p.rdb.Exists(ctx, p.prefix+"release").Val() == 0 {
-			time.Sleep(5 * time.Millisecond)
+		released := func() bool { return p.rdb.Exists(ctx, p.prefix+"release").Val() == 1 }
+		if !redistest.Within(redistest.ChildTimeout, released) { // as long as the parent waits for a line
+			p.fail("the parent did not release the refresh within " + redistest.ChildTimeout.String())
 		}
 		return "v2", nil
 	}
@@ -175,8 +178,9 @@ func procRefresh(p *proc) {
 			p.check(v, "held", err)
 		})
 	}
-	for !p.joined(flightID{refreshFlight, p.c.valueKey("k")}) || p.c.Stats().Waits == 0 {
-		time.Sleep(time.Millisecond)
+	waiting := func() bool { return p.joined(flightID{refreshFlight, p.c.valueKey("k")}) && p.c.Stats().Waits > 0 }
+	if !redistest.Within(redistest.ChildTimeout, waiting) {
+		p.fail("the workers did not join one Refresh flight waiting for the other process")
 	}
 	p.say("waiting")
 	wg.Wait()

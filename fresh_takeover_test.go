@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // A refreshing process that dies or freezes mid-refresh, across processes
@@ -104,14 +106,11 @@ func TestProcsRefreshZombieFenced(t *testing.T) {
 // waitGone waits until key no longer exists (a lease ran out).
 func waitGone(t *testing.T, rdb redis.UniversalClient, key string) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	redistest.Eventually(t, key+" to expire", func() bool {
 		n, err := rdb.Exists(context.Background(), key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return
-		}
-	}
-	t.Fatalf("%s still there after 10s", key)
+		return n == 0
+	})
 }

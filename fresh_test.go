@@ -53,9 +53,7 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	}
 	// Which process refreshes is a race; the other finds the lock taken, or
 	// the value refreshed, and computes nothing.
-	for computes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "a refresh to start", func() bool { return computes.Load() > 0 })
 	close(release)
 	settle(t, a)
 	settle(t, o)

@@ -38,9 +38,7 @@ func testManyJoinsFetch(t *testing.T, b redistest.Backend) {
 	e := &echo{}
 	mres := goFetchMany(t, c, []string{"a", "b"}, e.compute)
 	// FetchMany computes b and waits for a's flight.
-	for len(e.keys()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "FetchMany's compute", func() bool { return len(e.keys()) > 0 })
 	close(release)
 	wantAll(t, <-mres, []string{"a", "b"})
 	if err := <-fres; err != nil {
@@ -71,9 +69,7 @@ func testManyFetchJoinsMany(t *testing.T, b redistest.Backend) {
 		})
 	}
 	<-waiting
-	for c.Stats().Shared == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "the Fetch of this process to join the flight", func() bool { return c.Stats().Shared > 0 })
 	close(e.gate)
 	wg.Wait()
 	wantAll(t, <-mres, []string{"a", "b"})

@@ -39,7 +39,7 @@ func TestNearCacheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the invalidations", func() bool { return a.Stats().NearInvalidations >= uint64(len(keys)) })
+	redistest.Eventually(t, "the invalidations", func() bool { return a.Stats().NearInvalidations >= uint64(len(keys)) })
 	for _, k := range keys {
 		if v := fetchValue(t, a, k); v != "v2" {
 			t.Fatalf("Fetch(%q) after the other process's Set = %q; want v2", k, v)
@@ -51,7 +51,7 @@ func TestNearCacheCluster(t *testing.T) {
 	if err := admin.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, admin)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+	redistest.Eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
 	for _, k := range keys {
 		fetchNear(t, a, k) // tracking is back on every master
 	}
@@ -112,7 +112,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the idle run's end", func() bool { return a.Stats().NearFlushes > flushes })
+	redistest.Eventually(t, "the idle run's end", func() bool { return a.Stats().NearFlushes > flushes })
 	for _, k := range keys {
 		fetchNear(t, a, k)
 	}

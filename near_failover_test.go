@@ -38,7 +38,7 @@ func TestNearCacheClusterFailover(t *testing.T) {
 		t.Fatal("the old master still replicates the new one")
 	}
 	for _, k := range keys {
-		eventually(t, "A to serve the new value of "+k, func() bool { return fetchValue(t, a, k) == "v2" })
+		redistest.Eventually(t, "A to serve the new value of "+k, func() bool { return fetchValue(t, a, k) == "v2" })
 	}
 	stop()
 	for _, k := range keys {
@@ -72,7 +72,7 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 	old.Kill()
 	// Until the flush, the tier may serve the values it holds: nothing can
 	// write them, and their master's death reaches A a moment later.
-	eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+	redistest.Eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
 	stop := serveNear(t, a, keys, func(near bool) {
 		fetches.Add(1)
 		if !promoted {
@@ -90,7 +90,7 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 	if n := early.Load(); n != 0 {
 		t.Errorf("%d near hits between the flush and the promotion (of %d Fetches)", n, fetches.Load())
 	}
-	eventually(t, "B's write to the new master", func() bool {
+	redistest.Eventually(t, "B's write to the new master", func() bool {
 		bc.ReloadState(ctx) // go-redis reloads the slots by itself only after a MOVED, or a minute
 		return b.Set(ctx, keys[0], "v2", time.Minute) == nil
 	})
@@ -100,7 +100,7 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		eventually(t, "A to serve the new value of "+k, func() bool {
+		redistest.Eventually(t, "A to serve the new value of "+k, func() bool {
 			v, err := a.Fetch(ctx, k, time.Minute, nil2[string]) // A's client may not know the new master yet
 			return err == nil && v == "v2"
 		})

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // fromOther is what procSet stores under "k".
@@ -45,7 +47,7 @@ func TestNearCacheOtherProcess(t *testing.T) {
 		// The other process has exited: its writes are in Redis, and their
 		// invalidations on their way.
 		for k, want := range map[string]string{"k": fromOther, "j": "computed"} {
-			eventually(t, "the other process's write of "+k, func() bool {
+			redistest.Eventually(t, "the other process's write of "+k, func() bool {
 				v, err := a.Fetch(ctx, k, time.Minute, constant("computed"))
 				if err != nil {
 					t.Fatal(err)

@@ -33,24 +33,12 @@ func stopTracking[T any](c *Cache[T]) {
 	c.near.t.Wait()
 }
 
-// eventually polls cond until it holds, failing the test after 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // fetchNear fetches key until the answer comes from the near tier (tracking
 // is in place and the value was read once), and returns it.
 func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
 	t.Helper()
 	var v T
-	eventually(t, "a near hit on "+key, func() bool {
+	redistest.Eventually(t, "a near hit on "+key, func() bool {
 		before := c.Stats().NearHits
 		var err error
 		if v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T]); err != nil {
@@ -150,7 +138,7 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 		// Wait for the write's own message: a count of invalidations may
 		// also move for a message of an earlier write (a script touches
 		// more than the value key, all under the prefix).
-		eventually(t, "the invalidation after "+how, func() bool {
+		redistest.Eventually(t, "the invalidation after "+how, func() bool {
 			v, err := a.Fetch(ctx, "k", time.Minute, constant("computed"))
 			if err != nil {
 				t.Fatalf("after %s: Fetch: %v", how, err)
@@ -238,7 +226,7 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 			if err := admin.Do(ctx, args...).Err(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
+			redistest.Eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
 			if err := b.Set(ctx, "k", "v2", time.Minute); err != nil { // while tracking is down
 				t.Fatal(err)
 			}
@@ -393,13 +381,13 @@ func TestNearCacheDegrades(t *testing.T) {
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "NearOff", func() bool {
+	redistest.Eventually(t, "NearOff", func() bool {
 		if v := fetchValue(t, a, "k"); v != "v1" {
 			t.Fatalf("Fetch = %q; want v1", v)
 		}
 		return a.Stats().NearOff
 	})
-	eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
+	redistest.Eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
 	if err := rdb.Del(ctx, a.valueKey("k")).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +419,7 @@ func TestNearCacheSilentServer(t *testing.T) {
 	fetchNear(t, a, "k")
 	flushes := a.Stats().NearFlushes
 	s.Pause()
-	eventually(t, "the flush while the server is silent", func() bool {
+	redistest.Eventually(t, "the flush while the server is silent", func() bool {
 		a.near.t.Use(near.Now()) // in use (a Fetch would block once the tier is off)
 		return a.Stats().NearFlushes > flushes
 	})
@@ -453,7 +441,7 @@ func TestNearCacheTombstone(t *testing.T) {
 	}
 	a := newNearCache[string](t, redistest.StartServer(t).Client(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
 	absent := func(context.Context) (string, error) { return "", ErrNotFound }
-	eventually(t, "a near hit on the tombstone", func() bool {
+	redistest.Eventually(t, "a near hit on the tombstone", func() bool {
 		before := a.Stats().NearHits
 		if _, err := a.Fetch(t.Context(), "gone", time.Minute, absent); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Fetch = %v; want ErrNotFound", err)
@@ -517,17 +505,17 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the invalidation of k", heard("k"))
+	redistest.Eventually(t, "the invalidation of k", heard("k"))
 	raw := srv.Client(t)
 	if err := raw.Del(ctx, redisutil.Key(t.Name()+":", "a{b}")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the invalidation of a{b}", heard(redisutil.Key(t.Name()+":", "a{b}")))
+	redistest.Eventually(t, "the invalidation of a{b}", heard(redisutil.Key(t.Name()+":", "a{b}")))
 	fetchNear(t, a, "k")
 	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, raw)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the flush", heard(""))
+	redistest.Eventually(t, "the flush", heard(""))
 }
 
 // TestNearCacheForgedInvalidations: a client that PUBLISHes to the
@@ -554,7 +542,7 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 	if err := raw.Set(ctx, a.valueKey("marker"), "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the marker's invalidation", func() bool { return a.Stats().NearInvalidations > before.NearInvalidations })
+	redistest.Eventually(t, "the marker's invalidation", func() bool { return a.Stats().NearInvalidations > before.NearInvalidations })
 	if s := a.Stats(); s.NearFlushes != before.NearFlushes || s.NearInvalidations != before.NearInvalidations+1 {
 		t.Errorf("after 5 forged messages: %d flushes, %d invalidations; want %d, %d",
 			s.NearFlushes, s.NearInvalidations, before.NearFlushes, before.NearInvalidations+1)
@@ -583,13 +571,13 @@ func TestNearCacheACLWithoutChannels(t *testing.T) {
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "NearOff", func() bool {
+	redistest.Eventually(t, "NearOff", func() bool {
 		if v := fetchValue(t, a, "k"); v != "v1" {
 			t.Fatalf("Fetch = %q; want v1", v)
 		}
 		return a.Stats().NearOff
 	})
-	eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
+	redistest.Eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
 	if n := strings.Count(buf.String(), "near cache off"); n != 1 || !strings.Contains(buf.String(), "NOPERM") {
 		t.Errorf("logged %d times, or without the server's reason; want once, with NOPERM:\n%s", n, buf.String())
 	}

@@ -143,16 +143,16 @@ func exerciseCache(t *testing.T, ctx context.Context, app redis.UniversalClient,
 			t.Errorf("Fetch as the computing process: %v", err)
 		}
 	})
-	waitFor(t, "a's compute lock", func() bool { return a.Stats().Computes == 1 })
+	redistest.Eventually(t, "a's compute lock", func() bool { return a.Stats().Computes == 1 })
 	wg.Go(func() {
 		if v, err := b.Fetch(ctx, "k", time.Minute, value("b computed")); err != nil || v != "v" {
 			t.Errorf("Fetch as a waiting process = %q, %v; want v", v, err)
 		}
 	})
-	waitFor(t, "b to subscribe to k's wake-ups", subscribed(t, admins, "*{k}*"))
+	redistest.Eventually(t, "b to subscribe to k's wake-ups", subscribed(t, admins, "*{k}*"))
 	done()
 	// The near tier: a hit from memory once tracking is up.
-	waitFor(t, "a near hit", func() bool {
+	redistest.Eventually(t, "a near hit", func() bool {
 		if _, err := a.Fetch(ctx, "k", time.Minute, value("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +188,7 @@ func cacheCalls(t *testing.T, ctx context.Context, a *dogpile.Cache[string], val
 		t.Errorf("Refresh: %v", err)
 	}
 	// k is due for its early refresh now: a background refresh runs.
-	waitFor(t, "a background refresh", func() bool {
+	redistest.Eventually(t, "a background refresh", func() bool {
 		if _, err := a.Fetch(ctx, "k", time.Minute, value("again")); err != nil {
 			t.Fatal(err)
 		}
@@ -269,23 +269,11 @@ func contend(t *testing.T, ctx context.Context, admins []*redis.Client, name str
 		}
 		got <- err
 	}()
-	waitFor(t, "a waiter on "+name, subscribed(t, admins, "*{"+name+"*"))
+	redistest.Eventually(t, "a waiter on "+name, subscribed(t, admins, "*{"+name+"*"))
 	if err := first.Unlock(ctx); err != nil {
 		t.Errorf("Unlock: %v", err)
 	}
 	if err := <-got; err != nil {
 		t.Errorf("the waiting acquire: %v", err)
-	}
-}
-
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -69,9 +69,7 @@ func TestCache(t *testing.T) {
 		span.End()
 		wdone <- err
 	}()
-	for waiter.Stats().Waits == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "the waiter to wait", func() bool { return waiter.Stats().Waits > 0 })
 	close(release)
 	if err := <-hdone; err != nil {
 		t.Fatal(err)
