@@ -14,7 +14,7 @@ import (
 )
 
 // FetchMany with the other flights of the fleet: a Fetch of this process, a
-// dead holder, a stale value's background refresh.
+// dead holder, a stale value's background refresh, a caller that leaves.
 
 // testManyJoinsFetch: a key that a Fetch of this process computes is not
 // passed to FetchMany's compute: FetchMany joins that flight.
@@ -145,6 +145,43 @@ func testManyStale(t *testing.T, b redistest.Backend) {
 			t.Errorf("Get(%s) after the refresh = %q, %v", k, v, err)
 		}
 	}
+}
+
+// TestFetchManyCallerLeaves: a caller whose ctx ends while compute runs
+// gets the hits it has and ctx's error at once; compute runs on and its
+// values are stored for the next caller.
+func TestFetchManyCallerLeaves(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	c := New[string](rdb, prefix(t))
+	if err := c.Set(t.Context(), "hit", "v:hit", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	res := make(chan error, 1)
+	var got map[string]string
+	go func() {
+		var err error
+		got, err = c.FetchMany(ctx, []string{"hit", "a", "b"}, time.Minute, e.compute)
+		res <- err
+	}()
+	<-e.started
+	cancel()
+	if err := <-res; err != context.Canceled {
+		t.Errorf("FetchMany error = %v; want context.Canceled", err)
+	}
+	if got["hit"] != "v:hit" || len(got) != 1 {
+		t.Errorf("FetchMany = %v; want the hit alone", got)
+	}
+	close(e.gate)
+	// The compute, abandoned by its caller, still stores: a new caller
+	// joins its flight or reads the value.
+	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, []string{"a", "b"})
+	settle(t, c)
 }
 
 // goFetchMany calls c.FetchMany(keys, compute) on a goroutine of its own

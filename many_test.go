@@ -275,3 +275,25 @@ func TestFetchManyBadInput(t *testing.T) {
 		t.Errorf("Stats = %+v; want nothing counted", s)
 	}
 }
+
+// TestFetchManyRedisDown: with Redis unreachable FetchMany returns an
+// error per key and does not compute, unless WithComputeWhenDown is set.
+func TestFetchManyRedisDown(t *testing.T) {
+	s := redistest.StartServer(t)
+	s.Kill()
+	c := New[string](noRetryClient(t, s))
+	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
+	if len(got) != 0 || err == nil || !strings.Contains(err.Error(), `dogpile: get "a"`) || !strings.Contains(err.Error(), `dogpile: get "b"`) {
+		t.Errorf("FetchMany with Redis down = %v, %v; want nothing and a get error per key", got, err)
+	}
+	open := New[string](noRetryClient(t, s), WithComputeWhenDown())
+	e := &echo{}
+	got, err = open.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, e.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll(t, got, []string{"a", "b"})
+	if calls := e.keys(); len(calls) != 1 {
+		t.Errorf("compute calls %v; want one, without the cache", calls)
+	}
+}

@@ -1,7 +1,6 @@
 package dogpile
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -125,13 +124,35 @@ func TestObserverFailedCompute(t *testing.T) {
 	}
 }
 
+// TestFetchManyObserver: one compute call is one ComputeStart and one
+// ComputeEnd, with every key in Keys; each key is a hit or a miss.
+func TestFetchManyObserver(t *testing.T) {
+	rec := &recorder{}
+	c := New[string](redistest.StartServer(t).Client(t), prefix(t), WithObserver(rec.observe))
+	if err := c.Set(t.Context(), "hit", "v:hit", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.FetchMany(t.Context(), []string{"hit", "a", "b"}, time.Minute, (&echo{}).compute); err != nil {
+		t.Fatal(err)
+	}
+	kinds := rec.kinds()
+	count := func(k EventKind) int {
+		return len(slices.DeleteFunc(slices.Clone(kinds), func(x EventKind) bool { return x != k }))
+	}
+	if count(EventComputeStart) != 1 || count(EventComputeEnd) != 1 || count(EventHit) != 1 || count(EventMiss) != 2 {
+		t.Errorf("events %v; want 1 compute start and end, 1 hit, 2 misses", kinds)
+	}
+	if e, ok := rec.find(EventComputeEnd); !ok || !slices.Equal(e.Keys, []string{"a", "b"}) || e.Key != "a" {
+		t.Errorf("ComputeEnd = %+v; want Keys [a b], Key a", e)
+	}
+}
+
 // TestLogger: rare events are logged (a compute's panic with its stack,
 // bytes that do not decode, an outage), hits and misses are not.
 func TestLogger(t *testing.T) {
 	s := redistest.StartServer(t)
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	rdb := noRetryClient(t, s)
 	c := New[int](rdb, prefix(t), WithLogger(logger))
 	if _, err := c.Fetch(t.Context(), "p", time.Minute, func(context.Context) (int, error) { panic("kaboom") }); err == nil {
@@ -148,9 +169,7 @@ func TestLogger(t *testing.T) {
 	c.Get(t.Context(), "x")
 	c.Get(t.Context(), "x")
 
-	mu.Lock()
 	out := buf.String()
-	mu.Unlock()
 	for _, want := range []string{"compute panicked", "kaboom", "observe_test.go", "does not decode", "redis unreachable"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
@@ -159,15 +178,4 @@ func TestLogger(t *testing.T) {
 	if n := strings.Count(out, "\n"); n != 3 {
 		t.Errorf("%d log lines; want 3 (panic, decode error, outage):\n%s", n, out)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
