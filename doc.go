@@ -123,9 +123,10 @@
 // By default a Redis error is returned, wrapped, and compute is not called:
 // an outage of the cache does not become a stampede on the store behind it.
 // [WithComputeWhenDown] chooses the other way. From the client's first
-// refused dial, calls on the same client fail at once with [ErrUnavailable]
-// (a circuit breaker shared with the locks on that client) until a probe,
-// one per 100 ms, reaches Redis again.
+// refused dial or broken connection (a read that times out included; see
+// Client options), calls on the same client fail at once with
+// [ErrUnavailable] (a circuit breaker shared with the locks on that client)
+// until a probe, one per 100 ms, reaches Redis again.
 //
 // # Failover
 //
@@ -163,14 +164,19 @@
 //   - ContextTimeoutEnabled: true, so that a caller's deadline bounds its
 //     round trips too, not only its waits (the first caller of a flight
 //     reads Redis on its own context). Deadlines then do what they say;
-//     outages are still detected at the first refused dial.
+//     outages are still detected at the first refused dial, and a read
+//     that a deadline cuts short counts as one that timed out (go-redis
+//     puts the deadline on the socket).
 //   - PoolSize: at least twice the number of goroutines that call the
 //     cache at once (the default is 10 per CPU). Half of it is what lock
 //     attempts may take when many keys miss at once (see the guarantees).
-//   - DialTimeout (5 s by default) and ReadTimeout (3 s): a server that
-//     stops answering without refusing connections (frozen, or behind a
-//     silent network) is noticed only after these; lower them to what a
-//     healthy Redis never takes.
+//   - ReadTimeout (3 s by default): a server that stops answering without
+//     refusing connections (frozen, or behind a silent network) opens the
+//     circuit at the first read that times out: after ReadTimeout, or at a
+//     caller's deadline if that comes first (with ContextTimeoutEnabled).
+//     Lower it to what a healthy Redis never takes. A dial that times out
+//     (DialTimeout, 5 s by default, or a deadline) does not count: Go
+//     reports it as context.DeadlineExceeded, the caller's own.
 //   - One client per process, made at startup, and the Caches and locks
 //     made before its first command (the breaker then hooks every node of
 //     a Cluster). Close the Caches (see [Cache.Close]), then the client, at

@@ -86,10 +86,12 @@
 // after it may still find the lock taken, for as long as the release
 // takes.)
 //
-// From the client's first refused dial, acquires on that client fail at
-// once with [ErrUnavailable] (a circuit breaker shared with the dogpile
-// caches on that client) until a probe, one per 100 ms, reaches Redis
-// again. A Redlock bounds each server's round trip instead.
+// From the client's first refused dial or broken connection (a read that
+// times out included, at the client's ReadTimeout or at a deadline the
+// socket was given), acquires on that client fail at once with
+// [ErrUnavailable] (a circuit breaker shared with the dogpile caches on
+// that client) until a probe, one per 100 ms, reaches Redis again. A
+// Redlock bounds each server's round trip instead.
 //
 // A lock needs no Close: it starts no goroutine that outlives its calls,
 // but for a lease's watchdog ([WithAutoExtend]), which Unlock stops, and
