@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -340,47 +338,6 @@ func testKeyWithBraces(t *testing.T, b redistest.Backend) {
 		t.Errorf("distinct keys share the Redis key %q", a)
 	}
 }
-
-func TestBadInput(t *testing.T) {
-	c := New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
-	ctx := context.Background()
-	ok := func(context.Context) (int, error) { return 1, nil }
-	// Keys and TTLs may come from data: an error naming the argument, no
-	// panic and no I/O (the client points at a closed port).
-	for name, err := range map[string]error{
-		"empty key":        first(c.Fetch(ctx, "", time.Minute, ok)),
-		"ttl":              first(c.Fetch(ctx, "k", 0, ok)),
-		"ttl -1s":          first(c.Fetch(ctx, "k", -time.Second, ok)),
-		"Refresh key":      first(c.Refresh(ctx, "", time.Minute, ok)),
-		"Refresh ttl":      first(c.Refresh(ctx, "k", time.Microsecond, ok)),
-		"Set ttl":          c.Set(ctx, "k", 1, 0),
-		"Set empty key":    c.Set(ctx, "", 1, time.Minute),
-		"Get empty key":    first(c.Get(ctx, "")),
-		"Delete empty key": c.Delete(ctx, ""),
-	} {
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err = %v; want ErrInvalid", name, err)
-		} else if !strings.Contains(err.Error(), "key") && !strings.Contains(err.Error(), "ttl") {
-			t.Errorf("%s: err = %v; want it to name the argument", name, err)
-		}
-	}
-	// Programmer errors stay panics.
-	mustPanic(t, "New(nil)", func() { New[int](nil) })
-	mustPanic(t, "Fetch with nil compute", func() { _, _ = c.Fetch(ctx, "k", time.Minute, nil) })
-	mustPanic(t, "Refresh with nil compute", func() { _, _ = c.Refresh(ctx, "k", time.Minute, nil) })
-	mustPanic(t, "WithPrefix with a brace", func() { WithPrefix("a{") })
-	mustPanic(t, "WithLease(0)", func() { WithLease(0) })
-	mustPanic(t, "WithMaxCompute(0)", func() { WithMaxCompute(0) })
-	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })
-	mustPanic(t, "WithWaitTimeout(-1)", func() { WithWaitTimeout(-1) })
-	mustPanic(t, "WithStale(0)", func() { WithStale(0) })
-	mustPanic(t, "WithNegativeTTL(0)", func() { WithNegativeTTL(0) })
-	mustPanic(t, "WithEarlyRefresh(0)", func() { WithEarlyRefresh(0) })
-	mustPanic(t, "WithRefreshRetry(0)", func() { WithRefreshRetry(0) })
-	_ = c.client.Close()
-}
-
-func first[T any](_ T, err error) error { return err }
 
 // testWakeUpCarriesValue sends forged wake-ups to a waiting process: it
 // takes the value from a wake-up only if the compute it waits for sent it

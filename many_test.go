@@ -249,33 +249,6 @@ func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
 	computedOnce(t, computesPerKey(t, rdb, t.Name()+":"), len(keys))
 }
 
-func TestFetchManyBadInput(t *testing.T) {
-	c := New[string](nopClient(t)) // any I/O would fail
-	ctx := t.Context()
-	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
-	if err != nil || got == nil || len(got) != 0 {
-		t.Errorf("FetchMany(no keys) = %v, %v; want an empty map, nil", got, err)
-	}
-	for _, tc := range []struct {
-		keys []string
-		ttl  time.Duration
-		want string
-	}{
-		{[]string{"a", ""}, time.Minute, "dogpile: invalid argument: key 2 of 2 is empty"},
-		{[]string{"a"}, time.Microsecond, "ttl 1µs is below 1ms"},
-		{[]string{"a"}, 0, "below 1ms"},
-	} {
-		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
-			t.Errorf("FetchMany(%q, %v) = %v, %v; want nil, ErrInvalid saying %q", tc.keys, tc.ttl, got, err, tc.want)
-		}
-	}
-	mustPanic(t, "FetchMany(nil compute)", func() { _, _ = c.FetchMany(ctx, []string{"a"}, time.Minute, nil) })
-	if s := c.Stats(); s != (Stats{}) {
-		t.Errorf("Stats = %+v; want nothing counted", s)
-	}
-}
-
 // TestFetchManyRedisDown: with Redis unreachable FetchMany returns an
 // error per key and does not compute, unless WithComputeWhenDown is set.
 func TestFetchManyRedisDown(t *testing.T) {
