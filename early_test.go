@@ -1,11 +1,69 @@
 package dogpile
 
+// WithEarlyRefresh: a hot key is refreshed shortly before it expires, so
+// that no caller waits for a compute.
+
 import (
+	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
+
+// testEarlyRefreshBeforeExpiry, a case of the behaviour suite
+// (fetch_test.go): a hit inside the gap before expiry refreshes in the
+// background, a hit just before it does not.
+func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
+	ctx := t.Context()
+	// The gap (early) is at least took; the margins below stay clear of
+	// its edges by more than a loaded machine oversleeps.
+	const took, ttl, margin = 150 * time.Millisecond, 1500 * time.Millisecond, 150 * time.Millisecond
+	c := New[string](b.Client(t), prefix(t), WithEarlyRefresh(1))
+	var n atomic.Int32
+	compute := func(context.Context) (string, error) {
+		time.Sleep(took)
+		return fmt.Sprint("v", n.Add(1)), nil
+	}
+	if _, err := c.Fetch(ctx, "k", ttl, compute); err != nil {
+		t.Fatal(err)
+	}
+	vk := c.keys("k").value
+	raw, err := c.client.Get(ctx, vk).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m, err := c.decodeEntry(raw)
+	if err != nil || m.took < took || m.early < min(earlyFloor*m.took, ttl/3) || m.early > ttl/3 {
+		t.Fatalf("entry meta = %+v, %v; want took >= %v and early in [2·took, ttl/3]", m, err, took)
+	}
+	// Just before the gap a hit serves and refreshes nothing; inside it, a
+	// hit serves the current value and refreshes in the background. The
+	// key's own PTTL says where the gap is, whatever time the fill took.
+	pass(b, c.client.PTTL(ctx, vk).Val()-m.early-margin)
+	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" {
+		t.Fatalf("hit before the gap = %q; want v1", v)
+	}
+	settle(t, c)
+	if n.Load() != 1 {
+		t.Fatalf("%d computes after a hit %v before the gap; want no refresh", n.Load(), margin)
+	}
+	pass(b, c.client.PTTL(ctx, vk).Val()-m.early/2)
+	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" {
+		t.Fatalf("hit inside the gap = %q; want v1 while refreshing", v)
+	}
+	settle(t, c)
+	if v, err := c.Get(ctx, "k"); v != "v2" || err != nil {
+		t.Errorf("after the early refresh Get = %q, %v; want v2", v, err)
+	}
+	if s := c.Stats(); s.Refreshes != 1 || s.Misses != 1 {
+		t.Errorf("Stats = %+v; want one refresh and only the first fill missed", s)
+	}
+}
 
 // TestProcsEarlyRefreshNobodyWaits: XFetch with beta 1 on a hot key: 2
 // processes × 4 goroutines fetch it every 2ms (about 3,000 calls a second:
@@ -24,10 +82,10 @@ func TestProcsEarlyRefreshNobodyWaits(t *testing.T) {
 		const ttl, run = xfetchTTL, 6300 * time.Millisecond
 		kids := goChildren(t, 2, "xfetch", addrs, prefix, optsEnv+"=beta=1", workersEnv+"=4", runEnv+"="+run.String())
 		for _, k := range kids {
-			k.expect(t, "filled")
+			k.Expect(t, "filled")
 		}
 		for _, k := range kids {
-			k.say(t, "go")
+			k.Say(t, "go")
 		}
 		res := results(t, kids)
 		calls, stall := 0, time.Duration(0)

@@ -24,7 +24,7 @@ func startRefreshHolder(t *testing.T, addrs []string, rdb redis.UniversalClient,
 	t.Helper()
 	c := seedStale(t, rdb, prefix)
 	holder := goChildren(t, 1, "hold", addrs, prefix, takeoverOpts, opEnv+"=stale")[0]
-	holder.expect(t, "computing")
+	holder.Expect(t, "computing")
 	pttl, err := rdb.PTTL(context.Background(), c.keys("k").lock).Result()
 	if err != nil || pttl <= 0 || pttl > takeoverLease {
 		t.Fatalf("compute lock PTTL = %v, %v; want the holder's lease", pttl, err)
@@ -56,9 +56,7 @@ func TestProcsRefreshHolderKilled(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "rk:"
 		c, holder, pttl := startRefreshHolder(t, addrs, rdb, prefix)
-		if err := holder.cmd.Process.Kill(); err != nil {
-			t.Fatal(err)
-		}
+		holder.Kill()
 		killed := time.Now()
 		kids := goChildren(t, 2, "until", addrs, prefix, takeoverOpts, workersEnv+"=4")
 		refreshed := checkStaleThenNew(t, kids)
@@ -84,12 +82,12 @@ func TestProcsRefreshZombieFenced(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "rz:"
 		c, zombie, _ := startRefreshHolder(t, addrs, rdb, prefix)
-		pause(t, zombie.cmd.Process)
+		zombie.Pause(t)
 		waitGone(t, rdb, c.keys("k").lock)
 		checkStaleThenNew(t, goChildren(t, 1, "until", addrs, prefix, takeoverOpts, workersEnv+"=4"))
 
-		resume(t, zombie.cmd.Process)
-		zombie.say(t, "finish") // compute returns "held", past its lease
+		zombie.Resume(t)
+		zombie.Say(t, "finish") // compute returns "held", past its lease
 		r := results(t, []*child{zombie})[0]
 		if r.Values != 1 || r.Stats.Refreshes != 1 {
 			t.Errorf("zombie: %d stale answers, Stats %+v; want its Fetch answered v1 and one refresh", r.Values, r.Stats)

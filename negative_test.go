@@ -1,0 +1,71 @@
+package dogpile
+
+// WithNegativeTTL: a compute's ErrNotFound is remembered in every process
+// for a while; without it, nothing is stored. Cases of the behaviour suite
+// (fetch_test.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+func testNegativeCaching(t *testing.T, b redistest.Backend) {
+	ctx := t.Context()
+	a := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
+		return "", fmt.Errorf("no such beer: %w", ErrNotFound)
+	})
+	close(release)
+	for who, ch := range map[string]chan result[string]{"holder": hres, "waiter": wres} {
+		if r := <-ch; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+			t.Errorf("%s: err = %v; want ErrNotFound", who, r.err)
+		}
+	}
+	// Remembered in every process: no compute until the negative TTL ends.
+	var computes atomic.Int32
+	for _, c := range []*Cache[string]{a, o} {
+		_, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
+			computes.Add(1)
+			return "found", nil
+		})
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("Fetch of a tombstone: err = %v; want ErrNotFound", err)
+		}
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get of a tombstone: err = %v; want ErrNotFound", err)
+		}
+	}
+	if n := computes.Load(); n != 0 {
+		t.Errorf("computes while not found is cached = %d; want 0", n)
+	}
+	pttl, err := a.client.PTTL(ctx, a.keys("k").value).Result()
+	if err != nil || pttl <= 0 || pttl > time.Minute {
+		t.Errorf("tombstone PTTL = %v, %v; want the negative TTL", pttl, err)
+	}
+}
+
+func testNotFoundWithoutNegativeTTL(t *testing.T, b redistest.Backend) {
+	ctx := t.Context()
+	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
+		return "", ErrNotFound
+	})
+	close(release)
+	if r := <-hres; !errors.Is(r.err, ErrNotFound) {
+		t.Errorf("holder: err = %v; want ErrNotFound", r.err)
+	}
+	if r := <-wres; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+		t.Errorf("waiter: err = %v; want ErrNotFound, not ErrComputeFailed", r.err)
+	}
+	if _, err := a.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get after not found: err = %v; want ErrMiss (nothing stored)", err)
+	}
+}

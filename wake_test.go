@@ -1,0 +1,93 @@
+package dogpile
+
+// What a wake-up carries: the value, when it is short enough and comes
+// from the compute the waiter waits for; otherwise the waiter reads Redis
+// again. Cases of the behaviour suite (fetch_test.go).
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// testWakeUpCarriesValue sends forged wake-ups to a waiting process: it
+// takes the value from a wake-up only if the compute it waits for sent it
+// and it decodes; anything else makes it look in Redis again.
+func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
+	ctx := t.Context()
+	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) { return 2, nil })
+	ks := waiter.keys("k")
+	token, err := waiter.client.Get(ctx, ks.lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(v int) string {
+		b, err := waiter.encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	publish := func(msg string) {
+		t.Helper()
+		push := waiter.Stats().PushWakeups
+		var err error
+		if b.Cluster {
+			err = waiter.client.SPublish(ctx, ks.channel, msg).Err()
+		} else {
+			err = waiter.client.Publish(ctx, ks.channel, msg).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		redistest.Eventually(t, fmt.Sprintf("the wake-up %q", msg), func() bool { return waiter.Stats().PushWakeups != push })
+	}
+	publish("v" + "another-holder:" + enc(99)) // an earlier compute's value
+	publish("v" + token + ":" + "garbage")     // does not decode
+	publish("v")                               // no value: look again
+	select {
+	case r := <-wres:
+		t.Fatalf("waiter returned %v, %v on a wake-up it must not trust", r.v, r.err)
+	default:
+	}
+	// The value is not in Redis: only the wake-up can have carried it.
+	publish("v" + token + ":" + enc(77))
+	if r := <-wres; r.err != nil || r.v != 77 {
+		t.Errorf("waiter = %v, %v; want 77 from the wake-up", r.v, r.err)
+	}
+	close(release)
+	if r := <-hres; r.err != nil || r.v != 2 {
+		t.Errorf("holder = %v, %v; want 2, nil", r.v, r.err)
+	}
+	if s := waiter.Stats(); s.PushWakeups != 4 || s.PollWakeups != 0 || s.DecodeErrors != 0 {
+		t.Errorf("waiter Stats = %+v; want 4 push wake-ups, no poll, no decode error", s)
+	}
+}
+
+// testLargeValueReadAgain: a value too long to travel with the wake-up is
+// read again by the waiter (GET, fetch script twice, then once more).
+func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
+	hrdb, wrdb := b.Client(t), b.Client(t)
+	loadScripts(t, hrdb)
+	wcount := countCommands(wrdb)
+	holder := New[string](hrdb, prefix(t))
+	waiter := New[string](wrdb, prefix(t))
+	big := strings.Repeat("x", maxWakeValue)
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (string, error) { return big, nil })
+	close(release)
+	if r := <-hres; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r := <-wres; r.err != nil || r.v != big {
+		t.Fatalf("waiter = %d bytes, %v; want %d bytes", len(r.v), r.err, len(big))
+	}
+	if got := wcount.take(); len(got) != 4 {
+		t.Errorf("waiter sent %d commands %v; want 4 (the value read again)", len(got), got)
+	}
+}
