@@ -173,10 +173,3 @@ type backend struct {
 func fromBackend(b redistest.Backend) backend {
 	return backend{client: func(t *testing.T) redis.UniversalClient { return b.Client(t) }}
 }
-
-// eventually is redistest.Eventually, for the tests that do not call it
-// directly yet (clear, tags, readwrites).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	redistest.Eventually(t, what, cond)
-}
