@@ -58,6 +58,15 @@ const (
 	// trip is how many failures in a row open the circuit (see the package
 	// doc for why one).
 	trip = 1
+
+	// timeoutTrip is how many socket timeouts in a row, with no success in
+	// between, count as a failure. A read that timed out may be the
+	// caller's short deadline on one slow reply (go-redis reports a read
+	// cut by a ContextTimeoutEnabled deadline as an i/o timeout, not the
+	// context's error), and one slow reply must not turn every caller of
+	// the client away; a frozen server times every call out, and reaches
+	// three within a deadline or so under load.
+	timeoutTrip = 3
 	// cooldown is how long an open circuit fails calls before it lets one
 	// probe through: short, so that callers see Redis back within about a
 	// tenth of a second. A probe is cheap: while the circuit is open no dial
@@ -77,6 +86,10 @@ type Breaker struct {
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	closed atomic.Bool // gobreaker's state is closed (see OnStateChange)
 	log    outageLog
+
+	// timeouts counts the socket timeouts reported in a row (see
+	// timeoutTrip); a success resets it.
+	timeouts atomic.Int32
 
 	// doneClosed is the done of a call let through a closed circuit, made
 	// once: a func made per call would cost every hit an allocation.
@@ -191,9 +204,26 @@ func (b *Breaker) Allow() (done func(error), err error) {
 // let through, as the call was. If the circuit opened meanwhile, another
 // call's failure already did what this one would.
 func (b *Breaker) reportClosed(err error) {
-	if err != nil && Unreachable(err) && !excluded(err) {
+	switch {
+	case err == nil:
+		if b.timeouts.Load() != 0 { // a load, not a store, on every call
+			b.timeouts.Store(0)
+		}
+	case timeout(err):
+		if b.timeouts.Add(1) >= timeoutTrip {
+			b.timeouts.Store(0)
+			b.Fail(err)
+		}
+	case Unreachable(err) && !excluded(err):
 		b.Fail(err)
 	}
+}
+
+// timeout reports a socket timeout: a read or write that the connection's
+// deadline cut short (see timeoutTrip).
+func timeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() && Unreachable(err)
 }
 
 // Fail reports a failure seen outside a call's first round trip (a dial),

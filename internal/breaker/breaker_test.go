@@ -136,3 +136,52 @@ func TestBreakerGoesWithItsClient(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTimeoutsInARow: one socket timeout (a caller's short deadline on
+// one slow reply, with ContextTimeoutEnabled) leaves the circuit closed,
+// and so do two with a success between; three in a row (a frozen server)
+// open it.
+func TestTimeoutsInARow(t *testing.T) {
+	b := New()
+	slow := &net.OpError{Op: "read", Net: "tcp", Err: timeoutErr{}}
+	for _, step := range []struct {
+		err  error
+		open bool
+	}{
+		{slow, false}, {slow, false}, {nil, false}, // reset
+		{slow, false}, {slow, false}, {slow, true},
+	} {
+		done, err := b.Allow()
+		if err != nil {
+			t.Fatalf("Allow = %v with the circuit closed", err)
+		}
+		done(step.err)
+		if b.Open() != step.open {
+			t.Fatalf("after %v: Open = %v; want %v", step.err, b.Open(), step.open)
+		}
+	}
+}
+
+// TestDialTimeoutOpens: a dial that times out while its caller still waits
+// (a server that drops packets: DialTimeout passes) opens the circuit,
+// although Go reports it as context.DeadlineExceeded; one that the
+// caller's own context ended does not.
+func TestDialTimeoutOpens(t *testing.T) {
+	for _, callerGone := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1,
+			Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return nil, &net.OpError{Op: "dial", Net: "tcp", Err: context.DeadlineExceeded}
+			}})
+		b := For(rdb)
+		ctx, cancel := context.WithCancel(context.Background())
+		if callerGone {
+			cancel()
+		}
+		_ = rdb.Ping(ctx).Err()
+		cancel()
+		if b.Open() == callerGone {
+			t.Errorf("caller gone %v: Open = %v after a dial timeout", callerGone, b.Open())
+		}
+		_ = rdb.Close()
+	}
+}

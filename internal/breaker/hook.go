@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -72,14 +73,30 @@ func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 			return deadConn{ErrUnavailable}, nil
 		}
 		conn, err := next(ctx, network, addr)
-		if err == nil || !Unreachable(err) || ctx.Err() != nil {
+		if !dialFailed(ctx, err) {
 			return conn, err
 		}
 		h.dead.mark(addr)
-		h.b.Fail(err)
-		// Not wrapped: go-redis retries a dial error (and counts it).
-		return deadConn{fmt.Errorf("%w: %v", ErrUnavailable, err)}, nil
+		// err only as text: a dial timeout is a context.DeadlineExceeded,
+		// which the breaker would take for a caller's; and go-redis
+		// retries a dial error (and counts it).
+		failed := fmt.Errorf("%w: %v", ErrUnavailable, err)
+		h.b.Fail(failed)
+		return deadConn{failed}, nil
 	}
+}
+
+// dialFailed reports whether err, a dial's, says the server cannot be
+// reached: refused, reset, or a timeout (DialTimeout) while the caller
+// still waited. Go reports a dial timeout as context.DeadlineExceeded,
+// which Unreachable leaves to the caller; a dial that the caller's own
+// context ended says nothing of the server.
+func dialFailed(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	return Unreachable(err) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // hookInto installs b's hook on client's connection pools: the client's own,
