@@ -166,17 +166,18 @@
 //     reads Redis on its own context). Deadlines then do what they say;
 //     outages are still detected at the first refused dial, and a read
 //     that a deadline cuts short counts as one that timed out (go-redis
-//     puts the deadline on the socket).
+//     puts the deadline on the socket; see ReadTimeout).
 //   - PoolSize: at least twice the number of goroutines that call the
 //     cache at once (the default is 10 per CPU). Half of it is what lock
 //     attempts may take when many keys miss at once (see the guarantees).
 //   - ReadTimeout (3 s by default): a server that stops answering without
 //     refusing connections (frozen, or behind a silent network) opens the
-//     circuit at the first read that times out: after ReadTimeout, or at a
-//     caller's deadline if that comes first (with ContextTimeoutEnabled).
-//     Lower it to what a healthy Redis never takes. A dial that times out
-//     (DialTimeout, 5 s by default, or a deadline) does not count: Go
-//     reports it as context.DeadlineExceeded, the caller's own.
+//     circuit at the third read in a row that times out, with no success
+//     between: after ReadTimeout, or at callers' deadlines if they come
+//     first (with ContextTimeoutEnabled); one slow reply cut by one
+//     caller's deadline opens nothing. Lower it to what a healthy Redis
+//     never takes. A dial that times out (DialTimeout, 5 s by default)
+//     while its caller still waits opens the circuit at once.
 //   - One client per process, made at startup, and the Caches and locks
 //     made before its first command (the breaker then hooks every node of
 //     a Cluster). Close the Caches (see [Cache.Close]), then the client, at

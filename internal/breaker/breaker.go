@@ -22,7 +22,9 @@
 // waiting. Only errors that say Redis could not be reached count as
 // failures; an error reply from a working server is a success, and the
 // caller's own cancellation or an exhausted connection pool (load, not an
-// outage) count as neither.
+// outage) count as neither. A read that timed out may be one caller's
+// short deadline on one slow reply: those count once three come in a row
+// (see timeoutTrip).
 //
 // The breaker is a sony/gobreaker two-step breaker: a call asks before its
 // first round trip and reports that round trip's outcome. Each outage is
