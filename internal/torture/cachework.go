@@ -1,0 +1,243 @@
+package torture
+
+// cachework.go is a worker's cache goroutine: a random mix of Fetch,
+// FetchMany, Refresh, Set, Delete and Get on a small key space, and the
+// compute functions, which draw each value's version from the oracle.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dogpile-go/dogpile"
+)
+
+const (
+	// maxCompute is the longest a compute function takes.
+	maxCompute = 30 * time.Millisecond
+	// failPercent and notFoundPercent are how often a compute fails or
+	// finds nothing; FetchMany's finds nothing for each key as often.
+	failPercent     = 4
+	notFoundPercent = 8
+	// maxThink is the longest pause between two calls of a goroutine.
+	maxThink = 5 * time.Millisecond
+	// failPause is the pause after a call that failed: while Redis is
+	// down, calls fail at once, and would fill the ledger.
+	failPause = 20 * time.Millisecond
+)
+
+// errComputeFailed is a compute's failure.
+var errComputeFailed = errors.New("torture: compute failed")
+
+// cacheLoop makes random cache calls until ctx is done.
+func (w *worker) cacheLoop(ctx context.Context, g int) {
+	r := w.rng(g)
+	for ctx.Err() == nil {
+		cfg := r.IntN(len(w.caches))
+		key := fmt.Sprintf("k%d", r.IntN(w.plan.Keys))
+		var op *Op
+		switch x := r.IntN(100); {
+		case x < 40:
+			op = w.fetch(g, cfg, key, r.Uint64())
+		case x < 52:
+			op = w.fetchMany(g, cfg, w.someKeys(r), r.Uint64())
+		case x < 60:
+			op = w.refresh(g, cfg, key, r.Uint64())
+		case x < 72:
+			op = w.set(g, cfg, key)
+		case x < 80:
+			op = w.delete(g, cfg, key)
+		default:
+			op = w.get(g, cfg, key)
+		}
+		think := time.Duration(r.Int64N(int64(maxThink)))
+		if op.Err != "" {
+			think += failPause
+		}
+		sleep(ctx, think)
+	}
+}
+
+// someKeys returns 2 to 4 distinct keys.
+func (w *worker) someKeys(r *rand.Rand) []string {
+	n := 2 + r.IntN(min(3, w.plan.Keys-1))
+	var keys []string
+	for _, i := range r.Perm(w.plan.Keys)[:n] {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	return keys
+}
+
+func (w *worker) fetch(g, cfg int, key string, seed uint64) *Op {
+	op := w.begin(g, KFetch, cfg, key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	v, err := w.caches[cfg].Fetch(ctx, key, w.plan.Caches[cfg].TTL, w.compute(g, cfg, key, op, seed))
+	w.endRead(op, key, v, err)
+	return op
+}
+
+func (w *worker) refresh(g, cfg int, key string, seed uint64) *Op {
+	op := w.begin(g, KRefresh, cfg, key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	v, err := w.caches[cfg].Refresh(ctx, key, w.plan.Caches[cfg].TTL, w.compute(g, cfg, key, op, seed))
+	w.endRead(op, key, v, err)
+	return op
+}
+
+func (w *worker) get(g, cfg int, key string) *Op {
+	op := w.begin(g, KGet, cfg, key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	v, err := w.caches[cfg].Get(ctx, key)
+	if errors.Is(err, dogpile.ErrMiss) {
+		w.end(op, nil) // no version: nothing to check but the time
+		return op
+	}
+	w.endRead(op, key, v, err)
+	return op
+}
+
+// endRead ends a read of key that returned v and err: a version, "not
+// found", or an error (with the version, if a value came with it).
+func (w *worker) endRead(op *Op, key string, v Value, err error) {
+	op.Vers = map[string]int64{}
+	switch {
+	case errors.Is(err, dogpile.ErrNotFound):
+		op.Vers[key] = NotFound
+		err = nil
+	case v.V != 0:
+		op.Vers[key] = v.V
+		if v.K != key {
+			op.Err = fmt.Sprintf("torture: %q answered with the value of %q", key, v.K)
+		}
+	}
+	w.end(op, err)
+}
+
+func (w *worker) fetchMany(g, cfg int, keys []string, seed uint64) *Op {
+	op := w.begin(g, KFetchMany, cfg, keys...)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	m, err := w.caches[cfg].FetchMany(ctx, keys, w.plan.Caches[cfg].TTL, w.computeMany(g, cfg, op, seed))
+	op.Vers = map[string]int64{}
+	var wrong []string
+	for _, k := range keys {
+		v, ok := m[k]
+		switch {
+		case ok:
+			op.Vers[k] = v.V
+			if v.K != k {
+				wrong = append(wrong, fmt.Sprintf("%q answered with the value of %q", k, v.K))
+			}
+		case err == nil:
+			// Absent with no error: compute left it out, or a tombstone.
+			op.Vers[k] = NotFound
+		}
+	}
+	if len(wrong) > 0 {
+		op.Err = fmt.Sprintf("torture: %v", wrong)
+	}
+	w.end(op, err)
+	return op
+}
+
+func (w *worker) set(g, cfg int, key string) *Op {
+	op := w.newOp(g, KSet, cfg, key)
+	ver, err := w.draw(1)
+	if err != nil {
+		w.led.Write(op)
+		w.end(op, err)
+		return op
+	}
+	op.Vers = map[string]int64{key: ver}
+	w.led.Write(op)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	w.end(op, w.caches[cfg].Set(ctx, key, Value{K: key, V: ver, P: w.proc, G: g}, w.plan.Caches[cfg].TTL))
+	return op
+}
+
+func (w *worker) delete(g, cfg int, key string) *Op {
+	op := w.begin(g, KDelete, cfg, key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	w.end(op, w.caches[cfg].Delete(ctx, key))
+	return op
+}
+
+// compute returns the compute function of call via, for key: each call of
+// it is an op of its own, which draws the value's version first.
+func (w *worker) compute(g, cfg int, key string, via *Op, seed uint64) func(context.Context) (Value, error) {
+	return func(ctx context.Context) (Value, error) {
+		op, ver, err := w.beginCompute(g, cfg, via, key)
+		if err != nil {
+			return Value{}, err
+		}
+		if err := w.computing(ctx, op, seed); err != nil {
+			return Value{}, err
+		}
+		return Value{K: key, V: ver, P: w.proc, G: g}, nil
+	}
+}
+
+// computeMany is compute for FetchMany: it leaves some keys out.
+func (w *worker) computeMany(g, cfg int, via *Op, seed uint64) func(context.Context, []string) (map[string]Value, error) {
+	return func(ctx context.Context, missing []string) (map[string]Value, error) {
+		op, ver, err := w.beginCompute(g, cfg, via, missing...)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.computing(ctx, op, seed); err != nil && !errors.Is(err, dogpile.ErrNotFound) {
+			return nil, err
+		}
+		r := rand.New(rand.NewPCG(seed, uint64(op.ID)^1))
+		m := map[string]Value{}
+		for i, k := range missing {
+			if r.IntN(100) >= notFoundPercent {
+				m[k] = Value{K: k, V: ver + int64(i), P: w.proc, G: g}
+			}
+		}
+		return m, nil
+	}
+}
+
+// beginCompute starts a compute op of keys for call via: it draws a
+// version per key (consecutive, in the order of keys) and records them.
+func (w *worker) beginCompute(g, cfg int, via *Op, keys ...string) (*Op, int64, error) {
+	op := w.newOp(g, KCompute, cfg, keys...)
+	op.Via, op.ViaK = via.ID, via.Kind
+	ver, err := w.draw(len(keys))
+	if err != nil {
+		w.led.Write(op)
+		w.end(op, err)
+		return nil, 0, err
+	}
+	op.Vers = map[string]int64{}
+	for i, k := range keys {
+		op.Vers[k] = ver + int64(i)
+	}
+	w.led.Write(op)
+	return op, ver, nil
+}
+
+// computing is the body of a compute op: it takes a while, unless its
+// context ends (the compute lock was lost, or the Cache closed), and
+// fails or finds nothing now and then.
+func (w *worker) computing(ctx context.Context, op *Op, seed uint64) error {
+	r := rand.New(rand.NewPCG(seed, uint64(op.ID)))
+	var err error
+	if !sleep(ctx, time.Duration(r.Int64N(int64(maxCompute)))) {
+		op.Lost = true
+		err = context.Cause(ctx)
+	} else if x := r.IntN(100); x < failPercent {
+		err = errComputeFailed
+	} else if x < failPercent+notFoundPercent {
+		err = dogpile.ErrNotFound
+	}
+	w.end(op, err)
+	return err
+}

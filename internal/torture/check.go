@@ -1,0 +1,285 @@
+package torture
+
+// check.go is the checker's frame: the index of a history that the rules
+// (check_reads.go, check_computes.go, check_locks.go) read, the faults
+// that excuse what they forbid, and the excerpt a violation prints.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+const (
+	// Slack is the margin of every comparison of two processes' clocks:
+	// they read one machine's wall clock, and a time is taken a little
+	// after (or before) the event it stands for.
+	Slack = 2 * time.Millisecond
+	// NearBound is how long after a write returned a process's near tier
+	// may still answer with the value it replaced: the time for Redis's
+	// invalidation to reach it (well under a millisecond on an idle
+	// loopback), with room for a loaded machine.
+	NearBound = 500 * time.Millisecond
+	// excerptMargin is how much history around a violation its excerpt shows.
+	excerptMargin = 50 * time.Millisecond
+	// excerptLines bounds the ops an excerpt shows besides the culprits.
+	excerptLines = 20
+	forever      = math.MaxInt64
+)
+
+// A Violation is a rule the history breaks, with the ops that break it.
+type Violation struct {
+	Rule string
+	Msg  string
+	Ops  []*Op
+}
+
+// Fault sets: the faults that excuse a rule's exception.
+var (
+	// lockLoss: faults that can end a lease in Redis before its holder
+	// knows (the server stops, loses its data, or fails over).
+	lockLoss = []string{FPause, FRestart, FFlushAll, FFailover, FKillMaster}
+	// dataLoss: faults that can remove a value or a lock from Redis.
+	dataLoss = []string{FRestart, FFlushAll, FKillMaster}
+	// rollback: faults after which Redis may hold a value older than one it
+	// held before (a replica promoted before it had the last writes).
+	rollback = []string{FKillMaster}
+)
+
+// A checker indexes a history for the rules.
+type checker struct {
+	h      *History
+	keys   map[ckey][]*Op   // cache ops by key (a FetchMany under each of its keys)
+	names  map[string][]*Op // lock sections by name
+	byID   map[int64]*Op
+	births map[int64]*Op   // the op that drew each version: a compute or a Set
+	obs    map[int64]int64 // the earliest end of an op that returned or wrote each version
+	stored map[int64]int64 // the earliest end of an op that shows each version was in Redis
+	out    []Violation
+}
+
+// Check applies every rule to h and returns the violations found.
+func Check(h *History) []Violation {
+	c := newChecker(h)
+	c.checkPhantoms()
+	c.checkReadAfterWrite()
+	c.checkMonotonic()
+	c.checkRefresh()
+	c.checkComputeOverlap()
+	c.checkComputeFresh()
+	c.checkExclusion()
+	c.checkSemaphore()
+	c.checkFences()
+	c.checkLeaks()
+	return c.out
+}
+
+func newChecker(h *History) *checker {
+	c := &checker{h: h, keys: map[ckey][]*Op{}, names: map[string][]*Op{},
+		byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{}}
+	sortOps(h.Ops)
+	for _, op := range h.Ops {
+		c.byID[op.ID] = op
+		if op.isLock() {
+			if op.Enter != 0 {
+				for _, n := range op.Keys {
+					c.names[n] = append(c.names[n], op)
+				}
+			}
+			continue
+		}
+		for _, k := range op.Keys {
+			ck := ckey{op.Cfg, k}
+			c.keys[ck] = append(c.keys[ck], op)
+		}
+		if op.Kind == KCompute || op.Kind == KSet {
+			for _, v := range op.Vers {
+				c.births[v] = op
+			}
+		}
+		if op.open() {
+			continue
+		}
+		for _, v := range op.Vers {
+			// A compute's end, or a call that failed, does not show that
+			// the value was in Redis: its store may be refused, or land
+			// later.
+			if v == NotFound || op.Err != "" || op.Kind == KCompute {
+				continue
+			}
+			earliest(c.obs, v, op.End)
+		}
+	}
+	// Only now are all births known.
+	for _, op := range h.Ops {
+		for _, v := range op.Vers {
+			if op.ok() && c.proves(op, v) {
+				earliest(c.stored, v, op.End)
+			}
+		}
+	}
+	return c
+}
+
+// A ckey is a key of one Cache.
+type ckey struct {
+	cfg int
+	key string
+}
+
+func (k ckey) String() string { return fmt.Sprintf("c%d/%s", k.cfg, k.key) }
+
+// earliest lowers m[v] to t.
+func earliest(m map[int64]int64, v, t int64) {
+	if old, ok := m[v]; !ok || t < old {
+		m[v] = t
+	}
+}
+
+// proves reports whether op, which returned or wrote v, shows that v was
+// in Redis by the time it returned. A compute's own process may be handed
+// its value although its store was refused (it lost its compute lock), so
+// only a Set, a Get, or a read in another process proves it.
+func (c *checker) proves(op *Op, v int64) bool {
+	if v == NotFound {
+		return false
+	}
+	b := c.births[v]
+	switch {
+	case b == nil:
+		return false
+	case op.Kind == KSet || op.Kind == KGet:
+		return true
+	case op.Kind == KCompute:
+		return false
+	}
+	return b.Kind == KCompute && b.Proc != op.Proc
+}
+
+func (c *checker) violate(rule, msg string, ops ...*Op) {
+	c.out = append(c.out, Violation{Rule: rule, Msg: msg, Ops: ops})
+}
+
+// end is when op ended: when it returned, when its process died, or never.
+func (c *checker) end(op *Op) int64 {
+	if op.End != 0 {
+		return op.End
+	}
+	if t, ok := c.h.Died[op.Proc]; ok {
+		return t
+	}
+	return forever
+}
+
+// exit is when a lock section stopped working.
+func (c *checker) exit(op *Op) int64 {
+	if op.Exit != 0 {
+		return op.Exit
+	}
+	return c.end(op)
+}
+
+// fault returns a fault of one of kinds in effect at some time in
+// [from, to], or nil.
+func (c *checker) fault(kinds []string, from, to int64) *Fault {
+	for i, f := range c.h.Faults {
+		if slices.Contains(kinds, f.Kind) && f.overlaps(from, to) {
+			return &c.h.Faults[i]
+		}
+	}
+	return nil
+}
+
+// paused returns a stop of process proc in effect at some time in
+// [from, to], or nil.
+func (c *checker) paused(proc int, from, to int64) *Fault {
+	for i, f := range c.h.Faults {
+		if f.Kind == FPauseProc && f.Proc == proc && f.overlaps(from, to) {
+			return &c.h.Faults[i]
+		}
+	}
+	return nil
+}
+
+// stalls returns how long, in [from, to], the servers or process proc
+// were stopped: the time an invalidation's delivery may take on top of
+// NearBound.
+func (c *checker) stalls(proc int, from, to int64) int64 {
+	var d int64
+	for _, f := range c.h.Faults {
+		if (f.Kind == FPause || f.Kind == FPauseProc && f.Proc == proc) && f.overlaps(from, to) {
+			d += min(f.End, to) - max(f.Start, from)
+		}
+	}
+	return d
+}
+
+// lastWrite is the latest time version v may have been written to Redis,
+// forever if unknown: a compute's value is stored at most once (its store
+// is fenced by its lock), so before it is first seen; a Set may be sent
+// again by go-redis until it returns, and one that failed may still land.
+func (c *checker) lastWrite(v int64) int64 {
+	t, ok := c.obs[v]
+	if !ok {
+		return forever
+	}
+	if b := c.births[v]; b != nil && b.Kind == KSet {
+		if !b.ok() {
+			return forever
+		}
+		return max(t, b.End)
+	}
+	return t
+}
+
+// Excerpt returns the part of h around v: the faults in effect, v's ops,
+// and the other ops on the same keys or names at the time.
+func Excerpt(h *History, v Violation) string {
+	from, to := int64(forever), int64(0)
+	for _, op := range v.Ops {
+		from = min(from, op.Start)
+		to = max(to, op.Start, op.End, op.Exit)
+	}
+	from -= int64(excerptMargin)
+	to += int64(excerptMargin)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n", v.Rule, v.Msg)
+	for _, f := range h.Faults {
+		if f.overlaps(from, to) {
+			fmt.Fprintf(&b, "  %s\n", f)
+		}
+	}
+	for _, op := range v.Ops {
+		fmt.Fprintf(&b, "* %s\n", op)
+	}
+	subjects := map[string]bool{}
+	for _, op := range v.Ops {
+		for _, k := range op.Keys {
+			subjects[fmt.Sprint(op.isLock(), op.Cfg, k)] = true
+		}
+	}
+	var near []*Op
+	for _, op := range h.Ops {
+		if slices.Contains(v.Ops, op) || op.Start > to || (op.End != 0 && op.End < from) {
+			continue
+		}
+		for _, k := range op.Keys {
+			if subjects[fmt.Sprint(op.isLock(), op.Cfg, k)] {
+				near = append(near, op)
+				break
+			}
+		}
+	}
+	sort.Slice(near, func(i, j int) bool { return near[i].Start < near[j].Start })
+	for i, op := range near {
+		if i == excerptLines {
+			fmt.Fprintf(&b, "  ... %d more ops\n", len(near)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  %s\n", op)
+	}
+	return b.String()
+}

@@ -1,0 +1,176 @@
+package torture
+
+// check_computes.go holds the rules on computes: one at a time per key in
+// the fleet (compute-overlap), and none while the key holds a fresh value
+// (compute-fresh).
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// notFoundText is dogpile.ErrNotFound's message, as a compute op records it.
+const notFoundText = "dogpile: not found"
+
+// computes returns the compute ops among ops.
+func computes(ops []*Op) []*Op {
+	var cs []*Op
+	for _, op := range ops {
+		if op.Kind == KCompute {
+			cs = append(cs, op)
+		}
+	}
+	return cs
+}
+
+// write returns a Set or Delete of ck (returned or not) in progress at
+// some time in [from, to]: it takes the compute lock away.
+func (c *checker) write(ck ckey, kinds []string, from, to int64) *Op {
+	for _, op := range c.keys[ck] {
+		if slices.Contains(kinds, op.Kind) && op.Start <= to && c.end(op) >= from {
+			return op
+		}
+	}
+	return nil
+}
+
+// locked returns the earliest time compute op may have taken its compute
+// lock: when the call whose compute function it is began. (A compute
+// starts after its lock was taken, a goroutine switch or more later: a
+// Set may have taken the lock away in between.)
+func (c *checker) locked(op *Op) int64 {
+	if via := c.byID[op.Via]; via != nil {
+		return via.Start
+	}
+	return op.Start
+}
+
+// checkComputeOverlap: two computes of one key never run at once, in one
+// process or two, unless the first lost its compute lock to a Set or
+// Delete, to a fault of the server, or to a stop of its process.
+func (c *checker) checkComputeOverlap() {
+	for ck, ops := range c.keys {
+		cs := computes(ops)
+		for i, a := range cs {
+			for _, b := range cs[i+1:] {
+				if b.Start+int64(Slack) >= c.end(a) {
+					break
+				}
+				from := c.locked(a)
+				if c.write(ck, []string{KSet, KDelete}, from, b.Start) != nil ||
+					c.fault(lockLoss, from, b.Start) != nil || c.paused(a.Proc, from, b.Start) != nil {
+					continue
+				}
+				c.violate("compute-overlap", fmt.Sprintf("two computes of %s at once", ck), a, b)
+			}
+		}
+	}
+}
+
+// A fill is a value (or not-found tombstone) known to be stored, and a
+// time until which it is known to be fresh.
+type fill struct {
+	op    *Op   // the Set, or the compute
+	low   int64 // stored no earlier than this
+	from  int64 // a compute lock taken later is taken after the store
+	until int64 // and fresh until at least this
+}
+
+// fresh is how long after its store a value stored for d is certainly
+// served without a compute: d, or two thirds of it with WithEarlyRefresh
+// (whose refresh point is at most a third of the TTL before expiry).
+func fresh(cfg CacheConfig, d time.Duration) int64 {
+	if cfg.Early > 0 {
+		return int64(d) * 2 / 3
+	}
+	return int64(d)
+}
+
+// fills returns the stores of ck that the history proves: Sets that
+// returned, and computes whose call returned their value (or their
+// not-found) with no Set, Delete or fault that could have refused the
+// store.
+func (c *checker) fills(ck ckey, ops []*Op) []fill {
+	cfg := c.h.Plan.Caches[ck.cfg]
+	var fs []fill
+	for _, op := range ops {
+		if op.Kind == KSet && op.ok() {
+			// Stored by the time it returned, for its TTL from no earlier
+			// than its start.
+			fs = append(fs, fill{op, op.Start, op.End, op.Start + fresh(cfg, cfg.TTL)})
+		}
+		if op.Kind != KCompute || op.open() {
+			continue
+		}
+		via := c.byID[op.Via]
+		if via == nil || !via.ok() || len(computesOf(ops, via)) != 1 {
+			continue
+		}
+		if c.write(ck, []string{KSet, KDelete}, via.Start, via.End) != nil ||
+			c.fault(lockLoss, via.Start, via.End) != nil || c.paused(op.Proc, via.Start, via.End) != nil {
+			continue
+		}
+		got, want := via.Vers[ck.key], op.Vers[ck.key]
+		switch {
+		case op.Err == "" && got == want && want != 0:
+			fs = append(fs, fill{op, via.Start, op.End, op.End + fresh(cfg, cfg.TTL)})
+		case cfg.Neg > 0 && got == NotFound && (op.Err == notFoundText || op.Err == "" && via.Kind == KFetchMany):
+			fs = append(fs, fill{op, via.Start, op.End, op.End + fresh(cfg, cfg.Neg)})
+		}
+	}
+	return fs
+}
+
+// dropped returns a compute of ck that found nothing, and so replaced
+// the value with nothing (a value found not to exist any more is not
+// served stale) or with a tombstone of WithNegativeTTL, which is fresh
+// for less long, under a compute lock taken after from and released
+// before to.
+func (c *checker) dropped(ck ckey, from, to int64) *Op {
+	for _, op := range c.keys[ck] {
+		if op.Kind == KCompute && op.Err == notFoundText && op.Start > from && op.Start < to {
+			return op
+		}
+	}
+	return nil
+}
+
+// computesOf returns the computes among ops made for call via.
+func computesOf(ops []*Op, via *Op) []*Op {
+	var cs []*Op
+	for _, op := range ops {
+		if op.Kind == KCompute && op.Via == via.ID {
+			cs = append(cs, op)
+		}
+	}
+	return cs
+}
+
+// checkComputeFresh: no compute of a key (but by Refresh, which computes
+// on purpose) takes the compute lock while the key holds a fresh value or
+// tombstone, unless a Delete or a loss of the server's data removed it.
+func (c *checker) checkComputeFresh() {
+	for ck, ops := range c.keys {
+		fs := c.fills(ck, ops)
+		for _, b := range computes(ops) {
+			if b.ViaK == KRefresh {
+				continue
+			}
+			for _, f := range fs {
+				if f.op == b || c.locked(b) <= f.from+int64(Slack) || b.Start+int64(Slack) >= f.until {
+					continue
+				}
+				// The lock was taken after the store, and before the compute
+				// began: no Delete, drop or loss may fall in between.
+				if c.write(ck, []string{KDelete}, f.low, b.Start) != nil || c.dropped(ck, f.low, b.Start) != nil ||
+					c.fault(dataLoss, f.low, b.Start) != nil {
+					continue
+				}
+				c.violate("compute-fresh", fmt.Sprintf("a compute of %s %v after a store fresh for %v",
+					ck, time.Duration(b.Start-f.from), time.Duration(f.until-f.from)), b, f.op)
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package torture
+
+// check_locks.go holds the rules on locks: holders of one name exclude
+// each other (exclusion), a semaphore never grants more than its permits
+// (semaphore), and fencing numbers never repeat and grow with the order
+// of acquisition (fence).
+
+import (
+	"fmt"
+	"sort"
+)
+
+// conflicts reports whether sections a and b of one name exclude each
+// other: any two holders of a mutex name (plain, fair or in a
+// MultiMutex), a writer and anyone of an RWMutex. Semaphores count.
+func conflicts(a, b *Op) bool {
+	if a.Kind == KSem || b.Kind == KSem {
+		return false
+	}
+	return a.Kind != KRLock || b.Kind != KRLock
+}
+
+// byEnter returns ops sorted by when they were acquired.
+func byEnter(ops []*Op) []*Op {
+	s := append([]*Op(nil), ops...)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].Enter < s[j].Enter })
+	return s
+}
+
+// excused reports whether a's lease may have ended in Redis by time t
+// without a knowing: a's process was stopped (Done could not close in
+// time), or the server lost its data (the lock with it).
+func (c *checker) excused(a *Op, t int64) bool {
+	return c.paused(a.Proc, a.Enter, t) != nil || c.fault(dataLoss, a.Enter, t) != nil
+}
+
+// checkExclusion: two conflicting holders of one name are never inside
+// their sections at once, unless the earlier one's lease may have ended
+// without it knowing. A section ends when its hold is over or its lease's
+// Done closes, whichever is first; Done closes before the lease can expire
+// in Redis.
+func (c *checker) checkExclusion() {
+	seen := map[[2]*Op]bool{} // a MultiMutex's pairs show up under each name
+	for _, ops := range c.names {
+		secs := byEnter(ops)
+		for i, a := range secs {
+			for _, b := range secs[i+1:] {
+				if b.Enter+int64(Slack) >= c.exit(a) {
+					break
+				}
+				if !conflicts(a, b) || c.excused(a, b.Enter) || seen[[2]*Op{a, b}] {
+					continue
+				}
+				seen[[2]*Op{a, b}] = true
+				c.violate("exclusion", fmt.Sprintf("%s and %s held %v at once", a.Kind, b.Kind, a.Keys), a, b)
+			}
+		}
+	}
+}
+
+// checkSemaphore: the permits held at once never exceed the semaphore's
+// size, but for holders whose lease may have ended without their knowing.
+func (c *checker) checkSemaphore() {
+	secs := byEnter(c.names[c.h.Plan.Sem])
+	for i, b := range secs {
+		var held int64
+		var holders []*Op
+		for _, a := range secs[:i+1] {
+			if b.Enter+int64(Slack) < c.exit(a) && (a == b || !c.excused(a, b.Enter)) {
+				held += a.Weight
+				holders = append(holders, a)
+			}
+		}
+		if held > c.h.Plan.Permits {
+			c.violate("semaphore", fmt.Sprintf("%d permits of %d held at once", held, c.h.Plan.Permits), holders...)
+		}
+	}
+}
+
+// checkFences: no two leases of one name have the same fencing number,
+// and a lease asked for after another was granted has a larger one.
+func (c *checker) checkFences() {
+	for name, ops := range c.names {
+		holder := map[int64]*Op{}
+		for _, a := range ops {
+			f, ok := a.Fences[name]
+			if !ok {
+				continue
+			}
+			if b := holder[f]; b != nil {
+				c.violate("fence", fmt.Sprintf("two leases of %s with fence %d", name, f), b, a)
+			}
+			holder[f] = a
+		}
+		entered := byEnter(ops)
+		var top *Op // the largest fence granted before the current op asked
+		j := 0
+		for _, b := range ops { // by Start
+			for ; j < len(entered) && entered[j].Enter+int64(Slack) < b.Start; j++ {
+				if a := entered[j]; top == nil || a.Fences[name] > top.Fences[name] {
+					top = a
+				}
+			}
+			if top != nil && b.Fences[name] <= top.Fences[name] {
+				c.violate("fence", fmt.Sprintf("fence %d of %s not above %d, granted before it was asked for",
+					b.Fences[name], name, top.Fences[name]), top, b)
+			}
+		}
+	}
+}
+
+// checkLeaks: a worker process has no goroutine left over once it closed
+// its Caches and its client.
+func (c *checker) checkLeaks() {
+	for proc, leak := range c.h.Leaks {
+		if leak != "" {
+			c.violate("leak", fmt.Sprintf("process %d: %s", proc, leak))
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package torture
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker's rules, each on a hand-made history that breaks it and on
+// the same history with what excuses it (or makes it right).
+
+// t0 is the hand-made histories' time origin; at(ms) is ms after it.
+const t0 = int64(1_700_000_000) * 1e9
+
+func at(ms float64) int64 { return t0 + int64(ms*float64(time.Millisecond)) }
+
+// testPlan has a plain Cache (c0), one with a near tier in process 3
+// (c1), one whose values expire at once (c2), and a semaphore of 2
+// permits.
+func testPlan() Plan {
+	return Plan{
+		Caches: []CacheConfig{
+			{Prefix: "t0:", TTL: time.Second},
+			{Prefix: "t1:", TTL: time.Second, NearProcs: []int{3}},
+			{Prefix: "t2:", TTL: time.Millisecond},
+		},
+		Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
+	}
+}
+
+var nextID int64
+
+func newOp(kind string, proc, g, cfg int, keys []string, s, e float64) *Op {
+	nextID++
+	op := &Op{ID: int64(proc)<<32 | nextID, Proc: proc, G: g, Kind: kind, Cfg: cfg, Keys: keys, Start: at(s)}
+	if e > 0 {
+		op.End = at(e)
+	}
+	return op
+}
+
+// cache returns a cache op of process proc (goroutine 1) on key "k" of
+// Cache cfg, returning or writing ver (0: none).
+func cache(kind string, proc, cfg int, ver int64, s, e float64) *Op {
+	op := newOp(kind, proc, 1, cfg, []string{"k"}, s, e)
+	if ver != 0 {
+		op.Vers = map[string]int64{"k": ver}
+	}
+	return op
+}
+
+// compute returns a compute of ver for call via.
+func compute(via *Op, ver int64, s, e float64) *Op {
+	op := cache(KCompute, via.Proc, via.Cfg, ver, s, e)
+	op.Via, op.ViaK = via.ID, via.Kind
+	return op
+}
+
+// section returns a lock section of name with fence.
+func section(kind string, proc int, name string, fence int64, s, enter, exit, e float64) *Op {
+	op := newOp(kind, proc, 1, 0, []string{name}, s, e)
+	op.Enter, op.Exit = at(enter), at(exit)
+	op.Fences = map[string]int64{name: fence}
+	if kind == KSem {
+		op.Weight = 1
+	}
+	return op
+}
+
+func history(ops []*Op, faults ...Fault) *History {
+	return &History{Plan: testPlan(), Ops: ops, Faults: faults, Died: map[int]int64{}}
+}
+
+func fault(kind string, proc int, s, e float64) Fault {
+	return Fault{Kind: kind, Proc: proc, Start: at(s), End: at(e)}
+}
+
+// rules returns the rules h breaks, with the excerpts for the log.
+func rules(t *testing.T, h *History) []string {
+	var rs []string
+	for _, v := range Check(h) {
+		t.Logf("%s", Excerpt(h, v))
+		if !slices.Contains(rs, v.Rule) {
+			rs = append(rs, v.Rule)
+		}
+	}
+	return rs
+}
+
+func TestRules(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		h    func() *History
+		want []string
+	}{
+		{"phantom/never drawn", func() *History {
+			return history([]*Op{cache(KGet, 1, 0, 99, 0, 1)})
+		}, []string{"phantom"}},
+		{"phantom/drawn by a Set", func() *History {
+			return history([]*Op{cache(KSet, 2, 0, 99, 0, 1), cache(KGet, 1, 0, 99, 2, 3)})
+		}, nil},
+		{"phantom/another key's value", func() *History {
+			g := cache(KGet, 1, 0, 99, 2, 3)
+			g.Err = `torture: "k" answered with the value of "j"`
+			return history([]*Op{cache(KSet, 2, 0, 99, 0, 1), g})
+		}, []string{"phantom"}},
+		{"read-after-write/another process", func() *History {
+			return history(readAfterWrite(0))
+		}, []string{"read-after-write"}},
+		{"read-after-write/excused by a failover's rollback", func() *History {
+			return history(readAfterWrite(0), fault(FKillMaster, 0, 7, 8))
+		}, nil},
+		{"read-after-write/near tier within its bound", func() *History {
+			return history(readAfterWrite(1))
+		}, nil},
+		{"read-after-write/near tier past its bound", func() *History {
+			ops := readAfterWrite(1)
+			ops[3].Start, ops[3].End = at(600), at(601)
+			return history(ops)
+		}, []string{"read-after-write"}},
+		{"read-after-write/joined an older flight", func() *History {
+			ops := readAfterWrite(0)
+			return history(append(ops, cache(KFetch, 3, 0, 1, 4, 12)))
+		}, nil},
+		{"monotonic", func() *History { return history(monotonic()) }, []string{"monotonic"}},
+		{"monotonic/excused by a failover's rollback", func() *History {
+			return history(monotonic(), fault(FKillMaster, 0, 12, 13))
+		}, nil},
+		{"refresh/returned an old value", func() *History {
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 1, 5, 8)})
+		}, []string{"refresh"}},
+		{"refresh/returned its own", func() *History {
+			r := cache(KRefresh, 2, 0, 2, 5, 8)
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, compute(r, 2, 5.5, 7)})
+		}, nil},
+		{"compute-overlap", func() *History { return history(overlap()) }, []string{"compute-overlap"}},
+		{"compute-overlap/excused by a Delete", func() *History {
+			return history(append(overlap(), cache(KDelete, 3, 0, 0, 2, 3)))
+		}, nil},
+		{"compute-overlap/excused by a stopped process", func() *History {
+			return history(overlap(), fault(FPauseProc, 1, 2, 3))
+		}, nil},
+		{"compute-fresh", func() *History { return history(computeFresh()) }, []string{"compute-fresh"}},
+		{"compute-fresh/excused by a Delete", func() *History {
+			return history(append(computeFresh(), cache(KDelete, 3, 0, 0, 25, 26)))
+		}, nil},
+		{"compute-fresh/excused by FLUSHALL", func() *History {
+			return history(computeFresh(), fault(FFlushAll, 0, 25, 26))
+		}, nil},
+		{"exclusion", func() *History { return history(exclusion(KMutex, KFair)) }, []string{"exclusion"}},
+		{"exclusion/readers together", func() *History { return history(exclusion(KRLock, KRLock)) }, nil},
+		{"exclusion/reader and writer", func() *History { return history(exclusion(KRLock, KWLock)) }, []string{"exclusion"}},
+		{"exclusion/excused by a stopped holder", func() *History {
+			return history(exclusion(KMutex, KMulti), fault(FPauseProc, 1, 12, 25))
+		}, nil},
+		{"semaphore", func() *History {
+			return history([]*Op{
+				section(KSem, 1, "s", 1, 0, 1, 30, 31),
+				section(KSem, 2, "s", 2, 0, 2, 30, 31),
+				section(KSem, 3, "s", 3, 0, 3, 30, 31),
+			})
+		}, []string{"semaphore"}},
+		{"semaphore/one after another", func() *History {
+			return history([]*Op{
+				section(KSem, 1, "s", 1, 0, 1, 2, 3),
+				section(KSem, 2, "s", 2, 0, 2, 30, 31),
+				section(KSem, 3, "s", 3, 0, 3, 30, 31),
+			})
+		}, nil},
+		{"fence/not above an earlier grant", func() *History {
+			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 4, 10, 11, 12, 13)})
+		}, []string{"fence"}},
+		{"fence/twice", func() *History {
+			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 5, 0, 4, 5, 6)})
+		}, []string{"fence"}},
+		{"fence/asked for at once", func() *History {
+			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 4, 0, 4, 5, 6)})
+		}, nil},
+		{"leak", func() *History {
+			h := history(nil)
+			h.Leaks = map[int]string{1: "found unexpected goroutines"}
+			return h
+		}, []string{"leak"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := rules(t, tt.h()); !slices.Equal(got, tt.want) {
+				t.Errorf("violations of %v; want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// readAfterWrite: process 1 sets version 1, process 2 sets version 2, and
+// process 3 reads version 1 (from Cache cfg) after that returned.
+func readAfterWrite(cfg int) []*Op {
+	return []*Op{
+		cache(KSet, 1, cfg, 1, 0, 1),
+		cache(KGet, 1, cfg, 1, 2, 3),
+		cache(KSet, 2, cfg, 2, 5, 6),
+		cache(KFetch, 3, cfg, 1, 10, 11),
+	}
+}
+
+// monotonic: a caller sees version 2, computed by another process, then
+// version 1, written before version 2 was drawn (and expired at once).
+func monotonic() []*Op {
+	f := cache(KFetch, 2, 2, 2, 4, 7)
+	return []*Op{
+		cache(KSet, 3, 2, 1, 0, 1),
+		f, compute(f, 2, 5, 6),
+		cache(KFetch, 1, 2, 2, 10, 11),
+		cache(KGet, 1, 2, 1, 20, 21),
+	}
+}
+
+// overlap: processes 1 and 2 compute the key at once.
+func overlap() []*Op {
+	a, b := cache(KFetch, 1, 0, 1, 0, 11), cache(KFetch, 2, 0, 2, 3, 13)
+	return []*Op{a, compute(a, 1, 1, 10), b, compute(b, 2, 4, 12)}
+}
+
+// computeFresh: process 2 computes the key 30 ms after process 1 stored
+// it for a second.
+func computeFresh() []*Op {
+	a, b := cache(KFetch, 1, 0, 1, 0, 20), cache(KFetch, 2, 0, 2, 30, 50)
+	return []*Op{a, compute(a, 1, 1, 10), b, compute(b, 2, 31, 40)}
+}
+
+// exclusion: two sections of one name, of kinds a and b, overlap.
+func exclusion(a, b string) []*Op {
+	name := "m"
+	if strings.HasSuffix(a, "lock") {
+		name = "rw"
+	}
+	return []*Op{section(a, 1, name, 1, 0, 10, 30, 31), section(b, 2, name, 2, 5, 20, 40, 41)}
+}

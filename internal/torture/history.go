@@ -1,0 +1,290 @@
+package torture
+
+// history.go is the ledger: what the workers did and what the nemeses
+// did, with wall-clock times, in a form the checker reads.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The kinds of operation a worker records.
+const (
+	KFetch     = "fetch"
+	KFetchMany = "fetchmany"
+	KRefresh   = "refresh"
+	KGet       = "get"
+	KSet       = "set"
+	KDelete    = "delete"
+	KCompute   = "compute" // a call of a compute function, by any of the above
+	KMutex     = "mutex"   // a plain Mutex's critical section
+	KFair      = "fair"    // a Mutex WithFair
+	KMulti     = "multi"   // a MultiMutex over Keys
+	KSem       = "sem"     // a Semaphore's permits (Weight of Permits)
+	KRLock     = "rlock"   // an RWMutex's reader
+	KWLock     = "wlock"   // an RWMutex's writer
+)
+
+// NotFound is the version a read records for a key answered "not found"
+// (a tombstone or a compute that found nothing): a version that carries
+// no order.
+const NotFound = -1
+
+// An Op is one operation of one worker goroutine, or one call of a compute
+// function. A worker writes it in phases (begin, for a lock the moment it
+// was acquired, end), each a line of the ledger holding the fields known
+// by then; an Op whose process died mid-way has no End.
+type Op struct {
+	ID   int64    `json:"id"`
+	Proc int      `json:"p,omitempty"` // the worker process, from 1
+	G    int      `json:"g,omitempty"` // the goroutine in it
+	Kind string   `json:"k,omitempty"`
+	Cfg  int      `json:"c,omitempty"`    // the cache configuration (Plan.Caches)
+	Keys []string `json:"keys,omitempty"` // cache keys, or lock names
+	Via  int64    `json:"via,omitempty"`  // a compute: the ID of the call whose compute function it is
+	ViaK string   `json:"viak,omitempty"` // and that call's kind
+
+	Start int64 `json:"s,omitempty"` // unix ns: called (a compute: before drawing its version)
+	Enter int64 `json:"n,omitempty"` // a lock: acquired
+	Exit  int64 `json:"x,omitempty"` // a lock: work stopped (its hold ended, or Done closed)
+	End   int64 `json:"e,omitempty"` // returned
+
+	// Vers are the versions, by key: those a read returned (NotFound for
+	// "not found"), the one a Set wrote, those a compute drew.
+	Vers   map[string]int64 `json:"v,omitempty"`
+	Fences map[string]int64 `json:"f,omitempty"` // a lock's fencing numbers, by name
+	Weight int64            `json:"w,omitempty"` // a semaphore's permits
+	Lost   bool             `json:"lost,omitempty"`
+	Err    string           `json:"err,omitempty"`
+}
+
+// open reports whether op never ended (its process died or was stopped).
+func (op *Op) open() bool { return op.End == 0 }
+
+// ok reports whether op returned without an error.
+func (op *Op) ok() bool { return !op.open() && op.Err == "" }
+
+// isLock reports whether op is a lock's critical section.
+func (op *Op) isLock() bool {
+	switch op.Kind {
+	case KMutex, KFair, KMulti, KSem, KRLock, KWLock:
+		return true
+	}
+	return false
+}
+
+func (op *Op) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d p%d/g%d %s", op.ID&0xffffffff, op.Proc, op.G, op.Kind)
+	if op.Kind != KCompute || op.Cfg != 0 {
+		if !op.isLock() {
+			fmt.Fprintf(&b, " c%d", op.Cfg)
+		}
+	}
+	fmt.Fprintf(&b, " %v", op.Keys)
+	if op.Via != 0 {
+		fmt.Fprintf(&b, " via #%d(%s)", op.Via&0xffffffff, op.ViaK)
+	}
+	fmt.Fprintf(&b, " [%s", stamp(op.Start))
+	if op.Enter != 0 {
+		fmt.Fprintf(&b, " enter %s exit %s", stamp(op.Enter), stamp(op.Exit))
+	}
+	fmt.Fprintf(&b, " .. %s]", stamp(op.End))
+	if len(op.Vers) > 0 {
+		fmt.Fprintf(&b, " v=%v", op.Vers)
+	}
+	if len(op.Fences) > 0 {
+		fmt.Fprintf(&b, " fences=%v", op.Fences)
+	}
+	if op.Weight != 0 {
+		fmt.Fprintf(&b, " w=%d", op.Weight)
+	}
+	if op.Lost {
+		b.WriteString(" lost")
+	}
+	if op.Err != "" {
+		fmt.Fprintf(&b, " err=%q", op.Err)
+	}
+	return b.String()
+}
+
+// stamp formats a unix-ns time as seconds and microseconds of the minute,
+// enough to order the lines of one excerpt; "-" for none.
+func stamp(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	t := time.Unix(0, ns)
+	return fmt.Sprintf("%02d.%06d", t.Second(), t.Nanosecond()/1e3)
+}
+
+// Fault kinds, what the nemeses did (see nemesis.go).
+const (
+	FPause      = "pause"       // a server stopped (SIGSTOP) until End
+	FRestart    = "restart"     // a server killed and started again, empty
+	FFlushAll   = "flushall"    // FLUSHALL on every master
+	FScript     = "scriptflush" // SCRIPT FLUSH on every node
+	FKillNormal = "clientkill"  // CLIENT KILL TYPE normal
+	FKillPubSub = "pubsubkill"  // CLIENT KILL TYPE pubsub (wake-ups, near-tier tracking)
+	FDrop       = "drop"        // replies lost by the proxy
+	FFailover   = "failover"    // a graceful CLUSTER FAILOVER: nothing lost
+	FKillMaster = "killmaster"  // a master killed, its replica promoted, the old one back as a replica
+	FPauseProc  = "pauseproc"   // a worker process stopped (SIGSTOP) past its leases
+)
+
+// A Fault is one nemesis action, from its start until it was healed.
+type Fault struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target,omitempty"` // a server's address, or "all"
+	Proc   int    `json:"proc,omitempty"`   // FPauseProc's process
+	N      int64  `json:"n,omitempty"`      // FDrop: replies to drop
+	Start  int64  `json:"s"`
+	End    int64  `json:"e"`
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("fault %s", f.Kind)
+	if f.Target != "" {
+		s += " " + f.Target
+	}
+	if f.Proc != 0 {
+		s += fmt.Sprintf(" p%d", f.Proc)
+	}
+	if f.N != 0 {
+		s += fmt.Sprintf(" n=%d", f.N)
+	}
+	return s + fmt.Sprintf(" [%s .. %s]", stamp(f.Start), stamp(f.End))
+}
+
+// overlaps reports whether f was in effect at some time in [from, to].
+func (f Fault) overlaps(from, to int64) bool { return f.Start <= to && f.End >= from }
+
+// A History is everything one run recorded, for Check.
+type History struct {
+	Plan   Plan
+	Ops    []*Op // by Start
+	Faults []Fault
+	// Died is when each process that did not exit normally died (killed,
+	// or still stopped at the end): its open ops end there.
+	Died map[int]int64
+	// Leaks are the goroutines each process had left over after closing
+	// its Caches and client (empty: none).
+	Leaks map[int]string
+}
+
+// Save writes h to path as JSON, for LoadHistory.
+func (h *History) Save(path string) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// LoadHistory reads a history that Save wrote, to check it again.
+func LoadHistory(path string) (*History, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	h := &History{}
+	return h, json.Unmarshal(b, h)
+}
+
+// A Ledger is a worker process's side of the history: an append-only
+// file, one JSON line per phase of an op, each written by one write(2)
+// so that the lines of concurrent goroutines do not mix and everything
+// written survives a SIGKILL of the process.
+type Ledger struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// OpenLedger opens (creating) the ledger file at path.
+func OpenLedger(path string) (*Ledger, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Ledger{f: f}, nil
+}
+
+// Write appends op's phase: the fields set so far.
+func (l *Ledger) Write(op *Op) {
+	b, err := json.Marshal(op)
+	if err != nil {
+		panic(err) // an Op always encodes
+	}
+	b = append(b, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(b); err != nil {
+		panic(fmt.Sprintf("torture: ledger: %v", err))
+	}
+}
+
+// Close closes the file.
+func (l *Ledger) Close() error { return l.f.Close() }
+
+// ReadLedgers reads the ledger files and merges the phases of each op:
+// a later phase's fields are decoded over the earlier ones'.
+func ReadLedgers(paths []string) ([]*Op, error) {
+	byID := map[int64]*Op{}
+	for _, path := range paths {
+		if err := readLedger(path, byID); err != nil {
+			return nil, err
+		}
+	}
+	ops := make([]*Op, 0, len(byID))
+	for _, op := range byID {
+		ops = append(ops, op)
+	}
+	sortOps(ops)
+	return ops, nil
+}
+
+func readLedger(path string, byID map[int64]*Op) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil // a process that never got to write
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var head struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &head); err != nil {
+			// A process killed mid-write leaves a torn last line.
+			return fmt.Errorf("torture: ledger %s: %v (%q)", path, err, sc.Text())
+		}
+		op := byID[head.ID]
+		if op == nil {
+			op = &Op{}
+			byID[head.ID] = op
+		}
+		if err := json.Unmarshal(sc.Bytes(), op); err != nil {
+			return fmt.Errorf("torture: ledger %s: %v", path, err)
+		}
+	}
+	return sc.Err()
+}
+
+func sortOps(ops []*Op) {
+	sort.Slice(ops, func(i, j int) bool {
+		if ops[i].Start != ops[j].Start {
+			return ops[i].Start < ops[j].Start
+		}
+		return ops[i].ID < ops[j].ID
+	})
+}

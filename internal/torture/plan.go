@@ -1,0 +1,141 @@
+package torture
+
+// plan.go draws a run's configuration from its seed: the topology's
+// shape, the Caches every worker process opens (and which of them have a
+// near tier in which process), the locks, and the timings the checker
+// relies on.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Topologies.
+const (
+	Server  = "server"  // one redis-server, some processes through a Proxy
+	Cluster = "cluster" // 3 masters with a replica each
+)
+
+const (
+	// cacheConfigs is how many Caches (each its own prefix) every process
+	// opens: enough that one run mixes several option sets.
+	cacheConfigs = 3
+	// keysPerCache is the key space of each Cache: small, so that the
+	// processes' calls collide on every key.
+	keysPerCache = 5
+	// lockTTL is every lease's TTL: long beside a hold (tens of ms), so
+	// that leases are lost only to faults, short beside a run.
+	lockTTL = time.Second
+	// computeLease is the caches' compute lease (WithLease): a stopped
+	// process is taken over within it.
+	computeLease = time.Second
+	// semPermits is the semaphore's size.
+	semPermits = 3
+	// opTimeout bounds each call a worker makes.
+	opTimeout = 3 * time.Second
+)
+
+// A Plan is a run's configuration, drawn from its seed.
+type Plan struct {
+	Seed     uint64
+	Topology string
+	Procs    int // worker processes, numbered from 1
+	Workers  int // cache goroutines per process
+	Lockers  int // lock goroutines per process
+	Keys     int // keys per Cache: "k0".."k<Keys-1>"
+	Caches   []CacheConfig
+	Mutexes  []string // mutex names, shared by Mutex, WithFair and MultiMutex
+	Sem      string   // the semaphore's name
+	Permits  int64
+	RW       string // the RWMutex's name
+	LockTTL  time.Duration
+	Proxied  []int // processes that reach the server through the Proxy (Server only)
+}
+
+// A CacheConfig is one Cache, opened by every process with these options
+// (near tier aside: see NearProcs).
+type CacheConfig struct {
+	Prefix    string
+	TTL       time.Duration // every Fetch, Refresh and Set's TTL
+	Stale     time.Duration // WithStale; 0 for none
+	Early     float64       // WithEarlyRefresh's beta; 0 for none
+	Neg       time.Duration // WithNegativeTTL; 0 for none
+	NearProcs []int         // processes whose Cache has WithNearCache
+}
+
+func (c CacheConfig) String() string {
+	s := fmt.Sprintf("%s ttl=%v", c.Prefix, c.TTL)
+	if c.Stale > 0 {
+		s += fmt.Sprintf(" stale=%v", c.Stale)
+	}
+	if c.Early > 0 {
+		s += fmt.Sprintf(" early=%g", c.Early)
+	}
+	if c.Neg > 0 {
+		s += fmt.Sprintf(" neg=%v", c.Neg)
+	}
+	return s + fmt.Sprintf(" near=%v", c.NearProcs)
+}
+
+// near reports whether process proc's Cache of c has a near tier.
+func (c CacheConfig) near(proc int) bool {
+	for _, p := range c.NearProcs {
+		if p == proc {
+			return true
+		}
+	}
+	return false
+}
+
+// NewPlan draws the plan of a run with seed on topology.
+func NewPlan(seed uint64, topology string) Plan {
+	r := rand.New(rand.NewPCG(seed, 0))
+	p := Plan{
+		Seed: seed, Topology: topology,
+		Procs: 3, Workers: 4, Lockers: 3, Keys: keysPerCache,
+		Mutexes: []string{"torture:m0", "torture:m1", "torture:m2"},
+		Sem:     "torture:sem", Permits: semPermits,
+		RW: "torture:rw", LockTTL: lockTTL,
+	}
+	for i := range cacheConfigs {
+		c := CacheConfig{
+			Prefix: fmt.Sprintf("t%d:", i),
+			// A few hundred ms: many expiries per run.
+			TTL: time.Duration(200+r.IntN(600)) * time.Millisecond,
+		}
+		if r.IntN(2) == 0 {
+			c.Stale = time.Duration(200+r.IntN(400)) * time.Millisecond
+		}
+		if r.IntN(2) == 0 {
+			c.Early = 0.5 + r.Float64()*1.5
+		}
+		if r.IntN(2) == 0 {
+			c.Neg = time.Duration(100+r.IntN(300)) * time.Millisecond
+		}
+		for proc := 1; proc <= p.Procs; proc++ {
+			if r.IntN(2) == 0 {
+				c.NearProcs = append(c.NearProcs, proc)
+			}
+		}
+		p.Caches = append(p.Caches, c)
+	}
+	if topology == Server {
+		for proc := 1; proc <= p.Procs; proc++ {
+			if r.IntN(2) == 0 {
+				p.Proxied = append(p.Proxied, proc)
+			}
+		}
+	}
+	return p
+}
+
+// String describes the plan in a few lines, for the log.
+func (p Plan) String() string {
+	s := fmt.Sprintf("seed %d, %s, %d processes × (%d cache + %d lock goroutines), %d keys per cache, lock TTL %v, proxied %v",
+		p.Seed, p.Topology, p.Procs, p.Workers, p.Lockers, p.Keys, p.LockTTL, p.Proxied)
+	for i, c := range p.Caches {
+		s += fmt.Sprintf("\n  cache c%d: %s", i, c)
+	}
+	return s
+}
