@@ -80,7 +80,7 @@ func TestProcsEarlyRefreshNobodyWaits(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "xf:"
 		const ttl, run = xfetchTTL, 6300 * time.Millisecond
-		kids := goChildren(t, 2, "xfetch", addrs, prefix, optsEnv+"=beta=1", workersEnv+"=4", runEnv+"="+run.String())
+		kids := goChildren(t, 2, "xfetch", addrs, prefix, withOpts("beta=1"), withWorkers(4), withRun(run))
 		for _, k := range kids {
 			k.Expect(t, "filled")
 		}

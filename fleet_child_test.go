@@ -3,13 +3,12 @@ package dogpile
 // The child side of the multi-process tests: the test binary re-executed
 // by redistest.StartChild (see fleet_test.go) runs one mode as one process
 // of a fleet, with its own client and Cache. The modes are in
-// fleet_modes_test.go, fresh_modes_test.go and near_procs_test.go. Each
+// fleet_modes_test.go, fleet_stale_modes_test.go and near_procs_test.go. Each
 // counts its computes in Redis, so that the counts of every process add up.
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,9 +99,6 @@ func runProc(parent *redistest.Parent, mode func(*proc)) {
 	if p.workers == 0 {
 		p.workers = 50
 	}
-	// fresh_modes_test.go still reads these two from the environment.
-	os.Setenv(opEnv, p.op)
-	os.Setenv(runEnv, p.run.String())
 	p.c = New[string](p.rdb, append(opts, WithPrefix(p.prefix))...)
 	var once sync.Once
 	p.c.onWait = func(string) { once.Do(func() { p.say("waiting") }) }

@@ -7,8 +7,6 @@ package dogpile
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,45 +15,37 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
-// The settings of a fleet child beyond its Redis and prefix, given as
-// "name=value" to startChild and goChildren: optsEnv+"=stale=1m". They
-// travel in the child's one fleet value; the names are those of the
-// environment variables that once carried them.
-const (
-	optsEnv    = "DOGPILE_TEST_OPTS"    // fleet.Opts
-	workersEnv = "DOGPILE_TEST_WORKERS" // fleet.Workers
-	runEnv     = "DOGPILE_TEST_RUN"     // fleet.Run
-	opEnv      = "DOGPILE_TEST_OP"      // fleet.Op
-)
+// A setting sets what a fleet child is told beyond its Redis and prefix.
+type setting func(*fleet)
+
+func withOpts(opts string) setting { return func(f *fleet) { f.Opts = opts } }
+func withWorkers(n int) setting    { return func(f *fleet) { f.Workers = n } }
+func withRun(d time.Duration) setting {
+	return func(f *fleet) { f.Run = d }
+}
+func withOp(op string) setting { return func(f *fleet) { f.Op = op } }
 
 // A child is one process of a fleet.
-type child struct {
-	*redistest.Child
-	cmd struct{ Process process } // see process
-}
+type child = redistest.Child
 
 // startChild starts a child in mode, without waiting for it to be ready
 // (the holder modes never say so).
-func startChild(t *testing.T, mode string, addrs []string, prefix string, settings ...string) *child {
+func startChild(t *testing.T, mode string, addrs []string, prefix string, settings ...setting) *child {
 	t.Helper()
-	return newChild(redistest.StartChild(t, mode, newFleet(t, addrs, prefix, settings)))
+	return redistest.StartChild(t, mode, newFleet(addrs, prefix, settings))
 }
 
 // readyChildren starts n children in mode and waits until each is ready
 // (started, connected): a test that times its children starts the clock
 // after that.
-func readyChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...string) []*child {
+func readyChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...setting) []*child {
 	t.Helper()
-	kids := make([]*child, n)
-	for i, k := range redistest.StartChildren(t, n, mode, newFleet(t, addrs, prefix, settings)) {
-		kids[i] = newChild(k)
-	}
-	return kids
+	return redistest.StartChildren(t, n, mode, newFleet(addrs, prefix, settings))
 }
 
 // goChildren starts n children in mode, waits until each is ready, and
 // lets them go together.
-func goChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...string) []*child {
+func goChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...setting) []*child {
 	t.Helper()
 	kids := readyChildren(t, n, mode, addrs, prefix, settings...)
 	letGo(t, kids)
@@ -72,7 +62,7 @@ func letGo(t *testing.T, kids []*child) {
 
 // runChildren starts n children in mode, lets them go together, and
 // returns their results.
-func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...string) []fleetResult {
+func runChildren(t *testing.T, n int, mode string, addrs []string, prefix string, settings ...setting) []fleetResult {
 	t.Helper()
 	return collect(t, goChildren(t, n, mode, addrs, prefix, settings...))
 }
@@ -100,27 +90,10 @@ func results(t *testing.T, kids []*child) []fleetResult {
 	return res
 }
 
-func newFleet(t *testing.T, addrs []string, prefix string, settings []string) fleet {
-	t.Helper()
+func newFleet(addrs []string, prefix string, settings []setting) fleet {
 	f := fleet{Addrs: addrs, Prefix: prefix}
-	for _, s := range settings {
-		name, v, _ := strings.Cut(s, "=")
-		var err error
-		switch name {
-		case optsEnv:
-			f.Opts = v
-		case workersEnv:
-			f.Workers, err = strconv.Atoi(v)
-		case runEnv:
-			f.Run, err = time.ParseDuration(v)
-		case opEnv:
-			f.Op = v
-		default:
-			err = errors.New("unknown setting")
-		}
-		if err != nil {
-			t.Fatalf("child setting %q: %v", s, err)
-		}
+	for _, set := range settings {
+		set(&f)
 	}
 	return f
 }
@@ -163,27 +136,3 @@ func computesPerKey(t *testing.T, rdb redis.UniversalClient, prefix string) map[
 	}
 	return m
 }
-
-// The child's expect and say, cmd.Process, pause and resume keep the
-// tests of fresh_takeover_test.go and fresh_xfetch_test.go compiling until
-// they call Expect, Say, Kill, Pause and Resume of redistest.Child.
-
-func newChild(c *redistest.Child) *child {
-	k := &child{Child: c}
-	k.cmd.Process = process{c}
-	return k
-}
-
-func (c *child) expect(t *testing.T, want string) { t.Helper(); c.Expect(t, want) }
-
-func (c *child) say(t *testing.T, line string) { t.Helper(); c.Say(t, line) }
-
-// A process stands in for the child's *os.Process: it kills, pauses and
-// resumes the child through the harness.
-type process struct{ c *redistest.Child }
-
-func (p process) Kill() error { p.c.Kill(); return nil }
-
-func pause(t *testing.T, p process) { t.Helper(); p.c.Pause(t) }
-
-func resume(t *testing.T, p process) { t.Helper(); p.c.Resume(t) }

@@ -162,14 +162,3 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-// backend is the shape of a deployment before redistest.Backend, kept only
-// for testManyWithFetch (many_fleet_test.go) until it takes a
-// redistest.Backend as every other suite case does.
-type backend struct {
-	client func(t *testing.T) redis.UniversalClient
-}
-
-func fromBackend(b redistest.Backend) backend {
-	return backend{client: func(t *testing.T) redis.UniversalClient { return b.Client(t) }}
-}

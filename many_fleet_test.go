@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestMultiProcessFetchMany: 4 processes × 8 goroutines FetchMany
@@ -18,7 +20,7 @@ func TestMultiProcessFetchMany(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			addrs, rdb := fleetBackend(t, b)
 			const prefix = "mpm:"
-			for i, r := range runChildren(t, 4, "batch", addrs, prefix, workersEnv+"=8") {
+			for i, r := range runChildren(t, 4, "batch", addrs, prefix, withWorkers(8)) {
 				if r.Values != 8*120 || len(r.Errors) > 0 {
 					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
 				}
@@ -41,10 +43,10 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 			// with 3 processes taking over 200 keys at once under -race on a
 			// loaded machine, a 500 ms lease was lost now and then (a key
 			// then computed by a second taker).
-			lease := optsEnv + "=lease=2s"
+			lease := withOpts("lease=2s")
 			holder := startChild(t, "batchholder", addrs, prefix, lease)
 			results, takeovers := killHolder(t, holder, func() []*child {
-				return goChildren(t, 3, "batch", addrs, prefix, lease, workersEnv+"=8")
+				return goChildren(t, 3, "batch", addrs, prefix, lease, withWorkers(8))
 			})
 			for i, r := range results {
 				if r.Values != 8*120 || len(r.Errors) > 0 {
@@ -67,13 +69,13 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 // testManyWithFetch: 4 Caches (a process each) × 8 goroutines, half
 // calling FetchMany on windows of 60 of 100 keys, half Fetch on each key
 // of a window in turn, all at once: each key is computed once in all.
-func testManyWithFetch(t *testing.T, b backend) {
-	rdb := b.client(t)
+func testManyWithFetch(t *testing.T, b redistest.Backend) {
+	rdb := b.Client(t)
 	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, t.Name()+":computes", k, 1) }
 	keys := keyRange("k", 100)
 	var wg sync.WaitGroup
 	for p := range 4 {
-		c := New[string](b.client(t), prefix(t))
+		c := New[string](b.Client(t), prefix(t))
 		for g := range 8 {
 			from := (p*8 + g) * 100 / 32
 			mine := append(slices.Clone(keys[from:]), keys[:from]...)[:60]

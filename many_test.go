@@ -21,7 +21,7 @@ var batchSuite = redistest.Suite{
 	{Name: "NegativeTTL", Test: testManyNegativeTTL},
 	{Name: "ComputeError", Test: testManyComputeError},
 	{Name: "AcrossInstances", Test: testManyAcrossInstances},
-	{Name: "WithFetch", Test: func(t *testing.T, b redistest.Backend) { testManyWithFetch(t, fromBackend(b)) }},
+	{Name: "WithFetch", Test: testManyWithFetch},
 	{Name: "JoinsFetch", Test: testManyJoinsFetch},
 	{Name: "FetchJoinsMany", Test: testManyFetchJoinsMany},
 	{Name: "TakesOverDeadHolder", Test: testManyTakesOverDeadHolder},

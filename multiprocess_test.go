@@ -85,8 +85,8 @@ func killHolder(t *testing.T, holder *child, start func() []*child) ([]fleetResu
 func TestMultiProcessHolderKilled(t *testing.T) {
 	addrs, rdb := fleetBackend(t, "redis")
 	const prefix = "hk:"
-	lease := optsEnv + "=lease=500ms"
-	holder := startChild(t, "holder", addrs, prefix, lease, workersEnv+"=5")
+	lease := withOpts("lease=500ms")
+	holder := startChild(t, "holder", addrs, prefix, lease, withWorkers(5))
 	results, takeovers := killHolder(t, holder, func() []*child { return goChildren(t, 3, "one", addrs, prefix, lease) })
 	for i, r := range results {
 		if r.Values != 50 || len(r.Errors) > 0 {

@@ -11,11 +11,10 @@ import (
 )
 
 // A refreshing process that dies or freezes mid-refresh, across processes
-// (see fresh_procs_test.go). The lease is short so that it runs out soon.
-const (
-	takeoverLease = 500 * time.Millisecond
-	takeoverOpts  = optsEnv + "=stale=1m,lease=500ms"
-)
+// (see fleet_stale_test.go). The lease is short so that it runs out soon.
+const takeoverLease = 500 * time.Millisecond
+
+var takeoverOpts = withOpts("stale=1m,lease=500ms")
 
 // startRefreshHolder seeds a stale v1 and starts a process whose Fetch is
 // answered v1 and whose background refresh computes until told to finish.
@@ -23,7 +22,7 @@ const (
 func startRefreshHolder(t *testing.T, addrs []string, rdb redis.UniversalClient, prefix string) (*Cache[string], *child, time.Duration) {
 	t.Helper()
 	c := seedStale(t, rdb, prefix)
-	holder := goChildren(t, 1, "hold", addrs, prefix, takeoverOpts, opEnv+"=stale")[0]
+	holder := goChildren(t, 1, "hold", addrs, prefix, takeoverOpts, withOp("stale"))[0]
 	holder.Expect(t, "computing")
 	pttl, err := rdb.PTTL(context.Background(), c.keys("k").lock).Result()
 	if err != nil || pttl <= 0 || pttl > takeoverLease {
@@ -58,7 +57,7 @@ func TestProcsRefreshHolderKilled(t *testing.T) {
 		c, holder, pttl := startRefreshHolder(t, addrs, rdb, prefix)
 		holder.Kill()
 		killed := time.Now()
-		kids := goChildren(t, 2, "until", addrs, prefix, takeoverOpts, workersEnv+"=4")
+		kids := goChildren(t, 2, "until", addrs, prefix, takeoverOpts, withWorkers(4))
 		refreshed := checkStaleThenNew(t, kids)
 		// Generous for a loaded machine: without the lease running out, the
 		// lock would never be taken again.
@@ -84,7 +83,7 @@ func TestProcsRefreshZombieFenced(t *testing.T) {
 		c, zombie, _ := startRefreshHolder(t, addrs, rdb, prefix)
 		zombie.Pause(t)
 		waitGone(t, rdb, c.keys("k").lock)
-		checkStaleThenNew(t, goChildren(t, 1, "until", addrs, prefix, takeoverOpts, workersEnv+"=4"))
+		checkStaleThenNew(t, goChildren(t, 1, "until", addrs, prefix, takeoverOpts, withWorkers(4)))
 
 		zombie.Resume(t)
 		zombie.Say(t, "finish") // compute returns "held", past its lease

@@ -43,11 +43,10 @@ func countCommands(rdb *redis.Client, t *traffic) {
 }
 
 // count counts the commands that are not part of go-redis's connection
-// setup: redistest.IsHandshake's HELLO and CLIENT, and the AUTH and SELECT
-// of a client with a password or a database.
+// setup (see redistest.IsHandshake).
 func (t *traffic) count(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
-		if n := cmd.Name(); !redistest.IsHandshake(cmd) && n != "auth" && n != "select" {
+		if !redistest.IsHandshake(cmd) {
 			t.cmds.Add(1)
 		}
 	}

@@ -40,8 +40,12 @@ func (h Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 }
 
 // IsHandshake reports a command go-redis sends by itself when it opens a
-// pooled connection (HELLO, CLIENT SETINFO), not one the code under test
-// sent.
+// pooled connection (HELLO, CLIENT SETINFO, and the AUTH and SELECT of a
+// client with a password or a database), not one the code under test sent.
 func IsHandshake(cmd redis.Cmder) bool {
-	return cmd.Name() == "hello" || cmd.Name() == "client"
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
 }

@@ -1,12 +1,11 @@
 package dogpile
 
-// The modes of the freshness children (see fleet_child_test.go).
+// The modes of the children of fleet_stale_test.go (see fleet_child_test.go).
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -77,7 +76,7 @@ func procFailing(p *proc) {
 }
 
 // procHold computes once and holds the compute until the parent writes a
-// line, then returns "held". opEnv says how the compute starts: "stale"
+// line, then returns "held". p.op says how the compute starts: "stale"
 // (a Fetch of the stale "k", refreshed in the background), "fetch" (a Fetch
 // of the absent "k") or "refresh" (Refresh).
 func procHold(p *proc) {
@@ -89,7 +88,7 @@ func procHold(p *proc) {
 		return "held", nil
 	}
 	ctx := context.Background()
-	switch op := os.Getenv(opEnv); op {
+	switch op := p.op; op {
 	case "stale":
 		v, err := p.c.Fetch(ctx, "k", time.Minute, compute)
 		p.check(v, "v1", err)
@@ -195,11 +194,11 @@ func (p *proc) joined(name flightID) bool {
 }
 
 // procXFetch: a first fill, then workers fetch the hot "k" every 2ms for
-// runEnv. compute takes xfetchCompute and counts itself, and the computes
+// p.run. compute takes xfetchCompute and counts itself, and the computes
 // running at once ("active"): "overlaps" counts computes that started while
 // another ran.
 func procXFetch(p *proc) {
-	run, _ := time.ParseDuration(os.Getenv(runEnv))
+	run := p.run
 	bg := context.Background()
 	compute := func(context.Context) (string, error) {
 		p.count("computes")

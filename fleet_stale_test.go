@@ -1,9 +1,10 @@
 package dogpile
 
-// Freshness across processes: the test binary re-executed as children (see
-// fleet_test.go and fresh_modes_test.go), each with its own client and
-// Cache, on a real redis-server and a real 3-master cluster. Computes are
-// counted in Redis, so that the counts of every process add up.
+// Stale values, negative caching and Refresh across processes: the test
+// binary re-executed as children (see fleet_test.go and
+// fleet_stale_modes_test.go), each with its own client and Cache, on a real
+// redis-server and a real 3-master cluster. Computes are counted in Redis,
+// so that the counts of every process add up.
 
 import (
 	"context"
@@ -52,7 +53,7 @@ func TestProcsStaleOneRefresh(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "sb:"
 		c := seedStale(t, rdb, prefix)
-		kids := goChildren(t, 4, "burst", addrs, prefix, optsEnv+"=stale=1m")
+		kids := goChildren(t, 4, "burst", addrs, prefix, withOpts("stale=1m"))
 		// The refresh computes until every call was answered: an answer
 		// that waited for it would be v2.
 		for _, k := range kids {
@@ -85,7 +86,7 @@ func TestProcsStaleRefreshFails(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "rf:"
 		const ttl, window = 200 * time.Millisecond, 3 * time.Second
-		kids := readyChildren(t, 3, "failing", addrs, prefix, optsEnv+"=stale=3s", workersEnv+"=4")
+		kids := readyChildren(t, 3, "failing", addrs, prefix, withOpts("stale=3s"), withWorkers(4))
 		_, t0 := seed(t, rdb, prefix, "v1", ttl, window)
 		letGo(t, kids)
 		// A call that returned before the value could expire read it.
@@ -126,7 +127,7 @@ func TestProcsNegativeCaching(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "nc:"
 		for round, n := range []int{4, 2} {
-			kids := goChildren(t, n, "absent", addrs, prefix, optsEnv+"=neg=1m")
+			kids := goChildren(t, n, "absent", addrs, prefix, withOpts("neg=1m"))
 			for i, r := range results(t, kids) {
 				if r.Values != 50 {
 					t.Errorf("round %d, child %d: %d ErrNotFound answers; want 50", round, i, r.Values)
@@ -153,7 +154,7 @@ func TestProcsRefreshWhileAnotherComputes(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				holder := goChildren(t, 1, "hold", addrs, prefix, opEnv+"="+op)[0]
+				holder := goChildren(t, 1, "hold", addrs, prefix, withOp(op))[0]
 				holder.Expect(t, "computing")
 				kids := goChildren(t, 2, "refresh", addrs, prefix)
 				for _, k := range kids {
