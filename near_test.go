@@ -3,8 +3,6 @@ package dogpile
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // newNearCache returns a Cache with a near tier whose tracker is stopped
@@ -195,83 +191,6 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 	}
 }
 
-// TestNearCacheDroppedTracking: when the tracking connection is killed, the
-// near tier is flushed and bypassed until tracking is back, so a write made
-// while it was down is seen at once, and never the value it replaced.
-func TestNearCacheDroppedTracking(t *testing.T) {
-	for _, kill := range []struct{ name, filter string }{
-		{"pubsub", "TYPE pubsub"},
-		{"tracking", "ID"}, // found in CLIENT LIST by its tracking flag
-	} {
-		t.Run(kill.name, func(t *testing.T) {
-			s := redistest.StartServer(t)
-			admin := s.Client(t)
-			a := newNearCache[string](t, s.Client(t), 100)
-			b := New[string](s.Client(t), prefix(t))
-			ctx := t.Context()
-			gate := make(chan struct{})
-			a.near.t.BeforeSession = func() { <-gate }
-			if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			fetchNear(t, a, "k")
-			flushes := a.Stats().NearFlushes
-			args := []any{"CLIENT", "KILL"}
-			for _, f := range strings.Fields(kill.filter) {
-				args = append(args, f)
-			}
-			if kill.filter == "ID" {
-				args = append(args, trackingClientID(t, admin))
-			}
-			if err := admin.Do(ctx, args...).Err(); err != nil {
-				t.Fatal(err)
-			}
-			redistest.Eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
-			if err := b.Set(ctx, "k", "v2", time.Minute); err != nil { // while tracking is down
-				t.Fatal(err)
-			}
-			hits := a.Stats().NearHits
-			for range 20 {
-				if v := fetchValue(t, a, "k"); v != "v2" {
-					t.Fatalf("Fetch while tracking is down = %q; want v2", v)
-				}
-			}
-			if n := a.Stats().NearHits - hits; n != 0 {
-				t.Errorf("%d near hits while tracking was down; want 0", n)
-			}
-			close(gate)
-			if v := fetchNear(t, a, "k"); v != "v2" {
-				t.Fatalf("near hit after tracking is back = %q; want v2", v)
-			}
-		})
-	}
-}
-
-// trackingClientID finds the connection with tracking on (flag t).
-func trackingClientID(t *testing.T, rdb *redis.Client) string {
-	t.Helper()
-	list, err := rdb.ClientList(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(list) {
-		var id, flags string
-		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, "id="); ok {
-				id = v
-			}
-			if v, ok := strings.CutPrefix(f, "flags="); ok {
-				flags = v
-			}
-		}
-		if strings.Contains(flags, "t") {
-			return id
-		}
-	}
-	t.Fatalf("no tracking connection in CLIENT LIST:\n%s", list)
-	return ""
-}
-
 // TestNearCacheExpires: a near copy is not served past the key's TTL, nor
 // into its stale window; active expiry is off, so no invalidation comes to
 // remove it (only the copy's own deadline does).
@@ -338,95 +257,9 @@ func TestNearCacheBounded(t *testing.T) {
 	}
 }
 
-// TestNearCacheTicketRace: a value read before an invalidation (or a loss
-// of tracking) of its key cannot enter the tier after it, however late the
-// read's reply.
-func TestNearCacheTicketRace(t *testing.T) {
-	a := New[string](nopClient(t), WithNearCache(10))
-	x := a.near.x
-	x.SetUp(true)
-	vk := a.valueKey("k")
-	cases := []struct {
-		name      string
-		meanwhile func()
-	}{
-		{"invalidation", func() { x.Invalidate([]string{vk}) }},
-		{"other key", func() {}},
-		{"down and up", func() { x.SetUp(false); x.SetUp(true) }},
-		{"own write", func() { a.nearForget(vk) }},
-	}
-	for _, tc := range cases {
-		tk := a.nearTicket(vk)
-		tc.meanwhile()
-		old, err := a.encodeEntry("old", meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.nearPut(vk, tk, old, meta{}, time.Minute)
-		_, ok := a.near.store.GetIfPresent(vk)
-		if want := tc.name == "other key"; ok != want {
-			t.Errorf("%s between the ticket and the insert: stored = %v; want %v", tc.name, ok, want)
-		}
-		a.near.store.InvalidateAll()
-	}
-}
-
-// TestNearCacheDegrades: miniredis cannot track keys, so the near tier is
-// off: every Fetch reads Redis, which is said once.
-func TestNearCacheDegrades(t *testing.T) {
-	rdb := redistest.Embedded(t)
-	var buf syncBuffer
-	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
-	ctx := t.Context()
-	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "NearOff", func() bool {
-		if v := fetchValue(t, a, "k"); v != "v1" {
-			t.Fatalf("Fetch = %q; want v1", v)
-		}
-		return a.Stats().NearOff
-	})
-	redistest.Eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
-	if err := rdb.Del(ctx, a.valueKey("k")).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
-		t.Fatalf("Fetch after a raw DEL = %q, %v; want v2", v, err)
-	}
-	if s := a.Stats(); s.NearHits != 0 {
-		t.Errorf("NearHits = %d on miniredis; want 0", s.NearHits)
-	}
-	if n := strings.Count(buf.String(), "near cache off"); n != 1 {
-		t.Errorf("logged %d times; want once:\n%s", n, buf.String())
-	}
-}
-
 func TestNearCacheOptionPanics(t *testing.T) {
 	mustPanic(t, "WithNearCache(0)", func() { WithNearCache(0) })
 	mustPanic(t, "WithNearCache(-1)", func() { WithNearCache(-1) })
-}
-
-// TestNearCacheSilentServer: a server that stops answering (SIGSTOP: no
-// error, no closed connection) is noticed by the unanswered ping, and the
-// tier is flushed before it answers again.
-func TestNearCacheSilentServer(t *testing.T) {
-	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	fetchNear(t, a, "k")
-	flushes := a.Stats().NearFlushes
-	s.Pause()
-	redistest.Eventually(t, "the flush while the server is silent", func() bool {
-		a.near.t.Use(near.Now()) // in use (a Fetch would block once the tier is off)
-		return a.Stats().NearFlushes > flushes
-	})
-	s.Resume()
-	if v := fetchNear(t, a, "k"); v != "v1" {
-		t.Fatalf("near hit after the server came back = %q; want v1", v)
-	}
 }
 
 // TestNearCacheTombstone: a remembered "not found" (WithNegativeTTL) is
@@ -472,117 +305,6 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 	m["a"] = 999 // allowed: a Fetch answered by Redis returns the caller's own copy
 	if got := fetchNear(t, a, "k"); got["a"] != 1 {
 		t.Errorf("near hit = %v after the reader changed its copy; want map[a:1]", got)
-	}
-}
-
-// TestNearCacheInvalidateEvents: the observer hears of each key Redis
-// invalidates, a raw SET by another client included, and of the flush when
-// the tracking connection drops (Key empty); a key with a brace is named by
-// its Redis key.
-func TestNearCacheInvalidateEvents(t *testing.T) {
-	srv := redistest.StartServer(t)
-	var mu sync.Mutex
-	var keys []string
-	a := newNearCache[string](t, srv.Client(t), 100, WithObserver(func(_ context.Context, e Event) context.Context {
-		if e.Kind == EventInvalidate {
-			mu.Lock()
-			keys = append(keys, e.Key)
-			mu.Unlock()
-		}
-		return nil
-	}))
-	heard := func(k string) func() bool {
-		return func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(keys, k) }
-	}
-	b := New[string](srv.Client(t), prefix(t))
-	ctx := t.Context()
-	for _, k := range []string{"k", "a{b}"} {
-		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		fetchNear(t, a, k)
-	}
-	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "the invalidation of k", heard("k"))
-	raw := srv.Client(t)
-	if err := raw.Del(ctx, redisutil.Key(t.Name()+":", "a{b}")).Err(); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "the invalidation of a{b}", heard(redisutil.Key(t.Name()+":", "a{b}")))
-	fetchNear(t, a, "k")
-	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, raw)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "the flush", heard(""))
-}
-
-// TestNearCacheForgedInvalidations: a client that PUBLISHes to the
-// invalidation channel flushes no near tier (issue 27: 5 publishes gave 5
-// flushes) and removes no key: Redis's own invalidations are arrays of
-// keys, which a PUBLISH cannot send.
-func TestNearCacheForgedInvalidations(t *testing.T) {
-	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	raw := s.Client(t)
-	ctx := t.Context()
-	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	fetchNear(t, a, "k")
-	before := a.Stats()
-	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
-		if err := raw.Publish(ctx, near.InvalidateChannel, payload).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A real write after the publishes: once its invalidation is applied,
-	// so were the messages before it (one connection, in order).
-	if err := raw.Set(ctx, a.valueKey("marker"), "x", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "the marker's invalidation", func() bool { return a.Stats().NearInvalidations > before.NearInvalidations })
-	if s := a.Stats(); s.NearFlushes != before.NearFlushes || s.NearInvalidations != before.NearInvalidations+1 {
-		t.Errorf("after 5 forged messages: %d flushes, %d invalidations; want %d, %d",
-			s.NearFlushes, s.NearInvalidations, before.NearFlushes, before.NearInvalidations+1)
-	}
-	if !a.nearHas("k") {
-		t.Error("a forged message removed k from the near tier")
-	}
-}
-
-// TestNearCacheACLWithoutChannels: a Redis 7 ACL user allowed the cache's
-// own channels (its wake-ups) but not the invalidation channel (Redis 7's
-// default is resetchannels) cannot receive invalidations: the tier turns
-// off once, logged and in Stats.NearOff, instead of reconnecting for ever
-// with nothing said (issue 27).
-func TestNearCacheACLWithoutChannels(t *testing.T) {
-	s := redistest.StartServer(t)
-	ctx := t.Context()
-	channels := "&" + t.Name() + ":*"
-	if err := s.Client(t).Do(ctx, "ACL", "SETUSER", "app", "on", ">secret", "~*", "+@all", "resetchannels", channels).Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "secret"})
-	t.Cleanup(func() { _ = rdb.Close() })
-	var buf syncBuffer
-	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
-	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	redistest.Eventually(t, "NearOff", func() bool {
-		if v := fetchValue(t, a, "k"); v != "v1" {
-			t.Fatalf("Fetch = %q; want v1", v)
-		}
-		return a.Stats().NearOff
-	})
-	redistest.Eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
-	if n := strings.Count(buf.String(), "near cache off"); n != 1 || !strings.Contains(buf.String(), "NOPERM") {
-		t.Errorf("logged %d times, or without the server's reason; want once, with NOPERM:\n%s", n, buf.String())
-	}
-	if s := a.Stats(); s.NearHits != 0 {
-		t.Errorf("NearHits = %d without invalidations; want 0", s.NearHits)
 	}
 }
 

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/go-redis/cache/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // item is the cached value of every cache benchmark: a small record, about

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // lockTTL is the lease every library asks for. No scenario holds a lock

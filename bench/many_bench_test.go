@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // The batch scenarios (issue 10): FetchMany of 100 keys that all hit,

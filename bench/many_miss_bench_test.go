@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // The batch miss scenario: the same 100 absent keys requested at once by 4

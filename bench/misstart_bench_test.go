@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dtm-labs/rockscache"
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // missStartLibs are the libraries of BenchmarkMissToCompute: those of the

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // nearEntries is the near tier's size in these benchmarks: every key fits.

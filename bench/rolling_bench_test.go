@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // The rolling-expiry scenario (issue 14): 4 processes × 16 goroutines read

@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
 	"github.com/go-redis/cache/v9"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile"
 )
 
 // stamped is the value of the rolling-expiry scenario: it carries when its

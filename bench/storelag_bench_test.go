@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // The store-lag scenario: many keys miss at once in several processes (one

@@ -3,8 +3,9 @@ package lock_test
 import (
 	"testing"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // onClient makes a suite case of a test that needs one client of the

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // Bad input: a programmer error panics; a name or TTL that may come from

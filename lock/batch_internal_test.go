@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestBatchDropsCallersThatLeft: with Redis stopped, a call that joins a

@@ -3,8 +3,9 @@ package lock
 import (
 	"context"
 
-	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/hold"
 )
 
 // Do locks the mutex called name, runs fn with the lease while holding it,

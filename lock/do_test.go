@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // lock.Do, in the mutex suite: it releases on a panic, gives fn its

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // The examples in this file run against an embedded miniredis, so that

@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // These examples run against miniredis, an in-memory Redis for tests, so

@@ -6,8 +6,9 @@ import (
 	"log"
 	"time"
 
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // Examples that need a Redis server have no Output line: they are compiled

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 // Fair mutexes (WithFair), in the semaphore suite: a fair mutex is a

@@ -4,9 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // checkLocked fails t unless locked reports want.

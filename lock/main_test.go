@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/lock"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
 )
 
 func TestMain(m *testing.M) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"slices"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A Redlock names a mutex held on a majority of independent Redis servers

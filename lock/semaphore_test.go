@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // permitChecker counts permits in use and remembers the most seen at once.

@@ -5,9 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/redis/go-redis/v9"
 )
 
 // Every key and channel of one lock lands in one cluster slot, so that

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/dogpile-go/dogpile/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // How a mutex's waiter waits, in the mutex suite: woken by the release,

@@ -35,8 +35,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
 )
 
 // config is everything run needs; main fills it from flags.

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/dogpile-go/dogpile/lock"
 	mclock "github.com/dogpile-go/dogpile/lock/memcache"

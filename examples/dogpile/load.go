@@ -10,9 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
 )
 
 // task is one process's share of a mode's load.

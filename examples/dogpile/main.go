@@ -39,8 +39,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
 )
 
 // modes in the order -compare runs them: the problem, the half cure, the

@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/dogpile-go/dogpile"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile"
 )
 
 // cached is the library: dogpile.Cache.Fetch computes a missing key once

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

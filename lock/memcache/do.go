@@ -4,6 +4,7 @@ import (
 	"context"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/dogpile-go/dogpile/internal/hold"
 )
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
 	mclock "github.com/dogpile-go/dogpile/lock/memcache"
 )
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/dogpile-go/dogpile/internal/hold"
 )
 

@@ -5,8 +5,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // exampleAddr is the private memcached the runnable examples use, started

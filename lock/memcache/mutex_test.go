@@ -10,6 +10,7 @@ import (
 	"time"
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
 	mclock "github.com/dogpile-go/dogpile/lock/memcache"

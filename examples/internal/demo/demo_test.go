@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
