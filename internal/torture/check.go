@@ -22,7 +22,7 @@ const (
 	// may still answer with the value it replaced: the time for Redis's
 	// invalidation to reach it (well under a millisecond on an idle
 	// loopback), with room for a loaded machine.
-	NearBound = 500 * time.Millisecond
+	NearBound = 100 * time.Millisecond
 	// excerptMargin is how much history around a violation its excerpt shows.
 	excerptMargin = 50 * time.Millisecond
 	// excerptLines bounds the ops an excerpt shows besides the culprits.
@@ -59,10 +59,30 @@ type checker struct {
 	obs    map[int64]int64 // the earliest end of an op that returned or wrote each version
 	stored map[int64]int64 // the earliest end of an op that shows each version was in Redis
 	out    []Violation
+
+	checked, excused map[string]int // see Verdict
+	lags             int
+	maxLag           time.Duration
 }
 
-// Check applies every rule to h and returns the violations found.
-func Check(h *History) []Violation {
+// A Verdict is what Check found.
+type Verdict struct {
+	Violations []Violation
+	// Checked counts, by rule, what the rule judged (versions read,
+	// reads, computes, sections, ordered pairs of leases, processes), and
+	// Excused the exceptions that a fault, a stopped process or a shared
+	// flight excused (what a Set, a Delete or a compute that found nothing
+	// explains is no exception).
+	Checked, Excused map[string]int
+	// NearLags counts the reads from a near tier that returned a value
+	// replaced by a write that had returned (in another process) within
+	// NearBound before they began; MaxNearLag is the longest such lag.
+	NearLags   int
+	MaxNearLag time.Duration
+}
+
+// Check applies every rule to h.
+func Check(h *History) Verdict {
 	c := newChecker(h)
 	c.checkPhantoms()
 	c.checkReadAfterWrite()
@@ -74,12 +94,13 @@ func Check(h *History) []Violation {
 	c.checkSemaphore()
 	c.checkFences()
 	c.checkLeaks()
-	return c.out
+	return Verdict{c.out, c.checked, c.excused, c.lags, c.maxLag}
 }
 
 func newChecker(h *History) *checker {
 	c := &checker{h: h, keys: map[ckey][]*Op{}, names: map[string][]*Op{},
-		byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{}}
+		byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
+		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
 	for _, op := range h.Ops {
 		c.byID[op.ID] = op

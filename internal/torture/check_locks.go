@@ -27,10 +27,10 @@ func byEnter(ops []*Op) []*Op {
 	return s
 }
 
-// excused reports whether a's lease may have ended in Redis by time t
+// lapsed reports whether a's lease may have ended in Redis by time t
 // without a knowing: a's process was stopped (Done could not close in
 // time), or the server lost its data (the lock with it).
-func (c *checker) excused(a *Op, t int64) bool {
+func (c *checker) lapsed(a *Op, t int64) bool {
 	return c.paused(a.Proc, a.Enter, t) != nil || c.fault(dataLoss, a.Enter, t) != nil
 }
 
@@ -43,12 +43,17 @@ func (c *checker) checkExclusion() {
 	seen := map[[2]*Op]bool{} // a MultiMutex's pairs show up under each name
 	for _, ops := range c.names {
 		secs := byEnter(ops)
+		c.checked["exclusion"] += len(secs)
 		for i, a := range secs {
 			for _, b := range secs[i+1:] {
 				if b.Enter+int64(Slack) >= c.exit(a) {
 					break
 				}
-				if !conflicts(a, b) || c.excused(a, b.Enter) || seen[[2]*Op{a, b}] {
+				if !conflicts(a, b) || seen[[2]*Op{a, b}] {
+					continue
+				}
+				if c.lapsed(a, b.Enter) {
+					c.excused["exclusion"]++
 					continue
 				}
 				seen[[2]*Op{a, b}] = true
@@ -62,14 +67,24 @@ func (c *checker) checkExclusion() {
 // size, but for holders whose lease may have ended without their knowing.
 func (c *checker) checkSemaphore() {
 	secs := byEnter(c.names[c.h.Plan.Sem])
+	c.checked["semaphore"] += len(secs)
 	for i, b := range secs {
 		var held int64
 		var holders []*Op
+		excused := false
 		for _, a := range secs[:i+1] {
-			if b.Enter+int64(Slack) < c.exit(a) && (a == b || !c.excused(a, b.Enter)) {
-				held += a.Weight
-				holders = append(holders, a)
+			if b.Enter+int64(Slack) >= c.exit(a) {
+				continue
 			}
+			if a != b && c.lapsed(a, b.Enter) {
+				excused = true
+				continue
+			}
+			held += a.Weight
+			holders = append(holders, a)
+		}
+		if excused {
+			c.excused["semaphore"]++
 		}
 		if held > c.h.Plan.Permits {
 			c.violate("semaphore", fmt.Sprintf("%d permits of %d held at once", held, c.h.Plan.Permits), holders...)
@@ -101,6 +116,9 @@ func (c *checker) checkFences() {
 					top = a
 				}
 			}
+			if top != nil {
+				c.checked["fence"]++
+			}
 			if top != nil && b.Fences[name] <= top.Fences[name] {
 				c.violate("fence", fmt.Sprintf("fence %d of %s not above %d, granted before it was asked for",
 					b.Fences[name], name, top.Fences[name]), top, b)
@@ -113,6 +131,7 @@ func (c *checker) checkFences() {
 // its Caches and its client.
 func (c *checker) checkLeaks() {
 	for proc, leak := range c.h.Leaks {
+		c.checked["leak"]++
 		if leak != "" {
 			c.violate("leak", fmt.Sprintf("process %d: %s", proc, leak))
 		}

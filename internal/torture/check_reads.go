@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // isRead reports whether op returns values.
@@ -36,6 +37,7 @@ func (c *checker) checkPhantoms() {
 				continue
 			}
 			b := c.births[v]
+			c.checked["phantom"]++
 			switch {
 			case b == nil:
 				c.violate("phantom", fmt.Sprintf("%s returned version %d, which nobody drew", k, v), op)
@@ -68,15 +70,21 @@ func (c *checker) checkReadAfterWrite() {
 				continue
 			}
 			lw := c.lastWrite(v)
-			if lw == forever || c.fault(rollback, lw, r.End) != nil {
+			if lw == forever {
 				continue
 			}
+			c.checked["read-after-write"]++
 			for _, w := range writes {
-				if w == r || lw+int64(Slack) >= c.since(w) || !c.bound(r, w.Proc, w.End) {
+				if w == r || lw+int64(Slack) >= c.since(w) {
 					continue
 				}
-				if w.Proc != r.Proc && c.joined(ck, r, v, w.End) != nil {
+				if !c.bound(r, w.Proc, w.End) {
+					c.nearLag(r, w.Proc, w.End)
 					continue
+				}
+				if c.fault(rollback, lw, r.End) != nil || w.Proc != r.Proc && c.joined(ck, r, v, w.End) != nil {
+					c.excused["read-after-write"]++
+					break
 				}
 				c.violate("read-after-write", fmt.Sprintf("%s returned version %d, written before a %s that returned before it began",
 					ck, v, w.Kind), r, w, c.births[v])
@@ -109,6 +117,7 @@ func (c *checker) checkRefresh() {
 		if !ok || v == NotFound {
 			continue
 		}
+		c.checked["refresh"]++
 		if lw := c.lastWrite(v); lw+int64(Slack) < op.Start {
 			c.violate("refresh", fmt.Sprintf("Refresh of %s returned version %d, written before it began", op.Keys[0], v),
 				op, c.births[v])
@@ -126,11 +135,21 @@ func (c *checker) bound(r *Op, proc int, t int64) bool {
 	return c.late(r, t)
 }
 
+// nearLag notes how long after time t, when a write by process proc
+// returned, read r still returned a value the write replaced: from a near
+// tier, within NearBound, which this measures.
+func (c *checker) nearLag(r *Op, proc int, t int64) {
+	if r.Proc != proc && c.h.Plan.near(r.Cfg, r.Proc) && r.Start > t+int64(Slack) {
+		c.lags++
+		c.maxLag = max(c.maxLag, time.Duration(r.Start-t))
+	}
+}
+
 // late reports whether read r began late enough after time t to reflect
 // what Redis held at t: after NearBound (and the stops of the servers or
 // of r's process meanwhile) from a near tier, else after Slack.
 func (c *checker) late(r *Op, t int64) bool {
-	if c.h.Plan.Caches[r.Cfg].near(r.Proc) {
+	if c.h.Plan.near(r.Cfg, r.Proc) {
 		return r.Start > t+int64(NearBound)+c.stalls(r.Proc, t, r.Start)
 	}
 	return r.Start > t+int64(Slack)
@@ -141,7 +160,7 @@ func (c *checker) late(r *Op, t int64) bool {
 // began, and returned v too. A near tier forgets its flights when Redis
 // reports a write, so it gets no such excuse.
 func (c *checker) joined(ck ckey, r *Op, v, t int64) *Op {
-	if c.h.Plan.Caches[r.Cfg].near(r.Proc) {
+	if c.h.Plan.near(r.Cfg, r.Proc) {
 		return nil
 	}
 	for _, l := range c.keys[ck] {
@@ -185,12 +204,17 @@ func (c *checker) checkMonotonic() {
 // checkSeen checks read r, which returned v, against what its caller saw.
 func (c *checker) checkSeen(ck ckey, r *Op, v int64, seen []sight) {
 	lw := c.lastWrite(v)
-	if lw == forever || c.fault(rollback, lw, r.End) != nil {
+	if lw == forever {
 		return
 	}
+	c.checked["monotonic"]++
 	for _, s := range slices.Backward(seen) {
-		if lw+int64(Slack) >= s.born || !c.late(r, s.at) || c.joined(ck, r, v, s.at) != nil {
+		if lw+int64(Slack) >= s.born || !c.late(r, s.at) {
 			continue
+		}
+		if c.fault(rollback, lw, r.End) != nil || c.joined(ck, r, v, s.at) != nil {
+			c.excused["monotonic"]++
+			return
 		}
 		c.violate("monotonic", fmt.Sprintf("%s returned version %d to a caller that had seen version %d, written after it",
 			ck, v, s.op.Vers[ck.key]), r, s.op)

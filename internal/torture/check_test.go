@@ -25,7 +25,7 @@ func testPlan() Plan {
 			{Prefix: "t1:", TTL: time.Second, NearProcs: []int{3}},
 			{Prefix: "t2:", TTL: time.Millisecond},
 		},
-		Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
+		Procs: 3, Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
 	}
 }
 
@@ -79,7 +79,7 @@ func fault(kind string, proc int, s, e float64) Fault {
 // rules returns the rules h breaks, with the excerpts for the log.
 func rules(t *testing.T, h *History) []string {
 	var rs []string
-	for _, v := range Check(h) {
+	for _, v := range Check(h).Violations {
 		t.Logf("%s", Excerpt(h, v))
 		if !slices.Contains(rs, v.Rule) {
 			rs = append(rs, v.Rule)

@@ -136,6 +136,7 @@ const (
 	FFailover   = "failover"    // a graceful CLUSTER FAILOVER: nothing lost
 	FKillMaster = "killmaster"  // a master killed, its replica promoted, the old one back as a replica
 	FPauseProc  = "pauseproc"   // a worker process stopped (SIGSTOP) past its leases
+	FKillProc   = "killproc"    // a worker process killed (SIGKILL), and another started (N)
 )
 
 // A Fault is one nemesis action, from its start until it was healed.

@@ -6,6 +6,7 @@ package torture
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -42,11 +43,14 @@ type nemesis struct {
 	t      testing.TB
 	r      *rand.Rand
 	plan   Plan
-	srv    *redistest.Server      // Server topology
-	proxy  *redistest.Proxy       // Server topology
-	cl     *redistest.Cluster     // Cluster topology
-	shards [][2]*redistest.Server // Cluster: each shard's master and replica now
-	kids   []*redistest.Child
+	srv    *redistest.Server        // Server topology
+	proxy  *redistest.Proxy         // Server topology
+	cl     *redistest.Cluster       // Cluster topology
+	shards [][2]*redistest.Server   // Cluster: each shard's master and replica now
+	kids   map[int]*redistest.Child // the live workers, by process
+	spawn  func(proc int) *redistest.Child
+	procs  int           // the processes started so far
+	died   map[int]int64 // when each killed process died
 	faults []Fault
 	// unplanned counts the failovers the cluster made on its own.
 	unplanned int
@@ -82,7 +86,7 @@ func (n *nemesis) category() string {
 func (n *nemesis) kinds(cat string) []string {
 	switch {
 	case cat == "proc":
-		return []string{FPauseProc}
+		return []string{FPauseProc, FPauseProc, FKillProc}
 	case cat == "server" && n.cl == nil:
 		return []string{FPause, FPause, FRestart}
 	case cat == "server":
@@ -174,11 +178,20 @@ func (n *nemesis) start(kind string) harm {
 		n.proxy.DropReplies(f.N)
 		h.hold, h.heal = n.between(10*time.Millisecond, 300*time.Millisecond), func() { n.proxy.DropReplies(0) }
 	case FPauseProc:
-		i := n.r.IntN(len(n.kids))
-		f.Proc = i + 1
-		n.kids[i].Pause(n.t)
+		f.Proc = n.anyProc()
+		k := n.kids[f.Proc]
+		k.Pause(n.t)
 		// Past every lease it holds, so that others take over.
-		h.hold, h.heal = n.between(lockTTL*6/5, lockTTL*2), func() { n.kids[i].Resume(n.t) }
+		h.hold, h.heal = n.between(lockTTL*6/5, lockTTL*2), func() { k.Resume(n.t) }
+	case FKillProc:
+		f.Proc = n.anyProc()
+		n.kids[f.Proc].Kill()
+		n.died[f.Proc] = now()
+		delete(n.kids, f.Proc)
+		n.procs++
+		f.N = int64(n.procs)
+		n.kids[n.procs] = n.spawn(n.procs)
+		n.kids[n.procs].Go(n.t)
 	}
 	return h
 }
@@ -279,6 +292,12 @@ func (n *nemesis) failed(s *redistest.Server) bool {
 		}
 	}
 	return failed
+}
+
+// anyProc returns a random live worker process.
+func (n *nemesis) anyProc() int {
+	procs := slices.Sorted(maps.Keys(n.kids))
+	return procs[n.r.IntN(len(procs))]
 }
 
 // anyNode returns a random node of the cluster, master or replica.

@@ -8,6 +8,7 @@ package torture
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -50,7 +51,7 @@ type Plan struct {
 	Permits  int64
 	RW       string // the RWMutex's name
 	LockTTL  time.Duration
-	Proxied  []int // processes that reach the server through the Proxy (Server only)
+	Proxied  []int // processes that reach the server through the Proxy, and their replacements (Server only)
 }
 
 // A CacheConfig is one Cache, opened by every process with these options
@@ -61,7 +62,7 @@ type CacheConfig struct {
 	Stale     time.Duration // WithStale; 0 for none
 	Early     float64       // WithEarlyRefresh's beta; 0 for none
 	Neg       time.Duration // WithNegativeTTL; 0 for none
-	NearProcs []int         // processes whose Cache has WithNearCache
+	NearProcs []int         // processes whose Cache has WithNearCache (and their replacements)
 }
 
 func (c CacheConfig) String() string {
@@ -78,15 +79,15 @@ func (c CacheConfig) String() string {
 	return s + fmt.Sprintf(" near=%v", c.NearProcs)
 }
 
-// near reports whether process proc's Cache of c has a near tier.
-func (c CacheConfig) near(proc int) bool {
-	for _, p := range c.NearProcs {
-		if p == proc {
-			return true
-		}
-	}
-	return false
+// near reports whether the Cache of c in process proc of plan p has a
+// near tier.
+func (p Plan) near(cfg, proc int) bool {
+	return slices.Contains(p.Caches[cfg].NearProcs, p.slot(proc))
 }
+
+// slot returns the process that proc replaces (a killed worker's
+// replacement takes the next number), or proc: its configuration.
+func (p Plan) slot(proc int) int { return (proc-1)%p.Procs + 1 }
 
 // NewPlan draws the plan of a run with seed on topology.
 func NewPlan(seed uint64, topology string) Plan {

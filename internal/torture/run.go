@@ -52,21 +52,21 @@ func (r Run) Go(t *testing.T) {
 	t.Logf("torture: %s\n  replay with -torture.seed %d", plan, r.Seed)
 	n, ledgers := r.start(t, plan)
 	start := time.Now()
-	for _, k := range n.kids {
-		k.Go(t)
+	for _, proc := range slices.Sorted(maps.Keys(n.kids)) {
+		n.kids[proc].Go(t)
 	}
 	n.run(r.Duration)
 	time.Sleep(settle)
 	if n.cl != nil {
 		n.followFailovers(n.round)
 	}
-	h := &History{Plan: plan, Faults: n.faults, Died: map[int]int64{}, Leaks: map[int]string{}}
+	h := &History{Plan: plan, Faults: n.faults, Died: n.died, Leaks: map[int]string{}}
 	stopping := time.Now()
 	results := stop(t, n.kids)
-	for i, res := range results {
-		h.Leaks[i+1] = res.Leak
+	for proc, res := range results {
+		h.Leaks[proc] = res.Leak
 	}
-	ops, err := ReadLedgers(ledgers)
+	ops, err := ReadLedgers(*ledgers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +80,17 @@ func (r Run) Go(t *testing.T) {
 		}
 		t.Logf("torture: history saved in %s", path)
 	}
-	vs := Check(h)
-	t.Logf("torture: %s", Figures(h, results, time.Since(start), vs))
-	r.report(t, h, vs)
+	v := Check(h)
+	t.Logf("torture: %s", Figures(h, results, time.Since(start), v))
+	r.report(t, h, v.Violations)
 }
 
 // start starts the servers, the oracle and the worker processes, and
 // waits until every worker is ready. It returns the nemesis that rules
-// them, and the workers' ledger files.
-func (r Run) start(t *testing.T, plan Plan) (*nemesis, []string) {
-	n := &nemesis{t: t, r: rand.New(rand.NewPCG(r.Seed, 1)), plan: plan}
+// them, and the workers' ledger files (more as it starts replacements).
+func (r Run) start(t *testing.T, plan Plan) (*nemesis, *[]string) {
+	n := &nemesis{t: t, r: rand.New(rand.NewPCG(r.Seed, 1)), plan: plan,
+		kids: map[int]*redistest.Child{}, died: map[int]int64{}}
 	oracle := redistest.StartServer(t)
 	var addrs []string
 	if r.Topology == Cluster {
@@ -103,18 +104,29 @@ func (r Run) start(t *testing.T, plan Plan) (*nemesis, []string) {
 		n.proxy = redistest.StartProxy(t, n.srv.Addr())
 	}
 	dir := t.TempDir()
-	var ledgers []string
-	for proc := 1; proc <= plan.Procs; proc++ {
+	ledgers := new([]string)
+	// launch starts worker proc; a replacement takes the configuration of
+	// the process it replaces.
+	launch := func(proc int) *redistest.Child {
 		wp := WorkerParams{Plan: plan, Proc: proc, Addrs: addrs, Cluster: n.cl != nil, Oracle: oracle.Addr(),
 			Ledger: filepath.Join(dir, fmt.Sprintf("ledger%d", proc))}
 		if n.cl == nil {
 			wp.Addrs = []string{n.srv.Addr()}
-			if slices.Contains(plan.Proxied, proc) {
+			if slices.Contains(plan.Proxied, plan.slot(proc)) {
 				wp.Addrs = []string{n.proxy.Addr()}
 			}
 		}
-		ledgers = append(ledgers, wp.Ledger)
-		n.kids = append(n.kids, redistest.StartChild(t, workerMode, wp))
+		*ledgers = append(*ledgers, wp.Ledger)
+		return redistest.StartChild(t, workerMode, wp)
+	}
+	n.spawn = func(proc int) *redistest.Child {
+		k := launch(proc)
+		k.Expect(t, "ready")
+		return k
+	}
+	for n.procs < plan.Procs {
+		n.procs++
+		n.kids[n.procs] = launch(n.procs) // all start at once
 	}
 	for _, k := range n.kids {
 		k.Expect(t, "ready")
@@ -122,16 +134,19 @@ func (r Run) start(t *testing.T, plan Plan) (*nemesis, []string) {
 	return n, ledgers
 }
 
-// stop tells every worker to stop, all at once (each waits for its calls
-// in flight), and returns their results once they exited.
-func stop(t *testing.T, kids []*redistest.Child) []WorkerResult {
+// stop tells every live worker to stop, all at once (each waits for its
+// calls in flight), and returns their results, by process, once they
+// exited.
+func stop(t *testing.T, kids map[int]*redistest.Child) map[int]WorkerResult {
 	for _, k := range kids {
 		k.Say(t, "stop")
 	}
-	results := make([]WorkerResult, len(kids))
-	for i, k := range kids {
-		k.Result(t, &results[i])
+	results := map[int]WorkerResult{}
+	for proc, k := range kids {
+		var res WorkerResult
+		k.Result(t, &res)
 		k.Wait(t)
+		results[proc] = res
 	}
 	return results
 }
@@ -160,7 +175,7 @@ func (r Run) report(t *testing.T, h *History, vs []Violation) {
 
 // Figures summarizes a run: operations checked, faults injected by kind,
 // violations.
-func Figures(h *History, results []WorkerResult, took time.Duration, vs []Violation) string {
+func Figures(h *History, results map[int]WorkerResult, took time.Duration, v Verdict) string {
 	ops, failed := map[string]int{}, map[string]int{}
 	for _, op := range h.Ops {
 		ops[op.Kind]++
@@ -181,12 +196,18 @@ func Figures(h *History, results []WorkerResult, took time.Duration, vs []Violat
 		}
 	}
 	rules := map[string]int{}
-	for _, v := range vs {
-		rules[v.Rule]++
+	for _, x := range v.Violations {
+		rules[x.Rule]++
 	}
-	return fmt.Sprintf("%s, %v: %d ops checked (%s), faults %s, takeovers %d, near hits %d, stale hits %d, %d violations (%s)",
+	var judged []string
+	for _, rule := range slices.Sorted(maps.Keys(v.Checked)) {
+		judged = append(judged, fmt.Sprintf("%s %d/%d excused", rule, v.Checked[rule], v.Excused[rule]))
+	}
+	return fmt.Sprintf("%s, %v: %d ops (%s); faults %s; takeovers %d, near hits %d, stale hits %d; "+
+		"checked %s; near tier behind a write %d times, at most %v; %d violations (%s)",
 		h.Plan.Topology, took.Round(100*time.Millisecond), len(h.Ops), counts(ops, failed), counts(faults, nil),
-		takeovers, nearHits, stale, len(vs), counts(rules, nil))
+		takeovers, nearHits, stale, strings.Join(judged, ", "), v.NearLags, v.MaxNearLag.Round(time.Microsecond),
+		len(v.Violations), counts(rules, nil))
 }
 
 // counts formats counts by name, with the failed ones after a slash.

@@ -65,9 +65,9 @@ func TestCheckSaved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs := Check(h)
-	t.Logf("%s", Figures(h, nil, 0, vs))
-	for _, v := range vs {
+	v := Check(h)
+	t.Logf("%s", Figures(h, nil, 0, v))
+	for _, v := range v.Violations {
 		t.Errorf("%s", Excerpt(h, v))
 	}
 }

@@ -120,7 +120,7 @@ func newWorker(wp WorkerParams) (*worker, error) {
 		w.rdb = redis.NewClient(&redis.Options{Addr: wp.Addrs[0], ContextTimeoutEnabled: true})
 	}
 	w.oracle = redis.NewClient(&redis.Options{Addr: wp.Oracle})
-	for _, c := range w.plan.Caches {
+	for i, c := range w.plan.Caches {
 		opts := []dogpile.Option{dogpile.WithPrefix(c.Prefix), dogpile.WithLease(computeLease)}
 		if c.Stale > 0 {
 			opts = append(opts, dogpile.WithStale(c.Stale))
@@ -131,7 +131,7 @@ func newWorker(wp WorkerParams) (*worker, error) {
 		if c.Neg > 0 {
 			opts = append(opts, dogpile.WithNegativeTTL(c.Neg))
 		}
-		if c.near(w.proc) {
+		if w.plan.near(i, w.proc) {
 			opts = append(opts, dogpile.WithNearCache(4*w.plan.Keys))
 		}
 		w.caches = append(w.caches, dogpile.New[Value](w.rdb, opts...))
