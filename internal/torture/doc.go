@@ -43,8 +43,12 @@
 // and restart of the server, empty; on the cluster, a master killed until
 // its replica is promoted, then back as a replica, or a graceful CLUSTER
 // FAILOVER), connection faults (FLUSHALL, SCRIPT FLUSH, CLIENT KILL TYPE
-// normal or pubsub, replies dropped by the proxy) and process faults (a
-// worker stopped past every lease it holds).
+// normal or pubsub, which includes the near tier's tracking connections;
+// replies dropped by the proxy) and process faults (a worker stopped past
+// every lease it holds, or killed and replaced by a new process with the
+// same configuration). A pause of a cluster node is kept short of the
+// node timeout; a failover the cluster starts all the same is followed
+// and recorded as a killed master.
 //
 // # Rules
 //
@@ -60,7 +64,8 @@
 //     in the writing process at once; in another at its next read of
 //     Redis, which a Fetch may share with a flight of its process begun
 //     before the write returned; with a near tier, after NearBound plus
-//     the time the server or the reader was stopped. Excused: a failover
+//     the time the server or the reader was stopped (each run reports the
+//     longest lag it saw within the bound). Excused: a failover
 //     that may have promoted a replica without the write. (README, "Read
 //     your writes in the writing process", "The near tier"; Cache.Set and
 //     Cache.Refresh.)
@@ -106,6 +111,10 @@
 //   - leak: a worker that closed its Caches and its client has no
 //     goroutine left over. (Cache.Close: "no goroutine of the Cache
 //     outlives Close"; lock: "A lock needs no Close".)
+//
+// Each run logs its figures: the ops by kind (and how many failed), the
+// faults by kind, and per rule how much it judged and how many exceptions
+// a fault, a stopped process or a shared flight excused.
 //
 // Violations of Known rules are defects already reported: they are logged
 // and fail the test only with -torture.strict. A failure prints the seed
