@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile"
@@ -46,9 +49,11 @@ func (w *worker) cacheLoop(ctx context.Context, g int) {
 		case x < 60:
 			op = w.refresh(g, cfg, key, r.Uint64())
 		case x < 72:
-			op = w.set(g, cfg, key)
-		case x < 80:
+			op = w.set(g, cfg, key, r.IntN(2) == 0)
+		case x < 79:
 			op = w.delete(g, cfg, key)
+		case x < 82:
+			op = w.invalidate(g, cfg, tagOf(key))
 		default:
 			op = w.get(g, cfg, key)
 		}
@@ -58,6 +63,23 @@ func (w *worker) cacheLoop(ctx context.Context, g int) {
 		}
 		sleep(ctx, think)
 	}
+}
+
+// tagOf returns key's tag: "g0" for even-numbered keys, "g1" for odd.
+func tagOf(key string) string {
+	n, _ := strconv.Atoi(strings.TrimPrefix(key, "k"))
+	return fmt.Sprintf("g%d", n%2)
+}
+
+// invalidate invalidates tag.
+func (w *worker) invalidate(g, cfg int, tag string) *Op {
+	op := w.newOp(g, KInval, cfg)
+	op.Tags = []string{tag}
+	w.led.Write(op)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	w.end(op, w.caches[cfg].InvalidateTag(ctx, tag))
+	return op
 }
 
 // someKeys returns 2 to 4 distinct keys.
@@ -145,7 +167,8 @@ func (w *worker) fetchMany(g, cfg int, keys []string, seed uint64) *Op {
 	return op
 }
 
-func (w *worker) set(g, cfg int, key string) *Op {
+// set stores a new version of key, tagged or not.
+func (w *worker) set(g, cfg int, key string, tagged bool) *Op {
 	op := w.newOp(g, KSet, cfg, key)
 	ver, err := w.draw(1)
 	if err != nil {
@@ -157,7 +180,13 @@ func (w *worker) set(g, cfg int, key string) *Op {
 	w.led.Write(op)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	w.end(op, w.caches[cfg].Set(ctx, key, Value{K: key, V: ver, P: w.proc, G: g}, w.plan.Caches[cfg].TTL))
+	v, ttl := Value{K: key, V: ver, P: w.proc, G: g}, w.plan.Caches[cfg].TTL
+	if tagged {
+		op.Tags = []string{tagOf(key)}
+		w.end(op, w.caches[cfg].SetTagged(ctx, key, v, ttl, op.Tags...))
+		return op
+	}
+	w.end(op, w.caches[cfg].Set(ctx, key, v, ttl))
 	return op
 }
 
@@ -173,7 +202,7 @@ func (w *worker) delete(g, cfg int, key string) *Op {
 // it is an op of its own, which draws the value's version first.
 func (w *worker) compute(g, cfg int, key string, via *Op, seed uint64) func(context.Context) (Value, error) {
 	return func(ctx context.Context) (Value, error) {
-		op, ver, err := w.beginCompute(g, cfg, via, key)
+		op, ver, err := w.beginCompute(ctx, g, cfg, via, key)
 		if err != nil {
 			return Value{}, err
 		}
@@ -187,7 +216,7 @@ func (w *worker) compute(g, cfg int, key string, via *Op, seed uint64) func(cont
 // computeMany is compute for FetchMany: it leaves some keys out.
 func (w *worker) computeMany(g, cfg int, via *Op, seed uint64) func(context.Context, []string) (map[string]Value, error) {
 	return func(ctx context.Context, missing []string) (map[string]Value, error) {
-		op, ver, err := w.beginCompute(g, cfg, via, missing...)
+		op, ver, err := w.beginCompute(ctx, g, cfg, via, missing...)
 		if err != nil {
 			return nil, err
 		}
@@ -205,11 +234,19 @@ func (w *worker) computeMany(g, cfg int, via *Op, seed uint64) func(context.Cont
 	}
 }
 
-// beginCompute starts a compute op of keys for call via: it draws a
-// version per key (consecutive, in the order of keys) and records them.
-func (w *worker) beginCompute(g, cfg int, via *Op, keys ...string) (*Op, int64, error) {
+// beginCompute starts a compute op of keys for call via: it tags its
+// values with their keys' tags, then (as one reads data after Tag) draws
+// a version per key, consecutive in the order of keys, and records them.
+func (w *worker) beginCompute(ctx context.Context, g, cfg int, via *Op, keys ...string) (*Op, int64, error) {
 	op := w.newOp(g, KCompute, cfg, keys...)
 	op.Via, op.ViaK = via.ID, via.Kind
+	for _, k := range keys {
+		if t := tagOf(k); !slices.Contains(op.Tags, t) {
+			op.Tags = append(op.Tags, t)
+		}
+	}
+	dogpile.Tag(ctx, op.Tags...)
+	op.Tagged = time.Now().UnixNano()
 	ver, err := w.draw(len(keys))
 	if err != nil {
 		w.led.Write(op)

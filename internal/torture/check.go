@@ -1,15 +1,13 @@
 package torture
 
 // check.go is the checker's frame: the index of a history that the rules
-// (check_reads.go, check_computes.go, check_locks.go) read, the faults
-// that excuse what they forbid, and the excerpt a violation prints.
+// (check_reads.go, check_tags.go, check_computes.go, check_locks.go) read,
+// and the faults that excuse what they forbid.
 
 import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 )
 
@@ -23,18 +21,15 @@ const (
 	// invalidation to reach it (well under a millisecond on an idle
 	// loopback), with room for a loaded machine.
 	NearBound = 100 * time.Millisecond
-	// excerptMargin is how much history around a violation its excerpt shows.
-	excerptMargin = 50 * time.Millisecond
-	// excerptLines bounds the ops an excerpt shows besides the culprits.
-	excerptLines = 20
-	forever      = math.MaxInt64
+	forever   = math.MaxInt64
 )
 
 // A Violation is a rule the history breaks, with the ops that break it.
 type Violation struct {
-	Rule string
-	Msg  string
-	Ops  []*Op
+	Rule  string
+	Msg   string
+	Ops   []*Op
+	Known string // the known defect it is an instance of (see Known), or ""
 }
 
 // Fault sets: the faults that excuse a rule's exception.
@@ -54,6 +49,7 @@ type checker struct {
 	h      *History
 	keys   map[ckey][]*Op   // cache ops by key (a FetchMany under each of its keys)
 	names  map[string][]*Op // lock sections by name
+	invals map[int][]*Op    // InvalidateTag calls by Cache
 	byID   map[int64]*Op
 	births map[int64]*Op   // the op that drew each version: a compute or a Set
 	obs    map[int64]int64 // the earliest end of an op that returned or wrote each version
@@ -88,22 +84,30 @@ func Check(h *History) Verdict {
 	c.checkReadAfterWrite()
 	c.checkMonotonic()
 	c.checkRefresh()
+	c.checkInvalidate()
 	c.checkComputeOverlap()
 	c.checkComputeFresh()
 	c.checkExclusion()
 	c.checkSemaphore()
 	c.checkFences()
 	c.checkLeaks()
+	for i := range c.out {
+		c.out[i].Known = c.classify(c.out[i])
+	}
 	return Verdict{c.out, c.checked, c.excused, c.lags, c.maxLag}
 }
 
 func newChecker(h *History) *checker {
 	c := &checker{h: h, keys: map[ckey][]*Op{}, names: map[string][]*Op{},
-		byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
+		invals: map[int][]*Op{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
 		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
 	for _, op := range h.Ops {
 		c.byID[op.ID] = op
+		if op.Kind == KInval {
+			c.invals[op.Cfg] = append(c.invals[op.Cfg], op)
+			continue
+		}
 		if op.isLock() {
 			if op.Enter != 0 {
 				for _, n := range op.Keys {
@@ -254,53 +258,4 @@ func (c *checker) lastWrite(v int64) int64 {
 		return max(t, b.End)
 	}
 	return t
-}
-
-// Excerpt returns the part of h around v: the faults in effect, v's ops,
-// and the other ops on the same keys or names at the time.
-func Excerpt(h *History, v Violation) string {
-	from, to := int64(forever), int64(0)
-	for _, op := range v.Ops {
-		from = min(from, op.Start)
-		to = max(to, op.Start, op.End, op.Exit)
-	}
-	from -= int64(excerptMargin)
-	to += int64(excerptMargin)
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s\n", v.Rule, v.Msg)
-	for _, f := range h.Faults {
-		if f.overlaps(from, to) {
-			fmt.Fprintf(&b, "  %s\n", f)
-		}
-	}
-	for _, op := range v.Ops {
-		fmt.Fprintf(&b, "* %s\n", op)
-	}
-	subjects := map[string]bool{}
-	for _, op := range v.Ops {
-		for _, k := range op.Keys {
-			subjects[fmt.Sprint(op.isLock(), op.Cfg, k)] = true
-		}
-	}
-	var near []*Op
-	for _, op := range h.Ops {
-		if slices.Contains(v.Ops, op) || op.Start > to || (op.End != 0 && op.End < from) {
-			continue
-		}
-		for _, k := range op.Keys {
-			if subjects[fmt.Sprint(op.isLock(), op.Cfg, k)] {
-				near = append(near, op)
-				break
-			}
-		}
-	}
-	sort.Slice(near, func(i, j int) bool { return near[i].Start < near[j].Start })
-	for i, op := range near {
-		if i == excerptLines {
-			fmt.Fprintf(&b, "  ... %d more ops\n", len(near)-i)
-			break
-		}
-		fmt.Fprintf(&b, "  %s\n", op)
-	}
-	return b.String()
 }

@@ -59,7 +59,7 @@ func (c *checker) checkComputeOverlap() {
 					break
 				}
 				from := c.locked(a)
-				if c.write(ck, []string{KSet, KDelete}, from, b.Start) != nil {
+				if c.write(ck, []string{KSet, KDelete}, from, b.Start) != nil || c.voidedKey(ck, from, b.Start) != nil {
 					continue
 				}
 				if c.fault(lockLoss, from, b.Start) != nil || c.paused(a.Proc, from, b.Start) != nil {
@@ -92,9 +92,9 @@ func fresh(cfg CacheConfig, d time.Duration) int64 {
 }
 
 // fills returns the stores of ck that the history proves: Sets that
-// returned, and computes whose call returned their value (or their
-// not-found) with no Set, Delete or fault that could have refused the
-// store.
+// returned, and computes whose call returned their value (seen in Redis
+// too) or their not-found, with no Set, Delete, InvalidateTag or fault
+// that could have refused the store.
 func (c *checker) fills(ck ckey, ops []*Op) []fill {
 	cfg := c.h.Plan.Caches[ck.cfg]
 	var fs []fill
@@ -111,13 +111,18 @@ func (c *checker) fills(ck ckey, ops []*Op) []fill {
 		if via == nil || !via.ok() || len(computesOf(ops, via)) != 1 {
 			continue
 		}
-		if c.write(ck, []string{KSet, KDelete}, via.Start, via.End) != nil ||
+		if c.write(ck, []string{KSet, KDelete}, via.Start, via.End) != nil || c.voidedKey(ck, via.Start, via.End) != nil ||
+			c.invalidated(ck.cfg, op.Tags, op.Start, via.End) != nil ||
 			c.fault(lockLoss, via.Start, via.End) != nil || c.paused(op.Proc, via.Start, via.End) != nil {
 			continue
 		}
 		got, want := via.Vers[ck.key], op.Vers[ck.key]
+		_, stored := c.stored[want]
 		switch {
-		case op.Err == "" && got == want && want != 0:
+		// A value whose Tag failed is returned but not stored: only one
+		// seen where its compute's process could not have been handed it
+		// was.
+		case op.Err == "" && got == want && want != 0 && stored:
 			fs = append(fs, fill{op, via.Start, op.End, op.End + fresh(cfg, cfg.TTL)})
 		case cfg.Neg > 0 && got == NotFound && (op.Err == notFoundText || op.Err == "" && via.Kind == KFetchMany):
 			fs = append(fs, fill{op, via.Start, op.End, op.End + fresh(cfg, cfg.Neg)})
@@ -168,7 +173,8 @@ func (c *checker) checkComputeFresh() {
 				}
 				// The lock was taken after the store, and before the compute
 				// began: no Delete, drop or loss may fall in between.
-				if c.write(ck, []string{KDelete}, f.low, b.Start) != nil || c.dropped(ck, f.low, b.Start) != nil {
+				if c.write(ck, []string{KDelete}, f.low, b.Start) != nil || c.dropped(ck, f.low, b.Start) != nil ||
+					c.voidedKey(ck, f.low, b.Start) != nil {
 					continue
 				}
 				if c.fault(dataLoss, f.low, b.Start) != nil {

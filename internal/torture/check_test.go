@@ -16,14 +16,15 @@ const t0 = int64(1_700_000_000) * 1e9
 func at(ms float64) int64 { return t0 + int64(ms*float64(time.Millisecond)) }
 
 // testPlan has a plain Cache (c0), one with a near tier in process 3
-// (c1), one whose values expire at once (c2), and a semaphore of 2
-// permits.
+// (c1), one whose values expire at once (c2), one WithStale (c3), and a
+// semaphore of 2 permits.
 func testPlan() Plan {
 	return Plan{
 		Caches: []CacheConfig{
 			{Prefix: "t0:", TTL: time.Second},
 			{Prefix: "t1:", TTL: time.Second, NearProcs: []int{3}},
 			{Prefix: "t2:", TTL: time.Millisecond},
+			{Prefix: "t3:", TTL: time.Second, Stale: time.Second},
 		},
 		Procs: 3, Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
 	}
@@ -148,6 +149,16 @@ func TestRules(t *testing.T) {
 		{"compute-fresh/excused by FLUSHALL", func() *History {
 			return history(computeFresh(), fault(FFlushAll, 0, 25, 26))
 		}, nil},
+		{"compute-fresh/not shown stored", func() *History {
+			ops := computeFresh()
+			return history(slices.Delete(ops, 2, 3))
+		}, nil},
+		{"invalidate", func() *History { return history(invalidate(0, 2)) }, []string{"invalidate"}},
+		{"invalidate/tagged after it began", func() *History { return history(invalidate(0, 30.5)) }, nil},
+		{"invalidate/served stale", func() *History { return history(invalidate(3, 2)) }, nil},
+		{"invalidate/excused by a failover's rollback", func() *History {
+			return history(invalidate(0, 2), fault(FKillMaster, 0, 35, 36))
+		}, nil},
 		{"exclusion", func() *History { return history(exclusion(KMutex, KFair)) }, []string{"exclusion"}},
 		{"exclusion/readers together", func() *History { return history(exclusion(KRLock, KRLock)) }, nil},
 		{"exclusion/reader and writer", func() *History { return history(exclusion(KRLock, KWLock)) }, []string{"exclusion"}},
@@ -221,10 +232,21 @@ func overlap() []*Op {
 }
 
 // computeFresh: process 2 computes the key 30 ms after process 1 stored
-// it for a second.
+// it for a second (process 3 read it).
 func computeFresh() []*Op {
 	a, b := cache(KFetch, 1, 0, 1, 0, 20), cache(KFetch, 2, 0, 2, 30, 50)
-	return []*Op{a, compute(a, 1, 1, 10), b, compute(b, 2, 31, 40)}
+	return []*Op{a, compute(a, 1, 1, 10), cache(KGet, 3, 0, 1, 21, 22), b, compute(b, 2, 31, 40)}
+}
+
+// invalidate: process 1 computes version 1 tagged "t", process 2
+// invalidates "t", and process 3 reads version 1 after that returned.
+func invalidate(cfg int, tagged float64) []*Op {
+	a := cache(KFetch, 1, cfg, 1, 0, 20)
+	c := compute(a, 1, 1, 10)
+	c.Tags, c.Tagged = []string{"t"}, at(tagged)
+	w := newOp(KInval, 2, 1, cfg, nil, 30, 31)
+	w.Tags = []string{"t"}
+	return []*Op{a, c, w, cache(KGet, 3, cfg, 1, 40, 41)}
 }
 
 // exclusion: two sections of one name, of kinds a and b, overlap.
@@ -234,4 +256,50 @@ func exclusion(a, b string) []*Op {
 		name = "rw"
 	}
 	return []*Op{section(a, 1, name, 1, 0, 10, 30, 31), section(b, 2, name, 2, 5, 20, 40, 41)}
+}
+
+// TestKnownDefects: the violations of the defects reported and not fixed
+// yet are told apart from new ones.
+func TestKnownDefects(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		h    func() *History
+		want string
+	}{
+		{"refresh-old", func() *History {
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 1, 5, 8)})
+		}, "refresh-old"},
+		{"refresh-voided", func() *History {
+			r := cache(KRefresh, 2, 0, 2, 5, 20)
+			c := compute(r, 2, 6, 19)
+			c.Tags, c.Tagged = []string{"t"}, at(7)
+			w := newOp(KInval, 3, 1, 0, nil, 10, 11)
+			w.Tags = []string{"t"}
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, c, w, cache(KGet, 2, 0, 1, 30, 31)})
+		}, "refresh-voided"},
+		{"invalidate-flight", func() *History {
+			ops := invalidate(0, 2)
+			ops[3].Proc, ops[3].Kind = 1, KFetch // read in the computing process, through its flight
+			return history(ops)
+		}, "invalidate-flight"},
+		{"invalidate-concurrent", func() *History {
+			ops := invalidate(0, 2)
+			w := newOp(KInval, 1, 2, 0, nil, 29, 35)
+			w.Tags = []string{"t"}
+			return history(append(ops, w))
+		}, "invalidate-concurrent"},
+		{"a new defect", func() *History { return history(invalidate(0, 2)) }, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Check(tt.h())
+			if len(v.Violations) == 0 {
+				t.Fatal("no violation")
+			}
+			for _, x := range v.Violations {
+				if x.Known != tt.want {
+					t.Errorf("%s: known as %q; want %q\n%s", x.Rule, x.Known, tt.want, Excerpt(tt.h(), x))
+				}
+			}
+		})
+	}
 }

@@ -4,13 +4,11 @@ package torture
 // did, with wall-clock times, in a form the checker reads.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -22,13 +20,14 @@ const (
 	KGet       = "get"
 	KSet       = "set"
 	KDelete    = "delete"
-	KCompute   = "compute" // a call of a compute function, by any of the above
-	KMutex     = "mutex"   // a plain Mutex's critical section
-	KFair      = "fair"    // a Mutex WithFair
-	KMulti     = "multi"   // a MultiMutex over Keys
-	KSem       = "sem"     // a Semaphore's permits (Weight of Permits)
-	KRLock     = "rlock"   // an RWMutex's reader
-	KWLock     = "wlock"   // an RWMutex's writer
+	KCompute   = "compute"    // a call of a compute function, by any of the above
+	KInval     = "invalidate" // InvalidateTag of Tags
+	KMutex     = "mutex"      // a plain Mutex's critical section
+	KFair      = "fair"       // a Mutex WithFair
+	KMulti     = "multi"      // a MultiMutex over Keys
+	KSem       = "sem"        // a Semaphore's permits (Weight of Permits)
+	KRLock     = "rlock"      // an RWMutex's reader
+	KWLock     = "wlock"      // an RWMutex's writer
 )
 
 // NotFound is the version a read records for a key answered "not found"
@@ -60,8 +59,13 @@ type Op struct {
 	Vers   map[string]int64 `json:"v,omitempty"`
 	Fences map[string]int64 `json:"f,omitempty"` // a lock's fencing numbers, by name
 	Weight int64            `json:"w,omitempty"` // a semaphore's permits
-	Lost   bool             `json:"lost,omitempty"`
-	Err    string           `json:"err,omitempty"`
+	// Tags are the tags a compute attached to its values with Tag, that a
+	// SetTagged gave its value, or that an InvalidateTag invalidated;
+	// Tagged is when the compute's Tag returned.
+	Tags   []string `json:"tags,omitempty"`
+	Tagged int64    `json:"tagged,omitempty"`
+	Lost   bool     `json:"lost,omitempty"`
+	Err    string   `json:"err,omitempty"`
 }
 
 // open reports whether op never ended (its process died or was stopped).
@@ -87,11 +91,19 @@ func (op *Op) String() string {
 			fmt.Fprintf(&b, " c%d", op.Cfg)
 		}
 	}
-	fmt.Fprintf(&b, " %v", op.Keys)
+	if len(op.Keys) > 0 {
+		fmt.Fprintf(&b, " %v", op.Keys)
+	}
+	if len(op.Tags) > 0 {
+		fmt.Fprintf(&b, " tags %v", op.Tags)
+	}
 	if op.Via != 0 {
 		fmt.Fprintf(&b, " via #%d(%s)", op.Via&0xffffffff, op.ViaK)
 	}
 	fmt.Fprintf(&b, " [%s", stamp(op.Start))
+	if op.Tagged != 0 {
+		fmt.Fprintf(&b, " tagged %s", stamp(op.Tagged))
+	}
 	if op.Enter != 0 {
 		fmt.Fprintf(&b, " enter %s exit %s", stamp(op.Enter), stamp(op.Exit))
 	}
@@ -196,89 +208,6 @@ func LoadHistory(path string) (*History, error) {
 	}
 	h := &History{}
 	return h, json.Unmarshal(b, h)
-}
-
-// A Ledger is a worker process's side of the history: an append-only
-// file, one JSON line per phase of an op, each written by one write(2)
-// so that the lines of concurrent goroutines do not mix and everything
-// written survives a SIGKILL of the process.
-type Ledger struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-// OpenLedger opens (creating) the ledger file at path.
-func OpenLedger(path string) (*Ledger, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &Ledger{f: f}, nil
-}
-
-// Write appends op's phase: the fields set so far.
-func (l *Ledger) Write(op *Op) {
-	b, err := json.Marshal(op)
-	if err != nil {
-		panic(err) // an Op always encodes
-	}
-	b = append(b, '\n')
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, err := l.f.Write(b); err != nil {
-		panic(fmt.Sprintf("torture: ledger: %v", err))
-	}
-}
-
-// Close closes the file.
-func (l *Ledger) Close() error { return l.f.Close() }
-
-// ReadLedgers reads the ledger files and merges the phases of each op:
-// a later phase's fields are decoded over the earlier ones'.
-func ReadLedgers(paths []string) ([]*Op, error) {
-	byID := map[int64]*Op{}
-	for _, path := range paths {
-		if err := readLedger(path, byID); err != nil {
-			return nil, err
-		}
-	}
-	ops := make([]*Op, 0, len(byID))
-	for _, op := range byID {
-		ops = append(ops, op)
-	}
-	sortOps(ops)
-	return ops, nil
-}
-
-func readLedger(path string, byID map[int64]*Op) error {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil // a process that never got to write
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var head struct {
-			ID int64 `json:"id"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &head); err != nil {
-			// A process killed mid-write leaves a torn last line.
-			return fmt.Errorf("torture: ledger %s: %v (%q)", path, err, sc.Text())
-		}
-		op := byID[head.ID]
-		if op == nil {
-			op = &Op{}
-			byID[head.ID] = op
-		}
-		if err := json.Unmarshal(sc.Bytes(), op); err != nil {
-			return fmt.Errorf("torture: ledger %s: %v", path, err)
-		}
-	}
-	return sc.Err()
 }
 
 func sortOps(ops []*Op) {

@@ -26,23 +26,13 @@ const (
 	maxExcerpts = 5
 )
 
-// Known are the rules whose violations are library defects found by this
-// checker and reported, not fixed yet: a run logs them, with an excerpt of
-// the first, and fails on them only with Run.Strict. Each says where it
-// was reported and what it is.
-var Known = map[string]string{
-	"refresh": "issue 24: a Refresh that waited for another process's compute returns the value that was " +
-		"there before it when that compute fails or its holder vanishes (lookLua, force: the value is " +
-		"taken as the holder's result before its error record is read), instead of ErrComputeFailed or a compute",
-}
-
 // A Run is one run's settings.
 type Run struct {
 	Seed     uint64
 	Topology string
 	Duration time.Duration // of the faults; the run lasts a little longer
 	Keep     string        // a directory to save the history in (see LoadHistory), or ""
-	Strict   bool          // fail on Known violations too
+	Strict   bool          // fail on violations of known defects too
 }
 
 // Go runs r, checks its history, logs its figures and fails t with each
@@ -151,15 +141,15 @@ func stop(t *testing.T, kids map[int]*redistest.Child) map[int]WorkerResult {
 	return results
 }
 
-// report fails t with each violation, but for Known ones, of which it
-// logs the first of each rule.
+// report fails t with each violation, but for instances of known
+// defects, of which it logs the first of each.
 func (r Run) report(t *testing.T, h *History, vs []Violation) {
 	failed, logged := 0, map[string]bool{}
 	for _, v := range vs {
-		if why, ok := Known[v.Rule]; ok && !r.Strict {
-			if !logged[v.Rule] {
-				logged[v.Rule] = true
-				t.Logf("torture: seed %d: known defect (%s):\n%s", r.Seed, why, Excerpt(h, v))
+		if v.Known != "" && !r.Strict {
+			if !logged[v.Known] {
+				logged[v.Known] = true
+				t.Logf("torture: seed %d: known defect %s (%s):\n%s", r.Seed, v.Known, Known(v.Known), Excerpt(h, v))
 			}
 			continue
 		}
@@ -195,8 +185,12 @@ func Figures(h *History, results map[int]WorkerResult, took time.Duration, v Ver
 			stale += s.Stale
 		}
 	}
-	rules := map[string]int{}
+	rules, defects := map[string]int{}, map[string]int{}
 	for _, x := range v.Violations {
+		if x.Known != "" {
+			defects[x.Known]++
+			continue
+		}
 		rules[x.Rule]++
 	}
 	var judged []string
@@ -204,10 +198,18 @@ func Figures(h *History, results map[int]WorkerResult, took time.Duration, v Ver
 		judged = append(judged, fmt.Sprintf("%s %d/%d excused", rule, v.Checked[rule], v.Excused[rule]))
 	}
 	return fmt.Sprintf("%s, %v: %d ops (%s); faults %s; takeovers %d, near hits %d, stale hits %d; "+
-		"checked %s; near tier behind a write %d times, at most %v; %d violations (%s)",
+		"checked %s; near tier behind a write %d times, at most %v; known defects (%s); %d violations (%s)",
 		h.Plan.Topology, took.Round(100*time.Millisecond), len(h.Ops), counts(ops, failed), counts(faults, nil),
 		takeovers, nearHits, stale, strings.Join(judged, ", "), v.NearLags, v.MaxNearLag.Round(time.Microsecond),
-		len(v.Violations), counts(rules, nil))
+		counts(defects, nil), len(v.Violations)-sum(defects), counts(rules, nil))
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // counts formats counts by name, with the failed ones after a slash.

@@ -68,6 +68,8 @@ func TestCheckSaved(t *testing.T) {
 	v := Check(h)
 	t.Logf("%s", Figures(h, nil, 0, v))
 	for _, v := range v.Violations {
-		t.Errorf("%s", Excerpt(h, v))
+		if v.Known == "" || *strictFlag {
+			t.Errorf("%s", Excerpt(h, v))
+		}
 	}
 }
