@@ -86,6 +86,10 @@ type Cache[T any] struct {
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
 	onWait func(key string)
+	// beforeCompute, if set, is called once the lock is held, before its
+	// lease starts (tests stall the whole process there: the lease's
+	// watchdog too).
+	beforeCompute func(key string)
 }
 
 // New returns a Cache that keeps values of type T in client's Redis. It

@@ -49,13 +49,19 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 	c.flights.setBusy(j.cl)
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
+	if c.beforeCompute != nil {
+		c.beforeCompute(j.key)
+	}
 	lease := c.holdLease(sent, cancel, c.extendOne(j.ks, token))
 	start := time.Now()
 	var v T
-	cerr := c.runCompute(cctx, Event{Key: j.key, Refresh: j.refresh}, func(ctx context.Context) (err error) {
-		v, err = j.compute(ctx)
-		return err
-	})
+	cerr := leaseGone(lease)
+	if cerr == nil {
+		cerr = c.runCompute(cctx, Event{Key: j.key, Refresh: j.refresh}, func(ctx context.Context) (err error) {
+			v, err = j.compute(ctx)
+			return err
+		})
+	}
 	// What an early refresh must start ahead of expiry: the lock's round
 	// trip, the compute, and the store's round trip (about the lock's).
 	took := time.Since(start) + 2*start.Sub(sent)

@@ -64,6 +64,14 @@ func (c *Cache[T]) holdLease(sent time.Time, cancel context.CancelCauseFunc, ext
 	return k
 }
 
+// leaseGone returns why the lease k ended, if it ran out before compute
+// could start: the process stalled (paused, starved of CPU) between the
+// lock's reply and now for longer than the lease, so another process may
+// hold the lock and compute already. Compute is then not called at all,
+// and the caller goes on as after a lease lost while compute ran. A stall
+// after this check is what fenced stores are for.
+func leaseGone(k *hold.Clock) error { return k.Err() }
+
 // endLease stops k's renewals once compute returned, and reports whether
 // the lease was lost while compute ran: cctx, compute's context, was
 // cancelled for it.

@@ -104,3 +104,57 @@ func runs(cmd redis.Cmder, s *redis.Script) bool {
 	}
 	return false
 }
+
+// TestNoComputeAfterStallPastLease: a process that stalls between taking
+// the compute lock and calling compute, for longer than the lease (a GC
+// pause, SIGSTOP, a starved CPU), does not call compute once it runs
+// again: another process has taken over meanwhile. It answers with the
+// other's value; one compute in the fleet (found by issue 24's torture
+// run: a worker resumed after SIGCONT computed beside the process that had
+// taken over). Fetch and FetchMany alike.
+func TestNoComputeAfterStallPastLease(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	for _, many := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Fetch", true: "FetchMany"}[many], func(t *testing.T) {
+			s := redistest.StartServer(t)
+			a := New[string](s.Client(t), prefix(t), WithLease(lease))
+			b := New[string](s.Client(t), prefix(t), WithLease(lease))
+			var computes atomic.Int32
+			locked := make(chan struct{})
+			var once sync.Once
+			a.beforeCompute = func(string) {
+				once.Do(func() { close(locked) })
+				time.Sleep(3 * lease) // stalled: the lease runs out, b takes over
+			}
+			fetch := func(c *Cache[string], v string) (string, error) {
+				compute := func(context.Context) (string, error) { computes.Add(1); return v, nil }
+				if !many {
+					return c.Fetch(t.Context(), "k", time.Minute, compute)
+				}
+				m, err := c.FetchMany(t.Context(), []string{"k"}, time.Minute, func(ctx context.Context, _ []string) (map[string]string, error) {
+					v, err := compute(ctx)
+					return map[string]string{"k": v}, err
+				})
+				return m["k"], err
+			}
+			got := make(chan string, 1)
+			go func() {
+				v, err := fetch(a, "a")
+				if err != nil {
+					v = err.Error()
+				}
+				got <- v
+			}()
+			<-locked
+			if v, err := fetch(b, "b"); err != nil || v != "b" {
+				t.Fatalf("the process that took over got %q, %v; want b", v, err)
+			}
+			if v := <-got; v != "b" {
+				t.Errorf("the stalled process got %q; want b, the other's value", v)
+			}
+			if n := computes.Load(); n != 1 {
+				t.Errorf("%d computes; want 1: the stalled process computed after its lease ran out", n)
+			}
+		})
+	}
+}

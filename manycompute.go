@@ -27,13 +27,19 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 	}
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
+	if c.beforeCompute != nil {
+		c.beforeCompute(keys[0])
+	}
 	lease := c.holdLease(sent, cancel, c.extendMany(js, token))
 	start := time.Now()
 	var vals map[string]T
-	cerr := c.runCompute(cctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
-		vals, err = compute(ctx, slices.Clone(keys)) // compute may keep or change its slice
-		return err
-	})
+	cerr := leaseGone(lease)
+	if cerr == nil {
+		cerr = c.runCompute(cctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
+			vals, err = compute(ctx, slices.Clone(keys)) // compute may keep or change its slice
+			return err
+		})
+	}
 	took := time.Since(start) + 2*start.Sub(sent) // as in computeHeld
 	lost := endLease(lease, cctx)
 	if cerr != nil && errors.Is(context.Cause(cctx), ErrClosed) {
