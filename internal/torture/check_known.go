@@ -16,14 +16,16 @@ type known struct {
 var knownDefects = []known{
 	{"refresh-old",
 		"a Refresh that waited for another process's compute returns the value that was there before it when " +
-			"that compute fails or its holder vanishes (lookLua with force takes the value as the holder's result " +
-			"before reading its error record), instead of ErrComputeFailed or a compute of its own",
-		func(_ *checker, v Violation) bool { return v.Rule == "refresh" }},
-	{"refresh-voided",
-		"a Refresh whose store an InvalidateTag refused meanwhile (it voided the tag the compute called Tag with, " +
-			"or took the compute lock of a key in the tag's set) returns the new value (or not found) but leaves " +
-			"the value it was to replace served (made stale, with WithStale): later calls return an older value",
-		(*checker).refreshVoided},
+			"that compute fails or its holder vanishes (it died, or lost its lock to an InvalidateTag or a stall): " +
+			"lookLua with force takes the value as the holder's result before reading its error record, instead of " +
+			"returning ErrComputeFailed or computing",
+		(*checker).refreshOld},
+	{"refresh-refused",
+		"a Refresh whose store is refused returns the new value (or not found) with no error, and leaves the " +
+			"value it was to replace served (made stale, with WithStale), so later calls return an older value: " +
+			"seen when an InvalidateTag voided the compute meanwhile (of the tag it called Tag with, or of a tag " +
+			"whose set held the key, which takes the compute lock) and when the lease lapsed while the server was stopped",
+		(*checker).refreshRefused},
 	{"invalidate-flight",
 		"InvalidateTag does not drop this process's flight of a compute that tagged before it began but has not " +
 			"stored yet (its key is in no tag set): calls that start after it returned join the flight and get the " +
@@ -51,11 +53,34 @@ func (c *checker) classify(v Violation) string {
 	return ""
 }
 
-// refreshVoided: a read-after-write on a Refresh whose own compute was
-// voided by an InvalidateTag during the Refresh: of a tag the compute had
-// called Tag with, or of a tag whose set held the key (so is the drop of a
-// value that a compute found not to exist any more).
-func (c *checker) refreshVoided(v Violation) bool {
+// refreshOld: a Refresh that returned an old value while another compute
+// of its key, which it may have waited for, failed, lost its lock (to an
+// InvalidateTag of a tag whose set held the key, or to a fault of the
+// server) or was cut short by a stop or death of its process.
+func (c *checker) refreshOld(v Violation) bool {
+	if v.Rule != "refresh" {
+		return false
+	}
+	w := v.Ops[0]
+	ck := ckey{w.Cfg, w.Keys[0]}
+	for _, op := range c.keys[ck] {
+		if op.Kind != KCompute || op.Via == w.ID || op.Start > w.End || c.end(op) < w.Start {
+			continue
+		}
+		if op.Err != "" && op.Err != notFoundText || op.Lost || op.open() || c.paused(op.Proc, op.Start, w.End) != nil ||
+			c.voidedKey(ck, op.Start, w.End) != nil || c.fault(lockLoss, op.Start, w.End) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshRefused: a read-after-write on a Refresh whose own compute may
+// have had its store refused: voided by an InvalidateTag during the
+// Refresh (of a tag the compute had called Tag with, or of a tag whose set
+// held the key), or its lock lost to a fault of the server or a stop of
+// its process. (So is the drop of a value a compute found not to exist.)
+func (c *checker) refreshRefused(v Violation) bool {
 	if v.Rule != "read-after-write" || v.Ops[1].Kind != KRefresh {
 		return false
 	}
@@ -63,7 +88,8 @@ func (c *checker) refreshVoided(v Violation) bool {
 	ck := ckey{w.Cfg, w.Keys[0]}
 	for _, op := range c.keys[ck] {
 		if op.Kind == KCompute && op.Via == w.ID &&
-			(c.invalidated(w.Cfg, op.Tags, op.Tagged, w.End) != nil || c.voidedKey(ck, w.Start, w.End) != nil) {
+			(c.invalidated(w.Cfg, op.Tags, op.Tagged, w.End) != nil || c.voidedKey(ck, w.Start, w.End) != nil ||
+				c.fault(lockLoss, w.Start, w.End) != nil || c.paused(w.Proc, w.Start, w.End) != nil) {
 			return true
 		}
 	}

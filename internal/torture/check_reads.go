@@ -107,7 +107,8 @@ func (c *checker) since(w *Op) int64 {
 
 // checkRefresh: a Refresh that returns a value returns a new one: computed
 // by its own compute, or by the compute of another process it waited for,
-// or stored by a Set meanwhile; never one already written before it began.
+// or stored by a Set meanwhile, or the result of a Refresh of its process
+// that it joined; never one already written before it began.
 func (c *checker) checkRefresh() {
 	for _, op := range c.h.Ops {
 		if op.Kind != KRefresh || !op.ok() {
@@ -118,11 +119,24 @@ func (c *checker) checkRefresh() {
 			continue
 		}
 		c.checked["refresh"]++
-		if lw := c.lastWrite(v); lw+int64(Slack) < op.Start {
+		if lw := c.lastWrite(v); lw+int64(Slack) < op.Start && c.sharedRefresh(op, v) == nil {
 			c.violate("refresh", fmt.Sprintf("Refresh of %s returned version %d, written before it began", op.Keys[0], v),
 				op, c.births[v])
 		}
 	}
+}
+
+// sharedRefresh returns a Refresh of r's process and key that was running
+// when Refresh r began and returned v: concurrent Refresh calls of one
+// process share one compute.
+func (c *checker) sharedRefresh(r *Op, v int64) *Op {
+	for _, l := range c.keys[ckey{r.Cfg, r.Keys[0]}] {
+		if l != r && l.Kind == KRefresh && l.Proc == r.Proc && l.Start < r.Start && c.end(l) >= r.Start &&
+			l.Vers[r.Keys[0]] == v {
+			return l
+		}
+	}
+	return nil
 }
 
 // bound reports whether read r began late enough after time t, when a

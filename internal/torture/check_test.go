@@ -131,6 +131,10 @@ func TestRules(t *testing.T) {
 		{"refresh/returned an old value", func() *History {
 			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 1, 5, 8)})
 		}, []string{"refresh"}},
+		{"refresh/shared a Refresh of its process", func() *History { return history(sharedRefresh(2)) }, nil},
+		{"refresh/a Refresh of another process", func() *History {
+			return history(sharedRefresh(4))
+		}, []string{"refresh"}},
 		{"refresh/returned its own", func() *History {
 			r := cache(KRefresh, 2, 0, 2, 5, 8)
 			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, compute(r, 2, 5.5, 7)})
@@ -225,6 +229,14 @@ func monotonic() []*Op {
 	}
 }
 
+// sharedRefresh: process 2 refreshes the key, process 3 reads the new
+// value, and process proc refreshes it too, returning that value, while
+// process 2's Refresh is still running.
+func sharedRefresh(proc int) []*Op {
+	r := cache(KRefresh, 2, 0, 2, 4, 10)
+	return []*Op{r, compute(r, 2, 4.5, 6), cache(KGet, 3, 0, 2, 6.5, 7), cache(KRefresh, proc, 0, 2, 9.5, 10)}
+}
+
 // overlap: processes 1 and 2 compute the key at once.
 func overlap() []*Op {
 	a, b := cache(KFetch, 1, 0, 1, 0, 11), cache(KFetch, 2, 0, 2, 3, 13)
@@ -267,16 +279,24 @@ func TestKnownDefects(t *testing.T) {
 		want string
 	}{
 		{"refresh-old", func() *History {
-			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 1, 5, 8)})
+			f := cache(KFetch, 3, 2, 0, 4, 7)
+			c := compute(f, 2, 4.5, 6.5)
+			c.Err = errComputeFailed.Error()
+			return history([]*Op{cache(KSet, 1, 2, 1, 0, 1), f, c, cache(KRefresh, 2, 2, 1, 5, 8)})
 		}, "refresh-old"},
-		{"refresh-voided", func() *History {
+		{"refresh-refused", func() *History {
 			r := cache(KRefresh, 2, 0, 2, 5, 20)
 			c := compute(r, 2, 6, 19)
 			c.Tags, c.Tagged = []string{"t"}, at(7)
 			w := newOp(KInval, 3, 1, 0, nil, 10, 11)
 			w.Tags = []string{"t"}
 			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, c, w, cache(KGet, 2, 0, 1, 30, 31)})
-		}, "refresh-voided"},
+		}, "refresh-refused"},
+		{"refresh-refused/lease lapsed", func() *History {
+			r := cache(KRefresh, 2, 0, 2, 5, 20)
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, compute(r, 2, 6, 9), cache(KGet, 2, 0, 1, 30, 31)},
+				fault(FPause, 0, 9.5, 19))
+		}, "refresh-refused"},
 		{"invalidate-flight", func() *History {
 			ops := invalidate(0, 2)
 			ops[3].Proc, ops[3].Kind = 1, KFetch // read in the computing process, through its flight
@@ -289,6 +309,9 @@ func TestKnownDefects(t *testing.T) {
 			return history(append(ops, w))
 		}, "invalidate-concurrent"},
 		{"a new defect", func() *History { return history(invalidate(0, 2)) }, ""},
+		{"a new defect of Refresh", func() *History {
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 1, 5, 8)})
+		}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			v := Check(tt.h())

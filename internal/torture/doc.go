@@ -87,7 +87,8 @@
 //     "Tags"; Cache.InvalidateTag.)
 //   - refresh: a Refresh that returns a value returns one not yet written
 //     when it began: its own compute's, or that of the compute it waited
-//     for, or a Set's meanwhile. (Cache.Refresh: "computes the value of key
+//     for, or a Set's meanwhile, or that of a Refresh of its process it
+//     joined. (Cache.Refresh: "computes the value of key
 //     now ... if another process is computing key at that moment, Refresh
 //     waits for its result".)
 //   - compute-overlap: two computes of one key never run at once, in one
