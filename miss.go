@@ -36,7 +36,7 @@ type miss[T any] struct {
 	first []any     // a reply to start from, not yet handled (FetchMany's fetchManyScript)
 	sent  time.Time // when the request that won the lock was sent
 	seen  string    // the holder we wait for, or ""
-	bad   string    // SHA1 of stored bytes that did not decode, or ""
+	bad   string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
 	force string    // "force": pass over a value (Refresh), or ""
 
 	// Subscribe only once the fetch script says another process computes:
@@ -197,6 +197,9 @@ func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, erro
 func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	m.seen, _ = at[string](res, 1)
 	pttl, _ := at[int64](res, 2)
+	if old, ok := at[string](res, 3); ok {
+		m.bad = old // Refresh: the value it passed over is no holder's result
+	}
 	if m.w.Watch(wctx, m.ks.channel) {
 		if wctx.Err() != nil {
 			return nil, waitErr(wctx, m.key)

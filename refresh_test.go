@@ -97,3 +97,67 @@ func TestFlightNamesDoNotCollide(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRefreshAfterAwaitedHolderFails: a Refresh that waited for another
+// process's compute of a cached key never answers with the value that was
+// there before: when that compute fails, the Refresh fails as its waiters
+// do (ErrComputeFailed); when its holder vanishes without storing (it died,
+// or lost its lock), the Refresh computes itself. It answered "old" (found
+// by issue 24's torture run: the script took the old value for the
+// vanished holder's result).
+func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
+	for _, holderEnd := range []string{"fails", "vanishes"} {
+		t.Run(holderEnd, func(t *testing.T) {
+			s := redistest.StartServer(t)
+			ctx := t.Context()
+			holder := New[string](s.Client(t), prefix(t), WithLease(200*time.Millisecond))
+			refresher := New[string](s.Client(t), prefix(t))
+			if err := holder.Set(ctx, "k", "old", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			computing, end := make(chan struct{}), make(chan struct{})
+			held := make(chan error, 1)
+			go func() {
+				_, err := holder.Refresh(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
+					close(computing)
+					<-end
+					if holderEnd == "fails" {
+						return "", errors.New("backend down")
+					}
+					<-ctx.Done() // its lock is taken away below: it gives up
+					return "", ctx.Err()
+				})
+				held <- err
+			}()
+			<-computing
+			waiting := make(chan struct{}, 1)
+			refresher.onWait = func(string) { waiting <- struct{}{} }
+			got := make(chan string, 1)
+			go func() {
+				v, err := refresher.Refresh(ctx, "k", time.Minute, constant("new"))
+				if err != nil {
+					v = "error: " + err.Error()
+					if errors.Is(err, ErrComputeFailed) {
+						v = "ErrComputeFailed"
+					}
+				}
+				got <- v
+			}()
+			<-waiting
+			if holderEnd == "vanishes" {
+				// The lock goes, as if its lease ran out with the holder
+				// frozen: no store, no error record.
+				if err := s.Client(t).Del(ctx, holder.keys("k").lock).Err(); err != nil {
+					t.Fatal(err)
+				}
+				s.Client(t).Publish(ctx, holder.keys("k").channel, "r")
+			}
+			close(end)
+			<-held
+			want := map[string]string{"fails": "ErrComputeFailed", "vanishes": "new"}[holderEnd]
+			if v := <-got; v != want {
+				t.Errorf("Refresh after the awaited holder %s = %s; want %s, never the old value", holderEnd, v, want)
+			}
+		})
+	}
+}

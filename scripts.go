@@ -23,7 +23,10 @@ import (
 // if the compute of holder seen, which the caller waited for, failed with
 // that error text. With force = "force" (Refresh) a present value is passed
 // over unless the holder the caller waited for (seen) is gone: then the
-// value is that holder's result.
+// value is that holder's result. So that a holder that failed or died is
+// not taken for one that stored, a Refresh's busy reply carries the SHA1 of
+// the value it passed over, {2, holder, pttl, sha1}, which the caller then
+// gives as bad: that value is never the result of the compute it awaited.
 const lookLua = `
 local function look(vk, lk, ek, token, lease, seen, bad, force)
   local v = redis.call('GET', vk)
@@ -31,6 +34,7 @@ local function look(vk, lk, ek, token, lease, seen, bad, force)
   local take = force == '' or (seen ~= '' and h ~= seen)
   if v and take and (bad == '' or redis.sha1hex(v) ~= bad) then return {0, v} end
   if h == token then return {1} end
+  if h and v and force ~= '' then return {2, h, redis.call('PTTL', lk), redis.sha1hex(v)} end
   if h then return {2, h, redis.call('PTTL', lk)} end
   if seen ~= '' then
     local e = redis.call('HGET', ek, seen)
@@ -45,7 +49,7 @@ end
 const (
 	replyValue  = 0 // {0, value}: the value is there
 	replyLocked = 1 // {1}: the caller holds the compute lock
-	replyBusy   = 2 // {2, holder, pttl}: another holder computes
+	replyBusy   = 2 // {2, holder, pttl[, sha1 of the value passed over]}: another holder computes
 	replyFailed = 3 // {3, text}: the compute of the awaited holder failed
 )
 
