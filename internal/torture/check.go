@@ -36,12 +36,17 @@ type Violation struct {
 var (
 	// lockLoss: faults that can end a lease in Redis before its holder
 	// knows (the server stops, loses its data, or fails over).
-	lockLoss = []string{FPause, FRestart, FFlushAll, FFailover, FKillMaster}
+	lockLoss = []string{FPause, FRestart, FFlushAll, FFailover, FKillMaster, FSplitBrain}
 	// dataLoss: faults that can remove a value or a lock from Redis.
-	dataLoss = []string{FRestart, FFlushAll, FKillMaster}
+	dataLoss = []string{FRestart, FFlushAll, FKillMaster, FSplitBrain}
 	// rollback: faults after which Redis may hold a value older than one it
 	// held before (a replica promoted before it had the last writes).
-	rollback = []string{FKillMaster}
+	rollback = []string{FKillMaster, FSplitBrain}
+	// fenceLoss: faults after which a fencing number may be drawn again:
+	// two masters drawing from copies of one counter at once, which the
+	// lock package's clock rule does not cover (its failover must take a
+	// second from the old master's last number to the new one's first).
+	fenceLoss = []string{FSplitBrain}
 )
 
 // A checker indexes a history for the rules.

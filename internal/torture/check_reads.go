@@ -96,13 +96,23 @@ func (c *checker) checkReadAfterWrite() {
 
 // since returns the time from which values written earlier are replaced
 // once write w returned: its start; for a Refresh, no later than the birth
-// of the value it returned (which was not stored if its compute lost the
-// lock to a Set meanwhile: that Set's value is then the newer one).
+// of the value it returned, nor than the start of a Refresh of its
+// process it may have joined (a compute that began earlier may have lost
+// its lock to a Set meanwhile, whose value is then the newer one).
 func (c *checker) since(w *Op) int64 {
-	if v := w.Vers[w.Keys[0]]; w.Kind == KRefresh && c.births[v] != nil {
-		return min(w.Start, c.births[v].Start)
+	if w.Kind != KRefresh {
+		return w.Start
 	}
-	return w.Start
+	t := w.Start
+	if b := c.births[w.Vers[w.Keys[0]]]; b != nil {
+		t = min(t, b.Start)
+	}
+	for _, l := range c.keys[ckey{w.Cfg, w.Keys[0]}] {
+		if l != w && l.Kind == KRefresh && l.Proc == w.Proc && l.Start < w.Start && c.end(l) >= w.Start {
+			t = min(t, l.Start)
+		}
+	}
+	return t
 }
 
 // checkRefresh: a Refresh that returns a value returns a new one: computed

@@ -124,6 +124,13 @@ func TestRules(t *testing.T) {
 			ops := readAfterWrite(0)
 			return history(append(ops, cache(KFetch, 3, 0, 1, 4, 12)))
 		}, nil},
+		{"read-after-write/a Refresh that joined one older than a Set", func() *History {
+			l := cache(KRefresh, 1, 0, NotFound, 0, 30)
+			c := compute(l, 9, 0.5, 29)
+			c.Err = notFoundText
+			return history([]*Op{l, c, cache(KSet, 2, 0, 1, 5, 6), cache(KRefresh, 1, 0, NotFound, 10, 30),
+				cache(KGet, 2, 0, 1, 40, 41)})
+		}, nil},
 		{"monotonic", func() *History { return history(monotonic()) }, []string{"monotonic"}},
 		{"monotonic/excused by a failover's rollback", func() *History {
 			return history(monotonic(), fault(FKillMaster, 0, 12, 13))
@@ -189,6 +196,14 @@ func TestRules(t *testing.T) {
 		{"fence/twice", func() *History {
 			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 5, 0, 4, 5, 6)})
 		}, []string{"fence"}},
+		{"fence/across a killed master", func() *History {
+			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 5, 10, 11, 12, 13)},
+				fault(FKillMaster, 0, 4, 9))
+		}, []string{"fence"}},
+		{"fence/excused by a split brain", func() *History {
+			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 5, 10, 11, 12, 13)},
+				fault(FSplitBrain, 0, 4, 9))
+		}, nil},
 		{"fence/asked for at once", func() *History {
 			return history([]*Op{section(KMutex, 1, "m", 5, 0, 1, 2, 3), section(KMutex, 2, "m", 4, 0, 4, 5, 6)})
 		}, nil},

@@ -50,7 +50,8 @@
 // every lease it holds, or killed and replaced by a new process with the
 // same configuration). A pause of a cluster node is kept short of the
 // node timeout; a failover the cluster starts all the same is followed
-// and recorded as a killed master.
+// and recorded as a split brain: the old master, back, takes writes as a
+// master until it learns that it was replaced.
 //
 // # Rules
 //
@@ -122,9 +123,13 @@
 //     size, but for holders excused as above. (Semaphore: "at most permits
 //     permits are held at a time".)
 //   - fence: no two leases of one name share a fencing number, and a lease
-//     asked for after another was granted has a larger one, across every
-//     fault. (README, "fencing numbers strictly increase per name"; lock
-//     doc, "Lost leases and fencing".)
+//     asked for after another was granted has a larger one, across
+//     restarts, FLUSHALL and killed masters. Excused: a split brain, where
+//     two masters draw from copies of one counter at once (the lock doc's
+//     condition that a failover take a second from the old master's last
+//     number to the new one's first does not hold). (README, "fencing
+//     numbers strictly increase per name"; lock doc, "Lost leases and
+//     fencing".)
 //   - leak: a worker that closed its Caches and its client has no
 //     goroutine left over. (Cache.Close: "no goroutine of the Cache
 //     outlives Close"; lock: "A lock needs no Close".)

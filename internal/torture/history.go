@@ -147,8 +147,11 @@ const (
 	FDrop       = "drop"        // replies lost by the proxy
 	FFailover   = "failover"    // a graceful CLUSTER FAILOVER: nothing lost
 	FKillMaster = "killmaster"  // a master killed, its replica promoted, the old one back as a replica
-	FPauseProc  = "pauseproc"   // a worker process stopped (SIGSTOP) past its leases
-	FKillProc   = "killproc"    // a worker process killed (SIGKILL), and another started (N)
+	// FSplitBrain: a master stopped briefly and failed over by the cluster
+	// on its own; back, it took writes as a master until it learned.
+	FSplitBrain = "splitbrain"
+	FPauseProc  = "pauseproc" // a worker process stopped (SIGSTOP) past its leases
+	FKillProc   = "killproc"  // a worker process killed (SIGKILL), and another started (N)
 )
 
 // A Fault is one nemesis action, from its start until it was healed.

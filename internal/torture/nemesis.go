@@ -125,7 +125,9 @@ func (n *nemesis) run(d time.Duration) {
 		time.Sleep(hold)
 		for i := len(hs) - 1; i >= 0; i-- {
 			hs[i].heal()
-			hs[i].f.End = now()
+			if hs[i].f.End == 0 { // a heal that goes on past the fault's end sets it
+				hs[i].f.End = now()
+			}
 			n.faults = append(n.faults, *hs[i].f)
 		}
 	}
@@ -210,6 +212,7 @@ func (n *nemesis) pause(f *Fault) (time.Duration, func()) {
 	s.Pause()
 	return n.between(50*time.Millisecond, clusterMaxPause), func() {
 		s.Resume()
+		f.End = now()
 		time.Sleep(pfailClear)
 		n.followFailovers(f.Start)
 	}

@@ -42,15 +42,16 @@ func (n *nemesis) awaitSync(s *redistest.Server) {
 }
 
 // followFailovers finds the shards whose master the cluster failed over
-// on its own (one stopped briefly, judged failed on a loaded machine),
-// records each as a killed master since the time given, and follows the
-// promotion, so that later faults know each shard's master.
+// on its own (one stopped briefly, judged failed on a loaded machine, and
+// back as a master until it learned), records each as a split brain since
+// the time given, and follows the promotion, so that later faults know
+// each shard's master.
 func (n *nemesis) followFailovers(since int64) {
 	for i, sh := range n.shards {
 		if !n.failed(sh[0]) {
 			continue
 		}
-		f := Fault{Kind: FKillMaster, Target: sh[0].Addr() + " (on its own)", Start: since}
+		f := Fault{Kind: FSplitBrain, Target: sh[0].Addr(), Start: since}
 		n.cl.AwaitPromotion(n.t, sh[1])
 		n.shards[i] = [2]*redistest.Server{sh[1], sh[0]}
 		n.awaitSync(sh[0])
