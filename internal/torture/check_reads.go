@@ -59,9 +59,11 @@ func (c *checker) checkPhantoms() {
 func (c *checker) checkReadAfterWrite() {
 	for ck, ops := range c.keys {
 		var writes []*Op
+		since := map[*Op]int64{}
 		for _, op := range ops {
 			if (op.Kind == KSet || op.Kind == KDelete || op.Kind == KRefresh) && op.ok() {
 				writes = append(writes, op)
+				since[op] = c.since(op)
 			}
 		}
 		for _, r := range ops {
@@ -75,7 +77,7 @@ func (c *checker) checkReadAfterWrite() {
 			}
 			c.checked["read-after-write"]++
 			for _, w := range writes {
-				if w == r || lw+int64(Slack) >= c.since(w) {
+				if w == r || lw+int64(Slack) >= since[w] {
 					continue
 				}
 				if !c.bound(r, w.Proc, w.End) {

@@ -293,12 +293,6 @@ func TestKnownDefects(t *testing.T) {
 		h    func() *History
 		want string
 	}{
-		{"refresh-old", func() *History {
-			f := cache(KFetch, 3, 2, 0, 4, 7)
-			c := compute(f, 2, 4.5, 6.5)
-			c.Err = errComputeFailed.Error()
-			return history([]*Op{cache(KSet, 1, 2, 1, 0, 1), f, c, cache(KRefresh, 2, 2, 1, 5, 8)})
-		}, "refresh-old"},
 		{"refresh-refused", func() *History {
 			r := cache(KRefresh, 2, 0, 2, 5, 20)
 			c := compute(r, 2, 6, 19)
