@@ -44,7 +44,8 @@ var errLeaseLost = errors.New("dogpile: compute lock lost")
 
 // computeHeld runs j's compute while holding the lock with token, acquired
 // by a request sent at sent, and stores the result. again reports that the
-// lease was lost and compute failed: the caller should start over.
+// lease was lost and compute failed, or that a Refresh's store was refused:
+// the caller should start over.
 func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	c.flights.setBusy(j.cl)
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
@@ -79,7 +80,17 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		c.fail(ctx, j, token, err)
 		return c.unstored(v, cerr, err), false
 	}
-	r = outcome{b: b, err: c.store(ctx, j, token, b, ttl, ro)}
+	err = c.store(ctx, j, token, b, ttl, ro)
+	if errors.Is(err, errRefused) {
+		if j.force {
+			// Once Refresh returns, no call of this Cache may return an
+			// older value; the one it was to replace may still be there
+			// (made stale by an InvalidateTag): compute again.
+			return outcome{}, true
+		}
+		err = nil // a concurrent write won; compute's value is still an answer
+	}
+	r = outcome{b: b, err: err}
 	if errors.Is(cerr, ErrNotFound) { // a tombstone: this process answers with compute's own error
 		r.err = errors.Join(cerr, r.err)
 	}
@@ -177,8 +188,17 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	if err == nil && n == 1 && split {
 		c.addTags(dctx, ro, []taggedStore{{j.ks, b, ttl}})
 	}
+	if err == nil && n < 1 {
+		return errRefused
+	}
 	return c.stored(ctx, j, token, err)
 }
+
+// errRefused is store's answer when the lock no longer held our token (a
+// Set, Delete or InvalidateTag took it, or the lease ran out): nothing was
+// stored. A Fetch's callers still get the value compute made; a Refresh
+// computes again (see computeHeld).
+var errRefused = errors.New("dogpile: store refused: compute lock lost")
 
 // storeCall is the script call of store.
 func (c *Cache[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {

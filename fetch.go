@@ -271,8 +271,8 @@ func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 			return r
 		}
 		// Our lease was lost while compute ran (the key was Set or Deleted,
-		// or Redis was unreachable for a lease) and compute gave up: look
-		// again, as a newcomer.
+		// or Redis was unreachable for a lease) and compute gave up, or a
+		// Refresh's store was refused: look again, as a newcomer.
 		m.restart()
 	}
 }

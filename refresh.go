@@ -85,7 +85,9 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 // result and returns it instead of computing again. Concurrent Refresh
 // calls for key in one process share one compute (one that starts after a
 // Set, Delete or Refresh of key returned computes anew), and once Refresh
-// returns, later calls of this Cache do not return an older value. Processes
+// returns, later calls of this Cache do not return an older value (a
+// Refresh whose store is refused, its lock taken by a write or an
+// invalidation meanwhile, computes again). Processes
 // waiting for key are woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's
 // error (nothing is stored, waiters get [ErrComputeFailed]), or a Redis
 // error, wrapped; an empty key or a ttl below a millisecond, one matching

@@ -7,6 +7,7 @@ package dogpile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -159,5 +160,48 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 				t.Errorf("Refresh after the awaited holder %s = %s; want %s, never the old value", holderEnd, v, want)
 			}
 		})
+	}
+}
+
+// TestRefreshStoreRefused: a Refresh whose store is refused (an
+// InvalidateTag took its compute lock meanwhile) computes again, so that
+// once it returns no call of the Cache returns an older value: it returned
+// its first value and left the invalidated one served stale (torture defect
+// refresh-refused).
+func TestRefreshStoreRefused(t *testing.T) {
+	s := redistest.StartServer(t)
+	ctx := t.Context()
+	c := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
+	if err := c.SetTagged(ctx, "k", "old", time.Minute, "T"); err != nil {
+		t.Fatal(err)
+	}
+	computing, release := make(chan struct{}), make(chan struct{})
+	var n int
+	got := make(chan string, 1)
+	go func() {
+		v, err := c.Refresh(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
+			n++
+			if n == 1 {
+				close(computing)
+				<-release
+			}
+			return fmt.Sprint("new", n), nil
+		})
+		if err != nil {
+			v = err.Error()
+		}
+		got <- v
+	}()
+	<-computing
+	if err := c.InvalidateTag(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	v := <-got
+	if v != "new2" {
+		t.Errorf("Refresh whose first store was refused = %q; want new2, computed again", v)
+	}
+	if after, err := c.Fetch(ctx, "k", time.Minute, constant("later")); err != nil || after != v {
+		t.Errorf("Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
 	}
 }
