@@ -76,8 +76,9 @@ type Verdict struct {
 	// explains is no exception).
 	Checked, Excused map[string]int
 	// NearLags counts the reads from a near tier that returned a value
-	// replaced by a write that had returned (in another process) within
-	// NearBound before they began; MaxNearLag is the longest such lag.
+	// replaced by a Set or Delete that had returned (in another process)
+	// within NearBound before they began; MaxNearLag is the longest such
+	// lag.
 	NearLags   int
 	MaxNearLag time.Duration
 }

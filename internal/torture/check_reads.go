@@ -81,7 +81,9 @@ func (c *checker) checkReadAfterWrite() {
 					continue
 				}
 				if !c.bound(r, w.Proc, w.End) {
-					c.nearLag(r, w.Proc, w.End)
+					if w.Kind != KRefresh { // whose store may have been refused
+						c.nearLag(r, w.Proc, w.End)
+					}
 					continue
 				}
 				if c.fault(rollback, lw, r.End) != nil || w.Proc != r.Proc && c.joined(ck, r, v, w.End) != nil {
@@ -161,8 +163,8 @@ func (c *checker) bound(r *Op, proc int, t int64) bool {
 	return c.late(r, t)
 }
 
-// nearLag notes how long after time t, when a write by process proc
-// returned, read r still returned a value the write replaced: from a near
+// nearLag notes how long after time t, when a Set or Delete by process
+// proc returned, read r still returned a value it replaced: from a near
 // tier, within NearBound, which this measures.
 func (c *checker) nearLag(r *Op, proc int, t int64) {
 	if r.Proc != proc && c.h.Plan.near(r.Cfg, r.Proc) && r.Start > t+int64(Slack) {
