@@ -47,9 +47,9 @@ var errLeaseLost = errors.New("dogpile: compute lock lost")
 // lease was lost and compute failed, or that a Refresh's store was refused:
 // the caller should start over.
 func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
-	c.flights.setBusy(j.cl)
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
+	c.flights.setBusy(j.cl, ro)
 	if c.beforeCompute != nil {
 		c.beforeCompute(j.key)
 	}
@@ -184,10 +184,12 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
-	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
-	if err == nil && n == 1 && split {
-		c.addTags(dctx, ro, []taggedStore{{j.ks, b, ttl}})
+	if split && c.tagFirst(dctx, ro, []string{j.ks.value}, []time.Duration{ttl})[0] {
+		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
+		_ = c.run(dctx, rc.s, rc.keys, rc.args...).Err()
+		return errRefused
 	}
+	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
 	if err == nil && n < 1 {
 		return errRefused
 	}
@@ -248,7 +250,7 @@ func (c *Cache[T]) failCall(ks keys, token string, cerr error) scriptCall {
 // computeLocal runs j's compute without the cache, when Redis is
 // unreachable and WithComputeWhenDown is set.
 func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
-	c.flights.setBusy(j.cl)
+	c.flights.setBusy(j.cl, nil)
 	var v T
 	err := c.runCompute(ctx, Event{Key: j.key}, func(ctx context.Context) (err error) {
 		v, err = j.compute(ctx)

@@ -21,6 +21,7 @@ type call struct {
 	busy   bool               // computing: runs on even if every caller leaves
 	ended  bool               // end was called; later calls do nothing
 	cancel context.CancelFunc // ends the wait of a flight nobody waits for
+	ro     *resultOpts        // what its compute said of its result, once computing
 }
 
 // An outcome is how a flight ended.
@@ -111,10 +112,11 @@ func (g *group) leave(key flightID, cl *call) {
 	}
 }
 
-// setBusy marks cl as computing: it runs on when every caller has left.
-func (g *group) setBusy(cl *call) {
+// setBusy marks cl as computing, with ro, what its compute says of its
+// result: it runs on when every caller has left.
+func (g *group) setBusy(cl *call, ro *resultOpts) {
 	g.mu.Lock()
-	cl.busy = true
+	cl.busy, cl.ro = true, ro
 	g.mu.Unlock()
 }
 
@@ -145,6 +147,19 @@ func (g *group) forget(vk string) {
 	defer g.mu.Unlock()
 	delete(g.m, flightID{fetchFlight, vk})
 	delete(g.m, flightID{refreshFlight, vk})
+}
+
+// forgetTagged forgets the joinable flights whose compute gave its result
+// one of tags (see Tag): an InvalidateTag of them has just returned, and
+// their value, tagged before it, will not be kept (see forget).
+func (g *group) forgetTagged(tags []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, cl := range g.m {
+		if id.kind != laterFlight && cl.ro != nil && cl.ro.taggedWith(tags) {
+			delete(g.m, id)
+		}
+	}
 }
 
 // forgetAll forgets the joinable flights of every key (see forget): the

@@ -32,10 +32,12 @@ const tagBatch = 256
 //
 // A compute that called Tag with one of tags before InvalidateTag began
 // does not leave its value served after InvalidateTag returned, whenever
-// it stores it: on a single server its store is refused; on a Cluster or a
-// Ring, where a tag's keys and a value's live on different nodes, the
-// value is stored, then found overtaken and removed again, within a round
-// trip, and near tiers drop it as Redis reports the removal.
+// it stores it: its store is refused (its own callers still get it), on a
+// Cluster or a Ring too, where a tag's keys and a value's live on
+// different nodes; and no call of this process that starts after
+// InvalidateTag returned joins such a compute. A key stays in a tag's set
+// until the set expires: a later value stored under it without the tag
+// may be voided by an InvalidateTag of the tag too.
 //
 // InvalidateTag works through a tag's values a few hundred at a time, so
 // Redis is never blocked for long, and returns the first error: the values
@@ -49,6 +51,9 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 		return fmt.Errorf("%w: empty tag", ErrInvalid)
 	}
 	start := time.Now()
+	// After the voids, as Set forgets after its write: a compute that
+	// tagged before them will not keep its value (see forgetTagged).
+	defer c.flights.forgetTagged(tags)
 	for _, t := range tags {
 		if err := c.invalidateTag(ctx, t); err != nil {
 			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)

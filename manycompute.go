@@ -20,13 +20,13 @@ import (
 // flight. A key compute leaves out of its map is not found; compute's
 // error fails every key of js.
 func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, sent time.Time, compute manyFunc[T]) {
-	keys := make([]string, len(js))
-	for i, j := range js {
-		c.flights.setBusy(j.cl)
-		keys[i] = j.key
-	}
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
+	keys := make([]string, len(js))
+	for i, j := range js {
+		c.flights.setBusy(j.cl, ro)
+		keys[i] = j.key
+	}
 	if c.beforeCompute != nil {
 		c.beforeCompute(keys[0])
 	}
@@ -67,37 +67,40 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 }
 
 // storeMany stores the entry of each key of js (or its failure), each
-// fenced by its own lock held with token, in one pipeline, adds the tags
-// compute gave them (ro), and ends each key's flight.
+// fenced by its own lock held with token, in one pipeline, with the tags
+// compute gave them (ro; see tagFirst), and ends each key's flight.
 func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) {
 	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
-	ttls, split := make([]time.Duration, len(js)), make([]bool, len(js))
+	var splitAt []int // the keys whose tags go first
+	var vks []string
+	var ttls []time.Duration
 	for i, j := range js {
 		b, ttl, err := entry(j)
 		if err != nil {
 			outs[i], calls[i] = outcome{err: err}, c.failCall(j.ks, token, err)
 			continue
 		}
-		outs[i], ttls[i] = outcome{b: b}, ttl
-		calls[i], split[i] = c.storeCallFor(j.ks, token, b, ttl, ro)
+		var split bool
+		outs[i] = outcome{b: b}
+		if calls[i], split = c.storeCallFor(j.ks, token, b, ttl, ro); split {
+			splitAt, vks, ttls = append(splitAt, i), append(vks, j.ks.value), append(ttls, ttl)
+		}
 	}
 	dctx, dcancel := redisutil.Detached(ctx)
 	defer dcancel()
+	refused := make([]bool, len(js))
+	if len(splitAt) > 0 {
+		for n, over := range c.tagFirst(dctx, ro, vks, ttls) {
+			if i := splitAt[n]; over {
+				refused[i], calls[i] = true, releaseCall(js[i].ks, token, c.publish)
+			}
+		}
+	}
 	cmds := c.runPipelined(dctx, calls)
-	var tagged []taggedStore
 	for i, j := range js {
-		if outs[i].b == nil {
-			continue
+		if outs[i].b != nil && !refused[i] {
+			outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
 		}
-		if n, err := cmds[i].Int64(); err == nil && n == 1 && split[i] {
-			tagged = append(tagged, taggedStore{j.ks, outs[i].b, ttls[i]})
-		}
-		outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
-	}
-	if len(tagged) > 0 {
-		c.addTags(dctx, ro, tagged)
-	}
-	for i, j := range js {
 		c.flights.end(j.flight, j.cl, outs[i])
 	}
 }
@@ -165,7 +168,7 @@ func (c *Cache[T]) releaseMany(ctx context.Context, js []*job[T], token string) 
 func (c *Cache[T]) computeLocalMany(ctx context.Context, js []*job[T], compute manyFunc[T]) {
 	keys := make([]string, len(js))
 	for i, j := range js {
-		c.flights.setBusy(j.cl)
+		c.flights.setBusy(j.cl, nil)
 		keys[i] = j.key
 	}
 	var vals map[string]T

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,6 +56,17 @@ type resultOpts struct {
 	seen   []string // each tag's epoch when it was tagged
 	vouch  bool     // false once an epoch could not be read
 	epochs func(ctx context.Context, tags []string) ([]string, error)
+
+	// named holds every tag given to Tag, published before its epoch is
+	// read, so that an InvalidateTag in this process can drop the flight
+	// of the compute without waiting for mu (see group.forgetTagged).
+	named atomic.Pointer[[]string]
+}
+
+// taggedWith reports whether compute gave its result any of tags.
+func (r *resultOpts) taggedWith(tags []string) bool {
+	named := r.named.Load()
+	return named != nil && slices.ContainsFunc(tags, func(t string) bool { return slices.Contains(*named, t) })
 }
 
 // tag adds the new ones of tags, with their epochs.
@@ -70,6 +82,8 @@ func (r *resultOpts) tag(ctx context.Context, tags []string) {
 	if len(fresh) == 0 {
 		return
 	}
+	named := append(slices.Clone(r.tags), fresh...)
+	r.named.Store(&named)
 	e, err := r.epochs(ctx, fresh)
 	if err != nil {
 		r.vouch = false

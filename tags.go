@@ -67,20 +67,12 @@ func (c *Cache[T]) readEpochs(ctx context.Context, tags []string) ([]string, err
 	return out, nil
 }
 
-// A taggedStore is a value stored with tags whose keys live on other nodes
-// than its own: they are added once it is stored (see addTags).
-type taggedStore struct {
-	ks  keys
-	b   []byte
-	ttl time.Duration
-}
-
 // storeCallFor is the script call that stores b for ks under token, as
 // store does, for a compute that said ro: a plain store; on one server,
 // one that checks and adds the tags in the same step; with split, a plain
-// store whose tags addTags adds after; or, when the cache cannot vouch for
-// the tags (Tag could not read them), one that keeps nothing but hands
-// the value to the waiters.
+// store whose tags tagFirst must add before it; or, when the cache cannot
+// vouch for the tags (Tag could not read them), one that keeps nothing but
+// hands the value to the waiters.
 func (c *Cache[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
 	tags, seen, vouch := ro.tagged()
 	switch {
@@ -101,31 +93,33 @@ func (c *Cache[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Durati
 	return sc, false
 }
 
-// addTags adds the stored values to the sets of the tags compute gave them
-// (ro), and undoes the store of each that an InvalidateTag overtook: one
-// of its tags' epochs is no longer the one compute saw.
-func (c *Cache[T]) addTags(ctx context.Context, ro *resultOpts, stored []taggedStore) {
+// tagFirst adds the value keys vks, to be stored for ttls, to the sets of
+// the tags compute gave them (ro), where a tag's keys live on other nodes
+// than a value's (a Cluster, a Ring), before their stores; it reports which
+// an InvalidateTag has overtaken: one of its tags' epochs is no longer the
+// one compute saw (or could not be read). Those are not stored. A value in
+// its tags' sets before its store is voided by any InvalidateTag that
+// moves a set aside after that (its store is then refused, or the value
+// deleted, before the InvalidateTag returns), and one whose epoch moved
+// before is never stored: no value tagged before an InvalidateTag is
+// served after it returned, and no waiter is handed one meanwhile.
+func (c *Cache[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, ttls []time.Duration) (overtaken []bool) {
 	tags, seen, _ := ro.tagged()
 	var calls []scriptCall
-	for _, s := range stored {
-		calls = append(calls, c.tagCalls(s.ks.value, s.ttl, tags)...)
+	for i, vk := range vks {
+		calls = append(calls, c.tagCalls(vk, ttls[i], tags)...)
 	}
 	cmds := c.runPipelined(ctx, calls)
-	var undo []scriptCall
-	for i, s := range stored {
+	overtaken = make([]bool, len(vks))
+	for i := range vks {
 		for k := range tags {
 			if e, err := cmds[i*len(tags)+k].Text(); err != nil || e != seen[k] {
-				undo = append(undo, scriptCall{unstoreScript, []string{s.ks.value, s.ks.channel}, []any{sha1hex(s.b), c.publish}})
+				overtaken[i] = true
 				break
 			}
 		}
 	}
-	if len(undo) > 0 {
-		c.runPipelined(ctx, undo)
-		for _, u := range undo {
-			c.forget(u.keys[0])
-		}
-	}
+	return overtaken
 }
 
 // Tags (see Tag, InvalidateTag). A tag t of a Cache with prefix p has a set
@@ -175,16 +169,4 @@ return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 var tagAddScript = redis.NewScript(tagLua + `
 tagadd(KEYS[1], ARGV[1], ARGV[2])
 return redis.call('GET', KEYS[2]) or ''
-`)
-
-// unstoreScript deletes a value this process stored if it is still there
-// (by its SHA1), and wakes the waiters: the undo of a tagged store that an
-// InvalidateTag overtook on a Cluster. KEYS: value, channel. ARGV: SHA1 of
-// the stored bytes, PUBLISH or SPUBLISH.
-var unstoreScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v or redis.sha1hex(v) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[2], KEYS[2], '` + wake.Deleted + `')
-return 1
 `)
