@@ -40,9 +40,11 @@ const tagBatch = 256
 // may be voided by an InvalidateTag of the tag too.
 //
 // InvalidateTag works through a tag's values a few hundred at a time, so
-// Redis is never blocked for long, and returns the first error: the values
-// not yet reached are kept for a retry. An empty tag returns an error
-// matching [ErrInvalid].
+// Redis is never blocked for long; it returns once they are all voided,
+// those of another InvalidateTag of the tag still at work included. It
+// returns the first error: the values not yet reached are kept for the
+// next InvalidateTag of the tag. An empty tag returns an error matching
+// [ErrInvalid].
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if c.life.done() {
 		return ErrClosed
@@ -63,41 +65,48 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	return nil
 }
 
-// invalidateTag bumps t's epoch, moves its set aside, and voids the values
-// of the set a batch at a time. On an error it puts the values not yet
-// voided back into t's set.
+// invalidateTag bumps t's epoch and moves its set aside, then voids the
+// values of every set aside of t a batch at a time: its own, and any that
+// another InvalidateTag of t is still working through, or left behind when
+// it failed. Members are removed only once voided, so that however many
+// InvalidateTag calls of t run at once, none returns while a value it
+// should void is still served (two may void a value twice; that is
+// harmless). On an error the values not yet voided stay aside, for the
+// next InvalidateTag of t.
 func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
 	set, epoch := c.tagKeys(t)
+	registry := c.opts.prefix + "tagx:" + redisutil.Tag(t)
 	aside := set + ":" + redisutil.Token() // same hash tag: same slot
-	life, err := c.run(ctx, tagBumpScript, []string{epoch, set, aside}, redisutil.Millis(epochLife)).Int64()
+	asides, err := c.run(ctx, tagBumpScript, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
 	if err != nil {
 		return err
 	}
-	for {
-		vks, err := c.client.SPopN(ctx, aside, tagBatch).Result()
-		if err == nil && len(vks) > 0 {
-			err = c.void(ctx, vks)
-		}
-		if err != nil && err != redis.Nil {
-			c.restoreTag(ctx, set, aside, life, vks)
+	for _, a := range asides {
+		if err := c.drain(ctx, registry, a); err != nil {
 			return err
 		}
-		if len(vks) == 0 {
-			return nil
-		}
 	}
+	return nil
 }
 
-// restoreTag puts the values of a failed InvalidateTag back into the tag's
-// set: those of the batch that failed (popped) and those not reached
-// (aside), keeping the set's TTL (life ms, the set's when it was moved
-// aside), and drops the aside set. Best effort: an undone InvalidateTag is
-// retried by the caller, and a value left out of its tag's sets only
-// outlives an invalidation until its own TTL.
-func (c *Cache[T]) restoreTag(ctx context.Context, set, aside string, life int64, popped []string) {
-	dctx, cancel := redisutil.Detached(ctx)
-	defer cancel()
-	c.run(dctx, tagRestoreScript, []string{set, aside}, append([]any{life}, anySlice(popped)...)...)
+// drain voids the values of aside, a set of t's value keys moved aside,
+// until it is empty, and then drops it from t's registry of asides.
+func (c *Cache[T]) drain(ctx context.Context, registry, aside string) error {
+	for {
+		vks, err := c.client.SRandMemberN(ctx, aside, tagBatch).Result()
+		if err != nil {
+			return err
+		}
+		if len(vks) == 0 { // nothing is added to a set once it is aside
+			return c.client.SRem(ctx, registry, aside).Err()
+		}
+		if err := c.void(ctx, vks); err != nil {
+			return err
+		}
+		if err := c.client.SRem(ctx, aside, anySlice(vks)...).Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // void makes the values vks a miss (or stale), in one pipeline, and drops
@@ -207,34 +216,20 @@ func globEscape(s string) string {
 // tagBumpScript bumps a tag's epoch and moves its set aside, in one step,
 // before InvalidateTag voids the values of the set: a value tagged after
 // this step goes into a new set, and a compute that tagged before it finds
-// the epoch moved. It returns the set's PTTL (negative if none). KEYS:
-// epoch, set, the set's new name. ARGV: how long the epoch lives, ms.
+// the epoch moved. The set aside joins the tag's registry of sets aside,
+// which it returns (the new one among them, if the tag had a set). KEYS:
+// epoch, set, registry, the set's new name. ARGV: how long the epoch and
+// the registry live at least (as long as its longest set aside), ms.
 var tagBumpScript = redis.NewScript(`
 redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-local life = redis.call('PTTL', KEYS[2])
-if life ~= -2 then redis.call('RENAME', KEYS[2], KEYS[3]) end
-return life
-`)
-
-// tagRestoreScript puts the values of an InvalidateTag that failed back
-// into the tag's set: the popped ones given, and the set moved aside,
-// which it deletes. The set lives at least as long as the aside set did
-// (SUNIONSTORE drops a TTL; a set without one would never expire). KEYS:
-// set, aside set. ARGV: the aside set's PTTL when it was moved aside, then
-// the popped value keys.
-var tagRestoreScript = redis.NewScript(`
-local life = redis.call('PTTL', KEYS[2])
-if life < 0 then life = tonumber(ARGV[1]) end
-local p = redis.call('PTTL', KEYS[1])
-if p > life then life = p end
-if #ARGV > 1 then redis.call('SADD', KEYS[1], unpack(ARGV, 2)) end
 if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('SUNIONSTORE', KEYS[1], KEYS[1], KEYS[2])
-  redis.call('DEL', KEYS[2])
+  redis.call('RENAME', KEYS[2], KEYS[4])
+  redis.call('SADD', KEYS[3], KEYS[4])
+  local life = math.max(tonumber(ARGV[1]), redis.call('PTTL', KEYS[4]))
+  if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end
 end
-if life > 0 then redis.call('PEXPIRE', KEYS[1], life) end
-return 1
+return redis.call('SMEMBERS', KEYS[3])
 `)
 
 // voidScript makes one value of an invalidated tag a miss, or with a stale

@@ -125,8 +125,11 @@ func (c *Cache[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, t
 // Tags (see Tag, InvalidateTag). A tag t of a Cache with prefix p has a set
 // "p tag:{t}" of the value keys stored with it, which expires no sooner
 // than the last of them, and an epoch "p tagv:{t}", a counter that each
-// InvalidateTag of t bumps (it expires a day after the last one). Both
-// share the tag's hash slot; a value's keys share another.
+// InvalidateTag of t bumps (it expires a day after the last one); while an
+// InvalidateTag works, the set is moved aside to "p tag:{t}:<token>",
+// listed in the registry "p tagx:{t}" until it is voided (see
+// invalidateTag). All share the tag's hash slot; a value's keys share
+// another.
 
 // tagLua adds value key vk, stored for ttl ms, to the set of a tag, and
 // makes the set live at least as long.
