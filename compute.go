@@ -76,7 +76,9 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		c.release(ctx, j.ks, token) // another process takes over at once
 		return outcome{err: ErrClosed}, false
 	case err != nil:
-		c.fail(ctx, j, token, err)
+		if !c.fail(ctx, j, token, err) && j.force && errors.Is(err, ErrNotFound) {
+			return outcome{}, true // as a refused store (see below): the old value may be left
+		}
 		return c.unstored(v, cerr, err), false
 	}
 	err = c.store(ctx, j, token, b, ttl, ro)
@@ -179,11 +181,13 @@ const notFoundMark = "\x00not found: "
 // waiting processes; the next Fetch tries again. With a freshness option,
 // no process refreshes the key in the background for the retry interval. A
 // value found not to exist any more is deleted rather than served stale.
-func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) {
+// It reports false only if the lock was no longer ours: nothing was done.
+func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) (done bool) {
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc := c.failCall(j.ks, token, cerr)
-	_ = c.run(dctx, sc.s, sc.keys, sc.args...).Err()
+	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
+	return err != nil || n == 1 // only a refusal (the lock was lost) is not done
 }
 
 // failCall is the script call of fail.

@@ -205,3 +205,41 @@ func TestRefreshStoreRefused(t *testing.T) {
 		t.Errorf("Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
 	}
 }
+
+// TestRefreshNotFoundRefused: a Refresh whose compute finds the value gone
+// (ErrNotFound, no WithNegativeTTL) while an InvalidateTag takes its lock
+// computes again, rather than answering "not found" while the old value
+// stays served stale (torture defect refresh-refused, not-found case).
+func TestRefreshNotFoundRefused(t *testing.T) {
+	s := redistest.StartServer(t)
+	ctx := t.Context()
+	c := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
+	if err := c.SetTagged(ctx, "k", "old", time.Minute, "T"); err != nil {
+		t.Fatal(err)
+	}
+	computing, release := make(chan struct{}), make(chan struct{})
+	var n int
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Refresh(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
+			n++
+			if n == 1 {
+				close(computing)
+				<-release
+			}
+			return "", ErrNotFound
+		})
+		got <- err
+	}()
+	<-computing
+	if err := c.InvalidateTag(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-got; !errors.Is(err, ErrNotFound) || n != 2 {
+		t.Errorf("Refresh = %v after %d computes; want ErrNotFound after 2", err, n)
+	}
+	if v, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get after the Refresh found k gone = %q, %v; want ErrMiss, not the old value", v, err)
+	}
+}
