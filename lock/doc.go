@@ -48,9 +48,14 @@
 // (Sentinel and Cluster take seconds to fail a master over), and (2) a
 // counter draws at most one number per microsecond, on average since it
 // last restarted from the clock (the scripts that draw them run for
-// microseconds each: far fewer). A lease acquired with [WithReplicaAck] has its fence on the
-// replicas that acknowledged it, so after a failover to one of them, however
-// fast, the next fence is above it.
+// microseconds each: far fewer). A lease acquired with [WithReplicaAck]
+// has its fence on the replicas that acknowledged it, so after a failover
+// to one of them, however fast, the next fence is above it. Condition (1)
+// excludes a split brain: an old master that still serves some clients
+// after the new one took over (it stalled and came back before it learned
+// of the failover) draws numbers beside it, and the two can repeat each
+// other's fences (seen by the torture checker within 30 ms); only fencing
+// at the storage, or Redlock, holds then.
 //
 // # Waiting
 //
