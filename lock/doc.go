@@ -54,8 +54,10 @@
 // excludes a split brain: an old master that still serves some clients
 // after the new one took over (it stalled and came back before it learned
 // of the failover) draws numbers beside it, and the two can repeat each
-// other's fences (seen by the torture checker within 30 ms); only fencing
-// at the storage, or Redlock, holds then.
+// other's fences (seen by the torture checker within 30 ms). With
+// WithReplicaAck the old master's grants are refused (its replicas follow
+// the new master and acknowledge nothing); without it, only fencing at the
+// storage, or Redlock, holds then.
 //
 // # Waiting
 //
