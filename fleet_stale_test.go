@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // seed stores v under "k" for ttl with a stale window, as a process of the
@@ -32,18 +34,11 @@ func seed(t *testing.T, rdb redis.UniversalClient, prefix, v string, ttl, stale 
 func seedStale(t *testing.T, rdb redis.UniversalClient, prefix string) *Cache[string] {
 	t.Helper()
 	c, _ := seed(t, rdb, prefix, "v1", 20*time.Millisecond, time.Minute)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	redistest.Eventually(t, "v1 past its TTL by Redis's clock", func() bool {
 		pttl, err := rdb.PTTL(context.Background(), c.keys("k").value).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pttl <= time.Minute {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("value still fresh after 10s (PTTL %v)", pttl)
-		}
-	}
+		return err == nil && pttl <= time.Minute
+	})
+	return c
 }
 
 // TestProcsStaleOneRefresh: 4 processes × 50 goroutines fetch a stale

@@ -545,12 +545,9 @@ func TestSentinelReplicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica := s.Replica.Client(t)
-	for deadline := time.Now().Add(10 * time.Second); replica.Get(t.Context(), "k").Val() != "v"; {
-		if time.Now().After(deadline) {
-			t.Fatal("write through the failover client never reached the replica")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	Eventually(t, "the write through the failover client on the replica", func() bool {
+		return replica.Get(t.Context(), "k").Val() == "v"
+	})
 }
 
 // TestClusterFailover: on a cluster whose masters have a replica each, a
