@@ -47,8 +47,11 @@ func (c *checker) locked(op *Op) int64 {
 }
 
 // checkComputeOverlap: two computes of one key never run at once, in one
-// process or two, unless the first lost its compute lock to a Set or
-// Delete, to a fault of the server, or to a stop of its process.
+// process or two, unless one of them lost its compute lock to a Set or
+// Delete, an InvalidateTag, a fault of the server, or a stop of its
+// process. The later one may have lost it before it began computing (its
+// lock taken between the reply and the compute, the first then took the
+// lock): the window starts at the earlier of the two lock times.
 func (c *checker) checkComputeOverlap() {
 	for ck, ops := range c.keys {
 		cs := computes(ops)
@@ -58,11 +61,11 @@ func (c *checker) checkComputeOverlap() {
 				if b.Start+int64(Slack) >= c.end(a) {
 					break
 				}
-				from := c.locked(a)
+				from := min(c.locked(a), c.locked(b))
 				if c.write(ck, []string{KSet, KDelete}, from, b.Start) != nil || c.voidedKey(ck, from, b.Start) != nil {
 					continue
 				}
-				if c.fault(lockLoss, from, b.Start) != nil || c.paused(a.Proc, from, b.Start) != nil {
+				if c.fault(lockLoss, from, b.Start) != nil || c.paused(a.Proc, from, b.Start) != nil || c.paused(b.Proc, from, b.Start) != nil {
 					c.excused["compute-overlap"]++
 					continue
 				}

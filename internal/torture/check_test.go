@@ -153,6 +153,12 @@ func TestRules(t *testing.T) {
 		{"compute-overlap/excused by a stopped process", func() *History {
 			return history(overlap(), fault(FPauseProc, 1, 2, 3))
 		}, nil},
+		{"compute-overlap/excused by a Delete before the later compute began", func() *History {
+			// b's call took the lock at 0, a Delete took it away at 1, a's
+			// call took it at 2; b's compute only began at 3.
+			a, b := cache(KFetch, 1, 0, 1, 2, 11), cache(KFetch, 2, 0, 2, 0, 13)
+			return history([]*Op{a, compute(a, 1, 2.5, 10), b, compute(b, 2, 3, 12), cache(KDelete, 3, 0, 0, 1, 1.5)})
+		}, nil},
 		{"compute-fresh", func() *History { return history(computeFresh()) }, []string{"compute-fresh"}},
 		{"compute-fresh/excused by a Delete", func() *History {
 			return history(append(computeFresh(), cache(KDelete, 3, 0, 0, 25, 26)))
