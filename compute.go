@@ -82,6 +82,12 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		return c.unstored(v, cerr, err), false
 	}
 	err = c.store(ctx, j, token, b, ttl, ro)
+	if errors.Is(err, errOvertaken) {
+		// An InvalidateTag came after compute tagged its value: callers of
+		// this flight may have joined after it returned, in this process
+		// or not (see forgetTagged), and must not get the value.
+		return outcome{}, true
+	}
 	if errors.Is(err, errRefused) {
 		if j.force {
 			// Once Refresh returns, no call of this Cache may return an
@@ -142,14 +148,26 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	if split && c.tagFirst(dctx, ro, []string{j.ks.value}, []time.Duration{ttl})[0] {
 		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
 		_ = c.run(dctx, rc.s, rc.keys, rc.args...).Err()
-		return errRefused
+		return errOvertaken
 	}
 	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
-	if err == nil && n < 1 {
+	switch {
+	case err == nil && n == storeOvertaken:
+		return errOvertaken
+	case err == nil && n < 1:
 		return errRefused
 	}
 	return c.stored(ctx, j, token, err)
 }
+
+// errOvertaken is store's answer when an InvalidateTag of a tag compute
+// gave the value came after compute tagged it: nothing was stored, the
+// lock was released, and the value must reach no caller that may have
+// begun after the InvalidateTag returned: the flight computes again.
+var errOvertaken = errors.New("dogpile: store refused: a tag was invalidated")
+
+// storeOvertaken is storeTaggedScript's reply when a tag's epoch moved.
+const storeOvertaken = -1
 
 // errRefused is store's answer when the lock no longer held our token (a
 // Set, Delete or InvalidateTag took it, or the lease ran out): nothing was

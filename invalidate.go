@@ -32,10 +32,12 @@ const tagBatch = 256
 //
 // A compute that called Tag with one of tags before InvalidateTag began
 // does not leave its value served after InvalidateTag returned, whenever
-// it stores it: its store is refused (its own callers still get it), on a
-// Cluster or a Ring too, where a tag's keys and a value's live on
-// different nodes; and no call of this process that starts after
-// InvalidateTag returned joins such a compute. A key stays in a tag's set
+// it stores it: its store is refused, on a Cluster or a Ring too, where a
+// tag's keys and a value's live on different nodes, and its flight
+// computes again, so the value reaches no caller in any process (a caller
+// may have joined the flight after InvalidateTag returned); and no call of
+// this process that starts after InvalidateTag returned joins such a
+// compute. A key stays in a tag's set
 // until the set expires: a later value stored under it without the tag
 // may be voided by an InvalidateTag of the tag too.
 //

@@ -56,7 +56,7 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		c.restartMany(ctx, js, token, compute)
 		return
 	}
-	c.storeMany(ctx, js, token, func(j *job[T]) ([]byte, time.Duration, error) {
+	again := c.storeMany(ctx, js, token, func(j *job[T]) ([]byte, time.Duration, error) {
 		v, ok := vals[j.key]
 		kerr := cerr
 		if kerr == nil && !ok {
@@ -64,12 +64,17 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		}
 		return c.entry(j, v, kerr, took, ro)
 	}, ro)
+	if len(again) > 0 {
+		c.restartMany(ctx, again, token, compute) // see errOvertaken
+	}
 }
 
 // storeMany stores the entry of each key of js (or its failure), each
 // fenced by its own lock held with token, in one pipeline, with the tags
-// compute gave them (ro; see tagFirst), and ends each key's flight.
-func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) {
+// compute gave them (ro; see tagFirst), and ends each key's flight but
+// those of the keys an InvalidateTag overtook (see errOvertaken), which it
+// returns, their locks released.
+func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) (overtaken []*job[T]) {
 	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
 	var splitAt []int // the keys whose tags go first
 	var vks []string
@@ -88,7 +93,7 @@ func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, en
 	}
 	dctx, dcancel := redisutil.Detached(ctx)
 	defer dcancel()
-	refused := make([]bool, len(js))
+	refused := make([]bool, len(js)) // overtaken on another node: released
 	if len(splitAt) > 0 {
 		for n, over := range c.tagFirst(dctx, ro, vks, ttls) {
 			if i := splitAt[n]; over {
@@ -98,11 +103,16 @@ func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, en
 	}
 	cmds := c.runPipelined(dctx, calls)
 	for i, j := range js {
-		if outs[i].b != nil && !refused[i] {
+		if n, _ := cmds[i].Int64(); refused[i] || outs[i].b != nil && n == storeOvertaken {
+			overtaken = append(overtaken, j)
+			continue
+		}
+		if outs[i].b != nil {
 			outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
 		}
 		c.flights.end(j.flight, j.cl, outs[i])
 	}
+	return overtaken
 }
 
 // extendMany extends the leases of js's locks held with token: one
