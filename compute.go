@@ -43,8 +43,8 @@ var errLeaseLost = errors.New("dogpile: compute lock lost")
 
 // computeHeld runs j's compute while holding the lock with token, acquired
 // by a request sent at sent, and stores the result. again reports that the
-// lease was lost and compute failed, or that a Refresh's store was refused:
-// the caller should start over.
+// lease was lost and compute failed, or that the store was refused (see
+// errRefused): the caller should start over.
 func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
@@ -82,20 +82,13 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		return c.unstored(v, cerr, err), false
 	}
 	err = c.store(ctx, j, token, b, ttl, ro)
-	if errors.Is(err, errOvertaken) {
-		// An InvalidateTag came after compute tagged its value: callers of
-		// this flight may have joined after it returned, in this process
-		// or not (see forgetTagged), and must not get the value.
-		return outcome{}, true
-	}
 	if errors.Is(err, errRefused) {
-		if j.force {
-			// Once Refresh returns, no call of this Cache may return an
-			// older value; the one it was to replace may still be there
-			// (made stale by an InvalidateTag): compute again.
-			return outcome{}, true
-		}
-		err = nil // a concurrent write won; compute's value is still an answer
+		// A write, an invalidation or another holder took the lock: look
+		// again rather than hand the value to callers that may have joined
+		// after that write returned (in another process, or after an
+		// InvalidateTag of a tag compute gave it). A Set's value is then
+		// found; after a Delete or an invalidation the key is computed anew.
+		return outcome{}, true
 	}
 	r = outcome{b: b, err: err}
 	if errors.Is(cerr, ErrNotFound) { // a tombstone: this process answers with compute's own error
@@ -148,32 +141,22 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	if split && c.tagFirst(dctx, ro, []string{j.ks.value}, []time.Duration{ttl})[0] {
 		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
 		_ = c.run(dctx, rc.s, rc.keys, rc.args...).Err()
-		return errOvertaken
+		return errRefused
 	}
 	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
-	switch {
-	case err == nil && n == storeOvertaken:
-		return errOvertaken
-	case err == nil && n < 1:
+	if err == nil && n < 1 { // 0: the lock was not ours; -1: a tag was invalidated
 		return errRefused
 	}
 	return c.stored(ctx, j, token, err)
 }
 
-// errOvertaken is store's answer when an InvalidateTag of a tag compute
-// gave the value came after compute tagged it: nothing was stored, the
-// lock was released, and the value must reach no caller that may have
-// begun after the InvalidateTag returned: the flight computes again.
-var errOvertaken = errors.New("dogpile: store refused: a tag was invalidated")
-
-// storeOvertaken is storeTaggedScript's reply when a tag's epoch moved.
-const storeOvertaken = -1
-
-// errRefused is store's answer when the lock no longer held our token (a
-// Set, Delete or InvalidateTag took it, or the lease ran out): nothing was
-// stored. A Fetch's callers still get the value compute made; a Refresh
-// computes again (see computeHeld).
-var errRefused = errors.New("dogpile: store refused: compute lock lost")
+// errRefused is store's answer when nothing was stored because the lock no
+// longer held our token (a Set, Delete or InvalidateTag took it, or the
+// lease ran out and another process took over), or because an
+// InvalidateTag of a tag compute gave the value came after compute tagged
+// it (the lock was then released). The flight looks again (see
+// computeHeld).
+var errRefused = errors.New("dogpile: store refused")
 
 // storeCall is the script call of store.
 func (c *Cache[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {

@@ -145,9 +145,9 @@
 //   - If the lock was lost with the master, the next process that misses
 //     takes it on the new master and computes once more. The holder's next
 //     renewal is refused there, which cancels its compute's context; a
-//     compute that returns a value anyway answers its own callers, but its
-//     store is refused, since the lock no longer holds its token (a fenced
-//     store), so it never replaces the newer value.
+//     compute that returns a value anyway has its store refused, since the
+//     lock no longer holds its token (a fenced store), so it never replaces
+//     the newer value: its flight looks again and answers with that one.
 //
 // So a failover costs at most one more compute of a key being computed, and
 // no store leaves a value in Redis older than one already served. What a

@@ -27,8 +27,8 @@ import (
 //     before A takes the lock), so the promoted replica has no lock. A's
 //     lease renewal is refused there and A's compute, which ignores its
 //     context, runs on; B computes the key again and stores it. When A's
-//     compute returns, its store is refused (fenced): A's callers get A's
-//     value, Redis keeps B's newer one.
+//     compute returns, its store is refused (fenced): Redis keeps B's newer
+//     value, which A's flight then finds and answers its callers with.
 //   - lock-replicated: the replica has A's lock (WAIT), so B waits for A,
 //     unless A's lease ran out during the failover (a renewal could not
 //     reach a master for most of a lease): then A starts over, and one of
@@ -115,8 +115,8 @@ func fetchAcrossFailover(t *testing.T, cut bool) {
 		defer close(aDone)
 		v, err := a.Fetch(ctx, key, time.Minute, computeA)
 		serve("A", v, err)
-		if cut && (err != nil || v != 1) {
-			t.Errorf("A's Fetch = %d, %v; want 1, its own compute's (refused in Redis)", v, err)
+		if cut && (err != nil || v != 2) {
+			t.Errorf("A's Fetch = %d, %v; want 2, B's (A's store was refused)", v, err)
 		} else if err != nil {
 			t.Logf("A's Fetch: %v", err)
 		}

@@ -315,7 +315,8 @@ func testSlowComputeNotTakenOver(t *testing.T, b redistest.Backend) {
 }
 
 // testSetDuringComputeIsFenced: a Set while a compute runs wins; the
-// compute's result goes to its own callers but is not stored over it.
+// compute's result is not stored over it, and its own callers get the
+// Set's value too (the refused store looks again).
 func testSetDuringComputeIsFenced(t *testing.T, b redistest.Backend) {
 	holder := New[int](b.Client(t), prefix(t))
 	other := New[int](b.Client(t), prefix(t))
@@ -329,8 +330,8 @@ func testSetDuringComputeIsFenced(t *testing.T, b redistest.Backend) {
 		t.Errorf("waiter = %v, %v; want 2 (the Set value), nil", r.v, r.err)
 	}
 	close(release)
-	if r := <-hres; r.err != nil || r.v != 1 {
-		t.Errorf("holder = %v, %v; want its own 1, nil", r.v, r.err)
+	if r := <-hres; r.err != nil || r.v != 2 {
+		t.Errorf("holder = %v, %v; want 2, the Set's value (its store was refused), nil", r.v, r.err)
 	}
 	if v, err := other.Get(t.Context(), "k"); err != nil || v != 2 {
 		t.Errorf("Get = %v, %v; want 2 (not overwritten by the stale compute)", v, err)

@@ -65,15 +65,15 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		return c.entry(j, v, kerr, took, ro)
 	}, ro)
 	if len(again) > 0 {
-		c.restartMany(ctx, again, token, compute) // see errOvertaken
+		c.restartMany(ctx, again, token, compute) // see errRefused
 	}
 }
 
 // storeMany stores the entry of each key of js (or its failure), each
 // fenced by its own lock held with token, in one pipeline, with the tags
 // compute gave them (ro; see tagFirst), and ends each key's flight but
-// those of the keys an InvalidateTag overtook (see errOvertaken), which it
-// returns, their locks released.
+// those of the keys whose store was refused (see errRefused), which it
+// returns.
 func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) (overtaken []*job[T]) {
 	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
 	var splitAt []int // the keys whose tags go first
@@ -103,7 +103,7 @@ func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, en
 	}
 	cmds := c.runPipelined(dctx, calls)
 	for i, j := range js {
-		if n, _ := cmds[i].Int64(); refused[i] || outs[i].b != nil && n == storeOvertaken {
+		if n, err := cmds[i].Int64(); refused[i] || outs[i].b != nil && err == nil && n < 1 {
 			overtaken = append(overtaken, j)
 			continue
 		}

@@ -116,10 +116,10 @@ func WithLease(d time.Duration) Option {
 // The lease is not renewed past d after the lock was taken, and compute's
 // context ends just before, so a compute that hangs (and ignores its
 // context) is taken over by another process from then on, instead of
-// blocking every process's callers for as long as it hangs. A compute that ends past d is
-// still returned to its own callers, but stores nothing if another process
-// took over. The default is no bound. WithMaxCompute panics if d is not
-// positive.
+// blocking every process's callers for as long as it hangs. A compute that
+// ends past d stores nothing if another process took over, and its callers
+// get that process's value. The default is no bound. WithMaxCompute panics
+// if d is not positive.
 func WithMaxCompute(d time.Duration) Option {
 	if d <= 0 {
 		panic("dogpile: max compute must be positive (a programmer error)")

@@ -87,7 +87,7 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 // Set, Delete or Refresh of key returned computes anew), and once Refresh
 // returns, later calls of this Cache do not return an older value (a
 // Refresh whose store is refused, its lock taken by a write or an
-// invalidation meanwhile, computes again). Processes
+// invalidation meanwhile, looks again and computes again). Processes
 // waiting for key are woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's
 // error (nothing is stored, waiters get [ErrComputeFailed]), or a Redis
 // error, wrapped; an empty key or a ttl below a millisecond, one matching

@@ -397,11 +397,23 @@ func TestInvalidateTagDropsFlights(t *testing.T) {
 // 8597364446369899938).
 func TestInvalidateTagOtherProcessFlight(t *testing.T) {
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
-		for _, many := range []bool{false, true} {
-			t.Run(map[bool]string{false: "Fetch", true: "FetchMany"}[many], func(t *testing.T) {
+		for _, tc := range []struct {
+			name        string
+			many, inSet bool // inSet: an earlier value put k in T's set, so the InvalidateTag takes the lock
+		}{{"Fetch", false, false}, {"FetchMany", true, false}, {"FetchMany/in the set", true, true}, {"Fetch/in the set", false, true}} {
+			many := tc.many
+			t.Run(tc.name, func(t *testing.T) {
 				ctx := t.Context()
 				a := New[string](b.Client(t), prefix(t))
 				other := New[string](b.Client(t), prefix(t))
+				if tc.inSet {
+					if err := other.SetTagged(ctx, "k", "before", time.Minute, "T"); err != nil {
+						t.Fatal(err)
+					}
+					if err := other.Delete(ctx, "k"); err != nil { // a miss, still in T's set
+						t.Fatal(err)
+					}
+				}
 				taggedCh, release := make(chan struct{}), make(chan struct{})
 				var calls atomic.Int32
 				compute := func(ctx context.Context) (string, error) {
