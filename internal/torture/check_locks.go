@@ -29,14 +29,16 @@ func byEnter(ops []*Op) []*Op {
 
 // lapsed reports whether a's lease may have ended in Redis by time t
 // without a knowing: a's process was stopped (Done could not close in
-// time), or the server lost its data (the lock with it).
+// time), or the server lost its data (the lock with it). The lease may
+// have been granted as early as the call began: a process stopped between
+// the grant and its entering the section enters with a lapsed lease.
 func (c *checker) lapsed(a *Op, t int64) bool {
-	return c.paused(a.Proc, a.Enter, t) != nil || c.fault(dataLoss, a.Enter, t) != nil
+	return c.paused(a.Proc, a.Start, t) != nil || c.fault(dataLoss, a.Start, t) != nil
 }
 
 // checkExclusion: two conflicting holders of one name are never inside
-// their sections at once, unless the earlier one's lease may have ended
-// without it knowing. A section ends when its hold is over or its lease's
+// their sections at once, unless one's lease may have ended without it
+// knowing (the later one's before it entered). A section ends when its hold is over or its lease's
 // Done closes, whichever is first; Done closes before the lease can expire
 // in Redis.
 func (c *checker) checkExclusion() {
@@ -52,7 +54,7 @@ func (c *checker) checkExclusion() {
 				if !conflicts(a, b) || seen[[2]*Op{a, b}] {
 					continue
 				}
-				if c.lapsed(a, b.Enter) {
+				if c.lapsed(a, b.Enter) || c.lapsed(b, b.Enter) {
 					c.excused["exclusion"]++
 					continue
 				}

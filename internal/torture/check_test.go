@@ -182,6 +182,12 @@ func TestRules(t *testing.T) {
 		{"exclusion/excused by a stopped holder", func() *History {
 			return history(exclusion(KMutex, KMulti), fault(FPauseProc, 1, 12, 25))
 		}, nil},
+		{"exclusion/excused by a holder stopped before it entered", func() *History {
+			// Process 2 was granted the lock at 1, stopped from 2 to 18,
+			// and entered at 19, after process 1 had taken the lapsed lock.
+			return history([]*Op{section(KFair, 1, "m", 2, 5, 10, 30, 31), section(KMutex, 2, "m", 1, 0, 19, 20, 21)},
+				fault(FPauseProc, 2, 2, 18))
+		}, nil},
 		{"semaphore", func() *History {
 			return history([]*Op{
 				section(KSem, 1, "s", 1, 0, 1, 30, 31),
