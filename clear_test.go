@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,12 +37,19 @@ func TestClear(t *testing.T) {
 		defer held.Unlock(context.Background())
 		computing, release := make(chan struct{}), make(chan struct{})
 		late := make(chan error, 1)
+		var calls atomic.Int32
 		go func() {
-			_, err := c.Fetch(ctx, "slow", time.Minute, func(context.Context) (int, error) {
+			v, err := c.Fetch(ctx, "slow", time.Minute, func(context.Context) (int, error) {
+				if calls.Add(1) > 1 {
+					return 8, nil // computed again once the first store was refused
+				}
 				close(computing)
 				<-release
 				return 7, nil
 			})
+			if err == nil && v != 8 {
+				err = fmt.Errorf("the Fetch computing during Clear = %d; want 8, computed after it", v)
+			}
 			late <- err
 		}()
 		<-computing
@@ -57,8 +65,8 @@ func TestClear(t *testing.T) {
 				t.Fatalf("Get after Clear = %v; want ErrMiss", err)
 			}
 		}
-		if _, err := c.Get(ctx, "slow"); !errors.Is(err, ErrMiss) {
-			t.Errorf("a compute in progress during Clear stored its value (Get = %v)", err)
+		if v, err := c.Get(ctx, "slow"); err != nil || v != 8 {
+			t.Errorf("Get of the key computed during Clear = %d, %v; want 8: the compute in progress stored nothing, the one after it did", v, err)
 		}
 		if v, err := other.Get(ctx, "kept"); err != nil || v != 1 {
 			t.Errorf("another prefix's value after Clear = %v, %v", v, err)

@@ -82,7 +82,9 @@ func testManyFetchJoinsMany(t *testing.T, b redistest.Backend) {
 // stores is taken over once its lock expires, and computed alone.
 func testManyTakesOverDeadHolder(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t), WithLease(200*time.Millisecond))
+	// A lease longer than the dead lock: miniredis's clock, moved past the
+	// dead lock below, must not take a's lock too.
+	c := New[string](b.Client(t), prefix(t), WithLease(3*time.Second))
 	// The dead holder's lock outlives the time a loaded machine may take to
 	// reach the lock script, so that FetchMany finds it held.
 	if err := c.client.Set(ctx, c.keys("dead").lock, "someone", time.Second).Err(); err != nil {
@@ -91,7 +93,7 @@ func testManyTakesOverDeadHolder(t *testing.T, b redistest.Backend) {
 	if b.Advance != nil { // miniredis expires keys only when told to
 		hook, waiting := waitSignal()
 		c.onWait = hook
-		go func() { <-waiting; b.Advance(2 * time.Second) }()
+		go func() { <-waiting; b.Advance(1100 * time.Millisecond) }()
 	}
 	e := &echo{}
 	got, err := c.FetchMany(ctx, []string{"a", "dead"}, time.Minute, e.compute)
