@@ -5,16 +5,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A Proxy forwards TCP connections to a Redis server and can lose a reply
 // on purpose: the fault behind go-redis's automatic retries, where a
-// command ran on the server but its caller never heard back.
+// command ran on the server but its caller never heard back. It can also
+// hold replies back, as a congested network or a slow peer would.
 type Proxy struct {
 	l       net.Listener
 	target  string
 	toDrop  atomic.Int64 // replies still to drop
 	dropped atomic.Int64
+	delay   atomic.Int64 // how long each reply is held back, in ns
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -47,6 +50,11 @@ func (p *Proxy) DropNextReply() { p.DropReplies(1) }
 // [Proxy.DropNextReply] does: a client that reconnects and sends again
 // loses its reply again until n are gone.
 func (p *Proxy) DropReplies(n int64) { p.toDrop.Store(n) }
+
+// DelayReplies holds every reply back by d before the client gets it, in
+// order on each connection, until it is called again with 0. The server
+// has executed the command by then: only its answer is late.
+func (p *Proxy) DelayReplies(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Dropped returns how many replies were dropped.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
@@ -96,6 +104,9 @@ func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 			if replies && p.take() {
 				p.dropped.Add(1)
 				return
+			}
+			if d := time.Duration(p.delay.Load()); replies && d > 0 {
+				time.Sleep(d)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

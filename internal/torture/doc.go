@@ -46,7 +46,8 @@
 // its replica is promoted, then back as a replica, or a graceful CLUSTER
 // FAILOVER), connection faults (FLUSHALL, SCRIPT FLUSH, CLIENT KILL TYPE
 // normal or pubsub, which includes the near tier's tracking connections;
-// replies dropped by the proxy) and process faults (a worker stopped past
+// replies dropped by the proxy, or held back by it from a few ms to past
+// a lease) and process faults (a worker stopped past
 // every lease it holds, or killed and replaced by a new process with the
 // same configuration). A pause of a cluster node is kept short of the
 // node timeout; a failover the cluster starts all the same is followed

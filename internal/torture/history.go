@@ -145,6 +145,7 @@ const (
 	FKillNormal = "clientkill"  // CLIENT KILL TYPE normal
 	FKillPubSub = "pubsubkill"  // CLIENT KILL TYPE pubsub (wake-ups, near-tier tracking)
 	FDrop       = "drop"        // replies lost by the proxy
+	FDelay      = "delay"       // replies held back by the proxy (N ms)
 	FFailover   = "failover"    // a graceful CLUSTER FAILOVER: nothing lost
 	FKillMaster = "killmaster"  // a master killed, its replica promoted, the old one back as a replica
 	// FSplitBrain: a master stopped briefly and failed over by the cluster
@@ -159,7 +160,7 @@ type Fault struct {
 	Kind   string `json:"kind"`
 	Target string `json:"target,omitempty"` // a server's address, or "all"
 	Proc   int    `json:"proc,omitempty"`   // FPauseProc's process
-	N      int64  `json:"n,omitempty"`      // FDrop: replies to drop
+	N      int64  `json:"n,omitempty"`      // FDrop: replies to drop; FDelay: ms each reply is late
 	Start  int64  `json:"s"`
 	End    int64  `json:"e"`
 }

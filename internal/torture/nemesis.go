@@ -91,7 +91,7 @@ func (n *nemesis) kinds(cat string) []string {
 	case cat == "server":
 		return []string{FPause, FPause, FKillMaster, FFailover}
 	case n.cl == nil:
-		return []string{FFlushAll, FScript, FKillNormal, FKillPubSub, FDrop, FDrop}
+		return []string{FFlushAll, FScript, FKillNormal, FKillPubSub, FDrop, FDrop, FDelay}
 	}
 	return []string{FFlushAll, FScript, FKillNormal, FKillPubSub}
 }
@@ -178,6 +178,15 @@ func (n *nemesis) start(kind string) harm {
 		f.N = 1 + n.r.Int64N(5)
 		n.proxy.DropReplies(f.N)
 		h.hold, h.heal = n.between(10*time.Millisecond, 300*time.Millisecond), func() { n.proxy.DropReplies(0) }
+	case FDelay:
+		// Mostly short; up to past a lease: an extension answered too late.
+		d := n.between(5*time.Millisecond, 100*time.Millisecond)
+		if n.r.IntN(2) == 0 {
+			d = n.between(100*time.Millisecond, lockTTL*5/4)
+		}
+		f.N = d.Milliseconds()
+		n.proxy.DelayReplies(d)
+		h.hold, h.heal = n.between(d, d+time.Second), func() { n.proxy.DelayReplies(0) }
 	case FPauseProc:
 		f.Proc = n.anyProc()
 		k := n.kids[f.Proc]

@@ -1,0 +1,77 @@
+package redistest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestProxyDropsReplyAfterTheCommandRan(t *testing.T) {
+	t.Parallel()
+	s := StartServer(t)
+	p := StartProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer rdb.Close()
+	if err := rdb.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.DropNextReply()
+	if err := rdb.Set(t.Context(), "k", "v", 0).Err(); err == nil {
+		t.Fatal("SET with its reply dropped = nil; want an error")
+	}
+	if p.Dropped() != 1 {
+		t.Errorf("Dropped = %d; want 1", p.Dropped())
+	}
+	if got := s.Client(t).Get(t.Context(), "k").Val(); got != "v" {
+		t.Errorf("k = %q after the dropped reply; want v: the server ran the command", got)
+	}
+	if err := rdb.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("PING after the drop: %v; want the next reply through", err)
+	}
+}
+
+func TestProxyDelaysRepliesInOrder(t *testing.T) {
+	t.Parallel()
+	const delay = 150 * time.Millisecond
+	s := StartServer(t)
+	p := StartProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: time.Minute})
+	defer rdb.Close()
+	// The caller that gives up, connected before the delay, else its
+	// handshake times out and its command is never sent.
+	short := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: delay / 3})
+	defer short.Close()
+	for _, c := range []*redis.Client{rdb, short} {
+		if err := c.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p.DelayReplies(delay)
+	start := time.Now()
+	cmds, err := rdb.Pipelined(t.Context(), func(pipe redis.Pipeliner) error {
+		pipe.Set(t.Context(), "k", "1", 0)
+		pipe.Incr(t.Context(), "k")
+		return nil
+	})
+	if took := time.Since(start); took < delay {
+		t.Errorf("a delayed reply came after %v; want ≥ %v", took, delay)
+	}
+	if err != nil || cmds[1].(*redis.IntCmd).Val() != 2 {
+		t.Errorf("pipeline through the delay = %v, %v; want INCR's 2 in order", cmds, err)
+	}
+
+	// A caller that gives up before the reply: the server has run it.
+	if err := short.Set(t.Context(), "late", "v", 0).Err(); err == nil {
+		t.Error("SET with a read timeout below the delay = nil; want a timeout")
+	}
+	if got := s.Client(t).Get(t.Context(), "late").Val(); got != "v" {
+		t.Errorf("late = %q; want v: a delayed reply is late, not lost", got)
+	}
+
+	p.DelayReplies(0)
+	if err := short.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("PING once the delay is off: %v", err)
+	}
+}
