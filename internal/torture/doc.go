@@ -31,8 +31,8 @@
 // # Ledger
 //
 // Each worker appends to a file of its own one JSON line per phase of an
-// op (begun, acquired, ended), each with one write(2), so that what was
-// written survives the process. The parent adds the faults, each with the
+// op (begun; for a lock, acquired and exited; ended), each with one
+// write(2), so that what was written survives the process. The parent adds the faults, each with the
 // time it began and the time it was healed. All processes read one
 // machine's wall clock; comparisons between two processes' times allow
 // Slack.

@@ -36,8 +36,8 @@ const (
 const NotFound = -1
 
 // An Op is one operation of one worker goroutine, or one call of a compute
-// function. A worker writes it in phases (begin, for a lock the moment it
-// was acquired, end), each a line of the ledger holding the fields known
+// function. A worker writes it in phases (begin; for a lock the moment it
+// was acquired and the moment it left its section; end), each a line of the ledger holding the fields known
 // by then; an Op whose process died mid-way has no End.
 type Op struct {
 	ID   int64    `json:"id"`
