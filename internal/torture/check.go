@@ -55,6 +55,7 @@ type checker struct {
 	keys   map[ckey][]*Op   // cache ops by key (a FetchMany under each of its keys)
 	names  map[string][]*Op // lock sections by name
 	invals map[int][]*Op    // InvalidateTag calls by Cache
+	writes map[ckey]*writeIndex
 	byID   map[int64]*Op
 	births map[int64]*Op   // the op that drew each version: a compute or a Set
 	obs    map[int64]int64 // the earliest end of an op that returned or wrote each version
@@ -105,7 +106,7 @@ func Check(h *History) Verdict {
 
 func newChecker(h *History) *checker {
 	c := &checker{h: h, keys: map[ckey][]*Op{}, names: map[string][]*Op{},
-		invals: map[int][]*Op{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
+		invals: map[int][]*Op{}, writes: map[ckey]*writeIndex{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
 		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
 	for _, op := range h.Ops {
@@ -125,6 +126,12 @@ func newChecker(h *History) *checker {
 		for _, k := range op.Keys {
 			ck := ckey{op.Cfg, k}
 			c.keys[ck] = append(c.keys[ck], op)
+			if op.Kind == KSet || op.Kind == KDelete {
+				if c.writes[ck] == nil {
+					c.writes[ck] = &writeIndex{}
+				}
+				c.writes[ck].add(op)
+			}
 		}
 		if op.Kind == KCompute || op.Kind == KSet {
 			for _, v := range op.Vers {

@@ -7,6 +7,7 @@ package torture
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -27,12 +28,45 @@ func computes(ops []*Op) []*Op {
 // write returns a Set or Delete of ck (returned or not) in progress at
 // some time in [from, to]: it takes the compute lock away.
 func (c *checker) write(ck ckey, kinds []string, from, to int64) *Op {
-	for _, op := range c.keys[ck] {
-		if slices.Contains(kinds, op.Kind) && op.Start <= to && c.end(op) >= from {
+	in := func(op *Op) bool { return slices.Contains(kinds, op.Kind) && op.Start <= to && c.end(op) >= from }
+	ix := c.writes[ck]
+	if ix == nil {
+		return nil
+	}
+	for _, op := range ix.open {
+		if in(op) {
+			return op
+		}
+	}
+	// A write that returned and began before from-longest ended before from.
+	lo := sort.Search(len(ix.done), func(i int) bool { return ix.done[i].Start >= from-ix.longest })
+	for _, op := range ix.done[lo:] {
+		if op.Start > to {
+			break
+		}
+		if in(op) {
 			return op
 		}
 	}
 	return nil
+}
+
+// A writeIndex holds the Sets and Deletes of a key for write: those that
+// returned, by start, with the longest time one took, and those that
+// never returned.
+type writeIndex struct {
+	done    []*Op
+	longest int64
+	open    []*Op
+}
+
+func (ix *writeIndex) add(op *Op) {
+	if op.open() {
+		ix.open = append(ix.open, op)
+		return
+	}
+	ix.done = append(ix.done, op)
+	ix.longest = max(ix.longest, op.End-op.Start)
 }
 
 // locked returns the earliest time compute op may have taken its compute
@@ -101,6 +135,12 @@ func fresh(cfg CacheConfig, d time.Duration) int64 {
 func (c *checker) fills(ck ckey, ops []*Op) []fill {
 	cfg := c.h.Plan.Caches[ck.cfg]
 	var fs []fill
+	made := map[int64]int{} // the computes of each call
+	for _, op := range ops {
+		if op.Kind == KCompute {
+			made[op.Via]++
+		}
+	}
 	for _, op := range ops {
 		if op.Kind == KSet && op.ok() {
 			// Stored by the time it returned, for its TTL from no earlier
@@ -111,7 +151,7 @@ func (c *checker) fills(ck ckey, ops []*Op) []fill {
 			continue
 		}
 		via := c.byID[op.Via]
-		if via == nil || !via.ok() || len(computesOf(ops, via)) != 1 {
+		if via == nil || !via.ok() || made[via.ID] != 1 {
 			continue
 		}
 		if c.write(ck, []string{KSet, KDelete}, via.Start, via.End) != nil || c.voidedKey(ck, via.Start, via.End) != nil ||
@@ -140,23 +180,16 @@ func (c *checker) fills(ck ckey, ops []*Op) []fill {
 // for less long, under a compute lock taken after from and released
 // before to.
 func (c *checker) dropped(ck ckey, from, to int64) *Op {
-	for _, op := range c.keys[ck] {
-		if op.Kind == KCompute && op.Err == notFoundText && op.Start > from && op.Start < to {
+	ops := c.keys[ck]
+	for _, op := range ops[sort.Search(len(ops), func(i int) bool { return ops[i].Start > from }):] {
+		if op.Start >= to {
+			break
+		}
+		if op.Kind == KCompute && op.Err == notFoundText {
 			return op
 		}
 	}
 	return nil
-}
-
-// computesOf returns the computes among ops made for call via.
-func computesOf(ops []*Op, via *Op) []*Op {
-	var cs []*Op
-	for _, op := range ops {
-		if op.Kind == KCompute && op.Via == via.ID {
-			cs = append(cs, op)
-		}
-	}
-	return cs
 }
 
 // checkComputeFresh: no compute of a key (but by Refresh, which computes

@@ -8,6 +8,7 @@ package torture
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 )
@@ -76,7 +77,14 @@ func (c *checker) checkReadAfterWrite() {
 				continue
 			}
 			c.checked["read-after-write"]++
-			for _, w := range writes {
+			// Only writes that began after v was last written (since ≤
+			// Start) and before r began (a later one cannot bind r) count:
+			// writes are sorted by start.
+			from := sort.Search(len(writes), func(i int) bool { return writes[i].Start > lw+int64(Slack) })
+			for _, w := range writes[from:] {
+				if w.Start > r.Start {
+					break
+				}
 				if w == r || lw+int64(Slack) >= since[w] {
 					continue
 				}

@@ -5,7 +5,9 @@ package torture
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 )
 
 // invalidated returns an InvalidateTag of Cache cfg (returned or not: one
@@ -46,22 +48,27 @@ func (c *checker) voidedKey(ck ckey, from, to int64) *Op {
 // of ck with t, began before w ended, and no invalidation of t that ended
 // before w began took the set after it was added.
 func (c *checker) carries(ck ckey, t string, w *Op) bool {
-	for _, a := range c.keys[ck] {
-		if !(a.Kind == KCompute || a.Kind == KSet) || !slices.Contains(a.Tags, t) || a.Start > c.end(w) {
+	// An add is popped by an invalidation of t that began after it and
+	// ended before w began: it is popped if the latest such start is later.
+	popped := int64(math.MinInt64)
+	for _, p := range c.invals[ck.cfg] {
+		if p != w && p.ok() && p.End < w.Start && slices.Contains(p.Tags, t) {
+			popped = max(popped, p.Start)
+		}
+	}
+	// The latest adds first: the likeliest to be later than popped.
+	ops := c.keys[ck]
+	end := c.end(w)
+	for i := sort.Search(len(ops), func(i int) bool { return ops[i].Start > end }) - 1; i >= 0; i-- {
+		a := ops[i]
+		if !(a.Kind == KCompute || a.Kind == KSet) || !slices.Contains(a.Tags, t) {
 			continue
 		}
 		added := c.end(a)
 		if a.Kind == KCompute {
 			added = c.storedBy(a)
 		}
-		popped := false
-		for _, p := range c.invals[ck.cfg] {
-			if p != w && p.ok() && slices.Contains(p.Tags, t) && added < p.Start && p.End < w.Start {
-				popped = true
-				break
-			}
-		}
-		if !popped {
+		if added >= popped {
 			return true
 		}
 	}
@@ -110,7 +117,15 @@ func (c *checker) checkInvalidate() {
 // of its Cache.
 func (c *checker) checkVoided(ck ckey, r *Op, v int64) {
 	b := c.births[v]
-	for _, w := range c.invals[ck.cfg] {
+	// Only invalidations that began after b (b tagged its value before
+	// the ones that void it) and before r (a later one cannot bind r)
+	// count: they are sorted by start.
+	ws := c.invals[ck.cfg]
+	ws = ws[sort.Search(len(ws), func(i int) bool { return ws[i].Start > b.Start }):]
+	for _, w := range ws {
+		if w.Start > r.Start {
+			break
+		}
 		if !w.ok() || !c.voids(w, b) || !c.bound(r, w.Proc, w.End) {
 			continue
 		}
