@@ -81,7 +81,11 @@
 // bypassed until tracking is in place again. On a Cluster the masters are
 // asked for every second, so a failover empties the tier and moves tracking
 // to the new masters (a demoted master still reports the writes it
-// replicates meanwhile). Set and Delete of this Cache remove the local copy
+// replicates meanwhile). While it is up it is pinged every 20 ms, and the
+// tier is bypassed (not emptied) whenever its latest answer to a ping is
+// more than 80 ms old: invalidations that come late, over a slow network or
+// from a stalled server, never let the tier hide a write that returned
+// longer ago than that. Set and Delete of this Cache remove the local copy
 // at once; other writers' invalidations arrived well under a millisecond
 // after the write in the benchmarks, on loopback (see bench/README.md).
 //

@@ -18,8 +18,11 @@ import (
 // (CLIENT TRACKING on the prefix) remove a local copy when any client writes
 // the key, or it expires or is evicted: once one has arrived, no call in this
 // process returns the value it replaced. A copy is served only while the
-// connection that carries them is up, and never past the key's TTL, nor its
-// stale or early-refresh point. Where keys cannot be tracked (see "Near cache"
+// connection that carries them is up and has answered, within the last 80
+// ms, a ping sent after every invalidation before it (one every 20 ms): so
+// a write that returned more than 80 ms ago is never answered from the tier
+// with the value it replaced, even when the invalidations come late. Nor is
+// a copy served past the key's TTL, or its stale or early-refresh point. Where keys cannot be tracked (see "Near cache"
 // in the package doc) the tier turns itself off, once, logged and in
 // [Stats].NearOff. Near hits share one decoded value: treat it as read-only.
 // WithNearCache panics if maxEntries is not positive.
@@ -89,8 +92,8 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 	n := c.near
 	now := near.Now()
 	n.t.Use(now)
-	if !n.x.Up() {
-		return v, nil, false
+	if !n.x.Up() || !n.t.Heard(now) {
+		return v, nil, false // tracking down, or its invalidations late
 	}
 	e, ok := n.store.GetIfPresent(vk)
 	if !ok || now >= e.until {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error]) {
+func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
 	cl := redis.NewClient(trackingOptions(o, t.prefix, refused))
 	defer cl.Close()
 	pause := 10 * time.Millisecond
@@ -27,7 +29,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 			t.BeforeSession()
 		}
 		wasUp := false
-		err := t.session(ctx, cl, func() {
+		err := t.session(ctx, cl, heard, func() {
 			if !wasUp {
 				wasUp = true
 				t.up(true, of)
@@ -53,8 +55,9 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 
 // session subscribes to the invalidations on cl's connection, whose
 // OnConnect has turned tracking on, and applies them until the connection
-// fails or stops answering. up is called once tracking is in place.
-func (t *Tracker) session(ctx context.Context, cl *redis.Client, up func()) error {
+// fails or stops answering. up is called once tracking is in place; heard
+// is advanced by the answers to the session's beats.
+func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.Int64, up func()) error {
 	ps := cl.Subscribe(ctx)
 	defer ps.Close()
 	// A read does not heed ctx: it waits out its timeout (Ping).
@@ -62,6 +65,14 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, up func()) erro
 	// (idle) or moves (a Cluster's failover) bypasses the tier now, not a
 	// ping later, while the old master may no longer see the writes.
 	defer context.AfterFunc(ctx, func() { _ = ps.Close() })()
+	sctx, stop := context.WithCancel(ctx)
+	var beats sync.WaitGroup
+	defer func() {
+		stop()
+		_ = ps.Close() // a ping blocked on a dead connection returns
+		beats.Wait()
+	}()
+	sent, beating := Now(), false
 	if err := ps.Subscribe(ctx, InvalidateChannel); err != nil {
 		return err
 	}
@@ -86,7 +97,16 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, up func()) erro
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" && m.Channel == InvalidateChannel {
+				heard.Store(sent)
 				up()
+				if !beating {
+					beating = true
+					beats.Go(func() { beat(sctx, ps) })
+				}
+			}
+		case *redis.Pong:
+			if at, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && at > heard.Load() {
+				heard.Store(at)
 			}
 		case *redis.Message:
 			// Redis's invalidations are arrays of keys. A string payload
@@ -105,6 +125,22 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, up func()) erro
 		}
 	}
 	return ctx.Err()
+}
+
+// beat pings ps every Beat until ctx ends, each ping carrying the Now()
+// at which it was sent (see Tracker.Heard). A failed ping ends nothing:
+// the session's read sees the connection's trouble.
+func beat(ctx context.Context, ps *redis.PubSub) {
+	tick := time.NewTicker(Beat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = ps.Ping(ctx, strconv.FormatInt(Now(), 10))
+		}
+	}
 }
 
 // trackingOptions are o for a client of one connection, in RESP2, whose

@@ -31,7 +31,7 @@ func TestNearSessionEndsWithItsContext(t *testing.T) {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		_ = tr.session(ctx, cl, func() { close(up) })
+		_ = tr.session(ctx, cl, new(atomic.Int64), func() { close(up) })
 	}()
 	<-up
 	cancel()

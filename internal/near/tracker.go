@@ -25,6 +25,16 @@ var (
 	Idle = time.Minute
 	// Backoff bounds the pause between attempts to restore tracking.
 	Backoff = time.Second
+	// Beat is how often a tracking connection is pinged while it is up.
+	// Redis answers a connection in order, so a ping's answer proves that
+	// every invalidation Redis sent it before the ping has arrived.
+	Beat = 20 * time.Millisecond
+	// MaxLag is how long before a near hit the latest such proof may be
+	// dated: while a connection's answers come later than that (a slow or
+	// congested network, a stopped server), the tier is bypassed, and a
+	// write that returned more than MaxLag ago is never answered from it
+	// with the value it replaced.
+	MaxLag = 80 * time.Millisecond
 )
 
 // A Tracker keeps the near tier of one Cache coherent: it holds one
@@ -56,8 +66,11 @@ type Tracker struct {
 	dead    bool       // off for good
 	ups     int        // sessions whose tracking is in place
 	masters atomic.Pointer[map[string]bool]
-	wg      sync.WaitGroup // run
-	quit    chan struct{}  // closed by Stop
+	// heard holds, per tracked node, the Now() at which the latest ping
+	// whose answer arrived was sent (see Beat), nil while not tracking.
+	heard atomic.Pointer[[]atomic.Int64]
+	wg    sync.WaitGroup // run
+	quit  chan struct{}  // closed by Stop
 
 	// BeforeSession, if set, is called before each session on a node but
 	// the first (tests hold tracking down with it); BeforeApply, before an
@@ -168,16 +181,19 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 		set[o.Addr] = true
 	}
 	t.masters.Store(&set)
+	heard := make([]atomic.Int64, len(nodes))
+	t.heard.Store(&heard)
 	ctx, cancel := context.WithCancel(context.Background())
 	var refused atomic.Pointer[error]
 	var wg sync.WaitGroup
-	for _, o := range nodes {
-		wg.Go(func() { t.keep(ctx, o, len(nodes), &refused) })
+	for i, o := range nodes {
+		wg.Go(func() { t.keep(ctx, o, len(nodes), &refused, &heard[i]) })
 	}
 	defer func() {
 		cancel()
 		wg.Wait()
 		t.masters.Store(nil)
+		t.heard.Store(nil)
 	}()
 	tick := time.NewTicker(Ping)
 	defer tick.Stop()
@@ -267,6 +283,22 @@ func (t *Tracker) Tracked(vk string) bool {
 	}
 	n, err := c.MasterForKey(context.Background(), vk)
 	return err == nil && (*set)[n.Options().Addr]
+}
+
+// Heard reports whether every tracked node has proven, by answering a
+// ping sent at most MaxLag before now, that the tier has applied every
+// invalidation sent before then (see Beat).
+func (t *Tracker) Heard(now int64) bool {
+	p := t.heard.Load()
+	if p == nil {
+		return false
+	}
+	for i := range *p {
+		if now-(*p)[i].Load() > int64(MaxLag) {
+			return false
+		}
+	}
+	return true
 }
 
 // up counts a session's tracking in place (or lost); the tier is served
