@@ -141,7 +141,9 @@ func (c *checker) checkRefresh() {
 			continue
 		}
 		c.checked["refresh"]++
-		if lw := c.lastWrite(v); lw+int64(Slack) < op.Start && c.sharedRefresh(op, v) == nil {
+		// forever (a failed Set's value: it may land any time) must not
+		// overflow into the past.
+		if lw := c.lastWrite(v); lw != forever && lw+int64(Slack) < op.Start && c.sharedRefresh(op, v) == nil {
 			c.violate("refresh", fmt.Sprintf("Refresh of %s returned version %d, written before it began", op.Keys[0], v),
 				op, c.births[v])
 		}

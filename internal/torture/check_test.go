@@ -142,6 +142,13 @@ func TestRules(t *testing.T) {
 		{"refresh/a Refresh of another process", func() *History {
 			return history(sharedRefresh(4))
 		}, []string{"refresh"}},
+		{"refresh/a failed Set's value, begun after it", func() *History {
+			// Seed 4874054713374990276: the Set failed (a master killed), so
+			// its value's last write is unknown; it began after the Refresh.
+			w := cache(KSet, 1, 0, 3, 6, 9)
+			w.Err = "EOF"
+			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), cache(KRefresh, 2, 0, 3, 5, 8), w})
+		}, nil},
 		{"refresh/returned its own", func() *History {
 			r := cache(KRefresh, 2, 0, 2, 5, 8)
 			return history([]*Op{cache(KSet, 1, 0, 1, 0, 1), r, compute(r, 2, 5.5, 7)})
