@@ -187,6 +187,9 @@ func (c *checker) nearLag(r *Op, proc int, t int64) {
 // what Redis held at t: after NearBound (and the stops of the servers or
 // of r's process meanwhile) from a near tier, else after Slack.
 func (c *checker) late(r *Op, t int64) bool {
+	if t == forever { // a time never reached: no read is after it
+		return false
+	}
 	if c.h.Plan.near(r.Cfg, r.Proc) {
 		return r.Start > t+int64(NearBound)+c.stalls(r.Proc, t, r.Start)
 	}
