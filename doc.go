@@ -83,7 +83,7 @@
 // to the new masters (a demoted master still reports the writes it
 // replicates meanwhile). While it is up it is pinged every 20 ms, and the
 // tier is bypassed (not emptied) whenever its latest answer to a ping is
-// more than 80 ms old: invalidations that come late, over a slow network or
+// more than 100 ms old: invalidations that come late, over a slow network or
 // from a stalled server, never let the tier hide a write that returned
 // longer ago than that. Set and Delete of this Cache remove the local copy
 // at once; other writers' invalidations arrived well under a millisecond

@@ -18,12 +18,13 @@ import (
 // (CLIENT TRACKING on the prefix) remove a local copy when any client writes
 // the key, or it expires or is evicted: once one has arrived, no call in this
 // process returns the value it replaced. A copy is served only while the
-// connection that carries them is up and has answered, within the last 80
+// connection that carries them is up and has answered, within the last 100
 // ms, a ping sent after every invalidation before it (one every 20 ms): so
-// a write that returned more than 80 ms ago is never answered from the tier
+// a write that returned more than 100 ms ago is never answered from the tier
 // with the value it replaced, even when the invalidations come late. Nor is
-// a copy served past the key's TTL, or its stale or early-refresh point. Where keys cannot be tracked (see "Near cache"
-// in the package doc) the tier turns itself off, once, logged and in
+// a copy served past the key's TTL, or its stale or early-refresh point.
+// Where keys cannot be tracked (see "Near cache" in the package doc) the
+// tier turns itself off, once, logged and in
 // [Stats].NearOff. Near hits share one decoded value: treat it as read-only.
 // WithNearCache panics if maxEntries is not positive.
 func WithNearCache(maxEntries int) Option {

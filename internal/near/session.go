@@ -69,8 +69,8 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 	var beats sync.WaitGroup
 	defer func() {
 		stop()
-		_ = ps.Close() // a ping blocked on a dead connection returns
-		beats.Wait()
+		_ = ps.Close()
+		beats.Wait() // a ping in progress waits out its write timeout at most
 	}()
 	sent, beating := Now(), false
 	if err := ps.Subscribe(ctx, InvalidateChannel); err != nil {
@@ -96,14 +96,18 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && m.Channel == InvalidateChannel {
-				heard.Store(sent)
-				up()
-				if !beating {
-					beating = true
-					beats.Go(func() { beat(sctx, ps) })
-				}
+			if m.Kind != "subscribe" || m.Channel != InvalidateChannel {
+				continue
 			}
+			if beating {
+				// go-redis replaced a broken connection and subscribed
+				// again: what was sent on the old one may be lost.
+				return errReplaced
+			}
+			heard.Store(sent)
+			up()
+			beating = true
+			beats.Go(func() { beat(sctx, ps) })
 		case *redis.Pong:
 			if at, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && at > heard.Load() {
 				heard.Store(at)
@@ -127,9 +131,14 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 	return ctx.Err()
 }
 
+// errReplaced ends a session whose connection go-redis replaced.
+var errReplaced = errors.New("near: tracking connection replaced")
+
 // beat pings ps every Beat until ctx ends, each ping carrying the Now()
-// at which it was sent (see Tracker.Heard). A failed ping ends nothing:
-// the session's read sees the connection's trouble.
+// at which it was sent (see Tracker.Heard). A failed ping closes ps, which
+// ends the session: go-redis replaces the connection of a PubSub whose
+// write failed, and the session must not read on from the new one as if
+// nothing had been lost in between.
 func beat(ctx context.Context, ps *redis.PubSub) {
 	tick := time.NewTicker(Beat)
 	defer tick.Stop()
@@ -138,7 +147,10 @@ func beat(ctx context.Context, ps *redis.PubSub) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = ps.Ping(ctx, strconv.FormatInt(Now(), 10))
+			if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
+				_ = ps.Close()
+				return
+			}
 		}
 	}
 }
@@ -153,6 +165,11 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 	// handshake; RESP2 has no maintenance notifications anyway.
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
+	// A beat's write holds the PubSub's lock, and Close waits for it: never
+	// unbounded (-1), nor longer than a silent connection is given.
+	if opt.WriteTimeout <= 0 || opt.WriteTimeout > Ping {
+		opt.WriteTimeout = Ping
+	}
 	user := o.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if user != nil {

@@ -34,7 +34,7 @@ var (
 	// congested network, a stopped server), the tier is bypassed, and a
 	// write that returned more than MaxLag ago is never answered from it
 	// with the value it replaced.
-	MaxLag = 80 * time.Millisecond
+	MaxLag = 100 * time.Millisecond
 )
 
 // A Tracker keeps the near tier of one Cache coherent: it holds one
