@@ -29,6 +29,10 @@
 // pass it to the storage you protect and have it reject numbers lower than
 // the highest it has seen.
 //
+// A lease is timed from when its request was sent. A grant whose reply
+// comes after the lease's safe deadline (a network slower than the TTL) is
+// not handed out: the lock is taken again, or the wait goes on.
+//
 // The fencing counter is the one key that outlives a lock's leases. It is
 // kept for a retention ([WithRetention], 7 days by default) and then
 // created anew by the next acquisition, so that locks named per request

@@ -116,8 +116,24 @@ func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error)
 		}
 		return nil, retry, nil
 	}
+	if late(a.sent, a.o.ttl) {
+		// Granted, but the reply came after the lease's safe deadline (it
+		// was slower than the TTL): the caller would enter its section
+		// with a lease already lost. Try again: a semaphore's next attempt
+		// (same token) renews its permits if they are still held; a
+		// mutex's (a new token) finds the lock free once this one is
+		// undone, in the background.
+		if !a.renew {
+			releaseLater(ctx, a.h, a.token)
+		}
+		return nil, time.Millisecond, nil
+	}
 	return newLease(a.h, a.name, a.token, r.v, a.sent, a.o), 0, nil
 }
+
+// late reports whether a lease acquired by a request sent at sent would
+// be past its safe deadline already.
+func late(sent time.Time, ttl time.Duration) bool { return time.Since(sent) >= ttl-drift(ttl) }
 
 // pair reads the {granted, value} reply of an acquire script.
 func pair(res []int64, err error) reply {

@@ -171,6 +171,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			top = max(top, res[j+1])
 		}
 	}
+	if late(sent, mm.opts.ttl) {
+		// Granted past its safe deadline (see ask.grant): the next attempt,
+		// with the same token, renews the locks if they are still ours.
+		return nil, time.Millisecond, "", nil
+	}
 	l := newLease(mm, mm.label, token, top, sent, &mm.opts)
 	l.fences = fences
 	return l, 0, "", nil

@@ -179,7 +179,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 			ok++
 		}
 	}
-	if ok >= r.quorum && time.Since(sent) < r.opts.ttl-drift(r.opts.ttl) {
+	if ok >= r.quorum && !late(sent, r.opts.ttl) {
 		return newLease(r, r.name, token, 0, sent, &r.opts), 0, nil
 	}
 	// Not granted (or granted too late to be of use): undo on every

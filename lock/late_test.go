@@ -1,0 +1,72 @@
+package lock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+)
+
+// TestGrantSlowerThanTTL: a grant whose reply comes later than the lease's
+// TTL is no lease: the lock is taken again, or not at all, but a caller
+// never gets a lease that was lost before it returned (whose holder would
+// enter its section while another holds the lock). Found by the torture
+// run (seed 4874054713374990276): a fair lease whose reply a slow network
+// held back 1.26 s, Done closed 59 µs after Lock returned, while a plain
+// holder was inside.
+func TestGrantSlowerThanTTL(t *testing.T) {
+	const ttl, delay = 200 * time.Millisecond, 300 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		lock func(rdb *redis.Client) func(context.Context) (*lock.Lease, error)
+	}{
+		{"Mutex", func(rdb *redis.Client) func(context.Context) (*lock.Lease, error) {
+			return lock.NewMutex(rdb, "slow", lock.WithTTL(ttl)).Lock
+		}},
+		{"FairMutex", func(rdb *redis.Client) func(context.Context) (*lock.Lease, error) {
+			return lock.NewMutex(rdb, "slow", lock.WithTTL(ttl), lock.WithFair()).Lock
+		}},
+		{"Semaphore", func(rdb *redis.Client) func(context.Context) (*lock.Lease, error) {
+			s := lock.NewSemaphore(rdb, "slow", 2, lock.WithTTL(ttl))
+			return func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) }
+		}},
+		{"RWMutex", func(rdb *redis.Client) func(context.Context) (*lock.Lease, error) {
+			return lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl)).Lock
+		}},
+		{"MultiMutex", func(rdb *redis.Client) func(context.Context) (*lock.Lease, error) {
+			return lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b"}, lock.WithTTL(ttl)).Lock
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			proxy := redistest.StartProxy(t, srv.Addr())
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+			defer rdb.Close()
+			acquire := tc.lock(rdb)
+			warm, err := acquire(t.Context()) // loads the scripts, opens the connection
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm.Unlock(t.Context())
+
+			proxy.DelayReplies(delay)
+			lifted := time.AfterFunc(3*delay, func() { proxy.DelayReplies(0) })
+			defer lifted.Stop()
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			l, err := acquire(ctx)
+			if err != nil {
+				t.Fatalf("Lock once the delay is lifted: %v", err)
+			}
+			if err := l.Err(); err != nil {
+				t.Errorf("Lock returned a lease already lost (%v): its reply came %v after the request, TTL %v", err, delay, ttl)
+			}
+			l.Unlock(context.Background())
+		})
+	}
+}
