@@ -208,8 +208,15 @@ func (c *Cache[T]) set(ctx context.Context, key string, v T, ttl time.Duration, 
 		[]any{b, redisutil.Millis(stored), c.publish}})
 	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
 	err = c.guard(ctx, func() error {
-		if len(calls) == 1 {
-			return c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
+		if len(calls) == 1 || !c.oneNode() {
+			// Where a tag's set and the value live on different nodes,
+			// the value first: added to a set before it is stored, it
+			// could be voided by an InvalidateTag in between and then
+			// stored, out of every set, for good.
+			if err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err(); err != nil || len(calls) == 1 {
+				return err
+			}
+			calls = calls[1:]
 		}
 		return firstErr(c.runPipelined(ctx, calls))
 	})
