@@ -8,6 +8,7 @@ import (
 
 	gomemcache "github.com/bradfitz/gomemcache/memcache"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/dogpile-go/dogpile/lock"
@@ -128,6 +129,12 @@ func (m *Mutex) try() (*Lease, error) {
 	sent := time.Now()
 	err := m.client.Add(&gomemcache.Item{Key: m.key, Value: []byte(token), Expiration: m.exp})
 	switch {
+	case err == nil && time.Since(sent) >= m.opts.ttl-hold.Drift(m.opts.ttl):
+		// Stored, but the reply came after the lease's safe deadline (a
+		// network slower than the TTL): the caller would enter with a lease
+		// already lost. Take it back and try again.
+		_, _ = m.release(token)
+		return nil, nil
 	case err == nil:
 		return newLease(m, token, sent), nil
 	case errors.Is(err, gomemcache.ErrNotStored):

@@ -329,3 +329,34 @@ func TestDoCancelsOnLossAndReleases(t *testing.T) {
 		t.Errorf("key after Do = %v; want released", err)
 	}
 }
+
+// TestGrantSlowerThanTTL: an add whose reply comes later than the TTL is
+// no lease: Lock takes the lock again once replies are on time, rather
+// than return a lease already lost (as the lock package's primitives).
+func TestGrantSlowerThanTTL(t *testing.T) {
+	srv := redistest.StartMemcached(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	c := gomemcache.New(proxy.Addr())
+	c.Timeout = 10 * time.Second
+	t.Cleanup(func() { _ = c.Close() })
+	m := mclock.NewMutex(c, "slow", mclock.WithTTL(time.Second), fastBackoff)
+	warm, err := m.Lock(t.Context()) // opens the connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	const delay = 1200 * time.Millisecond
+	proxy.DelayReplies(delay)
+	lifted := time.AfterFunc(2*delay, func() { proxy.DelayReplies(0) })
+	defer lifted.Stop()
+	l, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Lock returned a lease already lost (%v): its reply came %v after the request, TTL 1s", err, delay)
+	}
+	_ = l.Unlock(context.Background())
+}
