@@ -195,6 +195,15 @@ func TestRules(t *testing.T) {
 			return history([]*Op{section(KFair, 1, "m", 2, 5, 10, 30, 31), section(KMutex, 2, "m", 1, 0, 19, 20, 21)},
 				fault(FPauseProc, 2, 2, 18))
 		}, nil},
+		{"exclusion/a holder killed, reaped later", func() *History {
+			// Seed 13326442740694002039: process 1 was sent SIGKILL at 12,
+			// inside its section, and reaped at 25; process 2 entered at 20.
+			ops := exclusion(KRLock, KWLock)
+			ops[0].Exit, ops[0].End = 0, 0
+			h := history(ops, fault(FKillProc, 1, 12, 26))
+			h.Died[1] = at(25)
+			return h
+		}, nil},
 		{"semaphore", func() *History {
 			return history([]*Op{
 				section(KSem, 1, "s", 1, 0, 1, 30, 31),
