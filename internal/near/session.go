@@ -131,6 +131,22 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 	return ctx.Err()
 }
 
+// Heard reports whether every tracked node has proven, by answering a
+// ping sent at most MaxLag before now, that the tier has applied every
+// invalidation sent before then (see Beat).
+func (t *Tracker) Heard(now int64) bool {
+	p := t.heard.Load()
+	if p == nil {
+		return false
+	}
+	for i := range *p {
+		if now-(*p)[i].Load() > int64(MaxLag) {
+			return false
+		}
+	}
+	return true
+}
+
 // errReplaced ends a session whose connection go-redis replaced.
 var errReplaced = errors.New("near: tracking connection replaced")
 

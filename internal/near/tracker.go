@@ -285,22 +285,6 @@ func (t *Tracker) Tracked(vk string) bool {
 	return err == nil && (*set)[n.Options().Addr]
 }
 
-// Heard reports whether every tracked node has proven, by answering a
-// ping sent at most MaxLag before now, that the tier has applied every
-// invalidation sent before then (see Beat).
-func (t *Tracker) Heard(now int64) bool {
-	p := t.heard.Load()
-	if p == nil {
-		return false
-	}
-	for i := range *p {
-		if now-(*p)[i].Load() > int64(MaxLag) {
-			return false
-		}
-	}
-	return true
-}
-
 // up counts a session's tracking in place (or lost); the tier is served
 // only while all of them are.
 func (t *Tracker) up(on bool, of int) {
