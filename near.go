@@ -93,8 +93,12 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 	n := c.near
 	now := near.Now()
 	n.t.Use(now)
-	if !n.x.Up() || !n.t.Heard(now) {
-		return v, nil, false // tracking down, or its invalidations late
+	if !n.x.Up() {
+		return v, nil, false
+	}
+	if !n.t.Heard(now) {
+		c.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
+		return v, nil, false
 	}
 	e, ok := n.store.GetIfPresent(vk)
 	if !ok || now >= e.until {

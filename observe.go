@@ -107,7 +107,8 @@ func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 // NearInvalidations and NearFlushes, EventInvalidate. The others have no
 // event of their own: PushWakeups and PollWakeups count each wake-up
 // within a wait (a wait may have several), Takeovers, DecodeErrors,
-// Shared and Unavailable count where they happen, and NearOff is logged.
+// Shared, Unavailable and NearLate count where they happen, and NearOff is
+// logged.
 type Stats struct {
 	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
 	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
@@ -129,12 +130,13 @@ type Stats struct {
 	NearHits          uint64 // hits answered from process memory (counted in Hits too)
 	NearInvalidations uint64 // keys Redis reported written, expired or evicted
 	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
+	NearLate          uint64 // Fetch calls that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
 }
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
 	nearOff atomic.Bool
 }
 
@@ -147,7 +149,7 @@ func (c *Cache[T]) Stats() Stats {
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearOff: s.nearOff.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
 	}
 	if c.near != nil {
 		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
