@@ -76,10 +76,6 @@ func (l *Lease) extendOnce(ctx context.Context, ttl time.Duration) hold.Outcome 
 	return hold.Renewed
 }
 
-// drift is the margin between a lease's TTL in Redis and its local
-// deadline (see hold.Drift).
-func drift(ttl time.Duration) time.Duration { return hold.Drift(ttl) }
-
 // Token returns the random token that identifies the lease in Redis.
 func (l *Lease) Token() string { return l.token }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 
 	"github.com/redis/go-redis/v9"
@@ -116,7 +117,7 @@ func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error)
 		}
 		return nil, retry, nil
 	}
-	if late(a.sent, a.o.ttl) {
+	if hold.Late(a.sent, a.o.ttl) {
 		// Granted, but the reply came after the lease's safe deadline (it
 		// was slower than the TTL): the caller would enter its section
 		// with a lease already lost. Try again: a semaphore's next attempt
@@ -130,10 +131,6 @@ func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error)
 	}
 	return newLease(a.h, a.name, a.token, r.v, a.sent, a.o), 0, nil
 }
-
-// late reports whether a lease acquired by a request sent at sent would
-// be past its safe deadline already.
-func late(sent time.Time, ttl time.Duration) bool { return time.Since(sent) >= ttl-drift(ttl) }
 
 // pair reads the {granted, value} reply of an acquire script.
 func pair(res []int64, err error) reply {

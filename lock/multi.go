@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 
 	"github.com/redis/go-redis/v9"
@@ -171,7 +172,7 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 			top = max(top, res[j+1])
 		}
 	}
-	if late(sent, mm.opts.ttl) {
+	if hold.Late(sent, mm.opts.ttl) {
 		// Granted past its safe deadline (see ask.grant): the next attempt,
 		// with the same token, renews the locks if they are still ours.
 		return nil, time.Millisecond, "", nil

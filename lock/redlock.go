@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 
 	"github.com/redis/go-redis/v9"
@@ -179,7 +180,7 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 			ok++
 		}
 	}
-	if ok >= r.quorum && !late(sent, r.opts.ttl) {
+	if ok >= r.quorum && !hold.Late(sent, r.opts.ttl) {
 		return newLease(r, r.name, token, 0, sent, &r.opts), 0, nil
 	}
 	// Not granted (or granted too late to be of use): undo on every

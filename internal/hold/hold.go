@@ -75,7 +75,7 @@ func (k *Clock) Start(c Config) {
 	k.acquired, k.maxHold, k.lost, k.extend = c.Sent, c.MaxHold, c.Lost, c.Extend
 	k.onLost, k.onExtend = c.OnLost, c.OnExtended
 	k.ttl = c.TTL
-	k.safeUntil = c.Sent.Add(c.TTL - Drift(c.TTL))
+	k.safeUntil = SafeUntil(c.Sent, c.TTL)
 	// No timer and no channel yet: most holders never call Done, and Err
 	// compares the deadline with the clock itself.
 	if c.AutoExtend {
@@ -88,6 +88,15 @@ func (k *Clock) Start(c Config) {
 // deadline at which the holder stops trusting it: 1% for clock-rate
 // differences plus 2ms for timer resolution (as in the Redlock paper).
 func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// SafeUntil is how long a lease of ttl, acquired or extended by a request
+// sent at sent, is safe for its holder.
+func SafeUntil(sent time.Time, ttl time.Duration) time.Time { return sent.Add(ttl - Drift(ttl)) }
+
+// Late reports whether a lease of ttl acquired by a request sent at sent
+// is past its safe deadline already: a grant whose reply came that late is
+// of no use to its caller (see lock's ask.grant).
+func Late(sent time.Time, ttl time.Duration) bool { return !time.Now().Before(SafeUntil(sent, ttl)) }
 
 // Done returns a channel closed when the lease ends: at its safe deadline,
 // or by End.
@@ -178,7 +187,7 @@ func (k *Clock) Confirm(sent time.Time, ttl time.Duration) {
 		return
 	}
 	k.ttl = ttl
-	k.safeUntil = sent.Add(ttl - Drift(ttl))
+	k.safeUntil = SafeUntil(sent, ttl)
 	if k.expiry != nil {
 		k.expiry.Reset(time.Until(k.safeUntil))
 	}

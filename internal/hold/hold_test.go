@@ -45,6 +45,20 @@ func TestClockLostAtSafeDeadline(t *testing.T) {
 	}
 }
 
+// TestLateAgreesWithClock: a grant is late exactly when a Clock started
+// from it would be ended on arrival.
+func TestLateAgreesWithClock(t *testing.T) {
+	const ttl = time.Second
+	for _, age := range []time.Duration{0, ttl / 2, ttl - Drift(ttl) - 50*time.Millisecond, ttl - Drift(ttl), ttl} {
+		sent := time.Now().Add(-age)
+		var k Clock
+		k.Start(Config{Sent: sent, TTL: ttl, Lost: errLost})
+		if ended, late := k.Ended(), Late(sent, ttl); ended != late {
+			t.Errorf("request sent %v ago: Clock ended = %v, Late = %v; want the same", age, ended, late)
+		}
+	}
+}
+
 func TestZeroClockIsEnded(t *testing.T) {
 	var k Clock
 	if !k.Ended() || k.Err() == nil {

@@ -129,7 +129,7 @@ func (m *Mutex) try() (*Lease, error) {
 	sent := time.Now()
 	err := m.client.Add(&gomemcache.Item{Key: m.key, Value: []byte(token), Expiration: m.exp})
 	switch {
-	case err == nil && time.Since(sent) >= m.opts.ttl-hold.Drift(m.opts.ttl):
+	case err == nil && hold.Late(sent, m.opts.ttl):
 		// Stored, but the reply came after the lease's safe deadline (a
 		// network slower than the TTL): the caller would enter with a lease
 		// already lost. Take it back and try again.
