@@ -163,12 +163,12 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 	}
 }
 
-// TestRefreshStoreRefused: a Refresh whose store is refused (an
-// InvalidateTag took its compute lock meanwhile) computes again, so that
-// once it returns no call of the Cache returns an older value: it returned
-// its first value and left the invalidated one served stale (torture defect
-// refresh-refused).
-func TestRefreshStoreRefused(t *testing.T) {
+// refreshOverInvalidation runs a Refresh of k, tagged T and served stale,
+// whose first compute is held until an InvalidateTag of T (which takes its
+// compute lock) has returned; answer makes the n-th compute's result. It
+// returns what Refresh returned and how many computes ran.
+func refreshOverInvalidation(t *testing.T, answer func(n int) (string, error)) (*Cache[string], string, error, int) {
+	t.Helper()
 	s := redistest.StartServer(t)
 	ctx := t.Context()
 	c := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
@@ -176,8 +176,12 @@ func TestRefreshStoreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	computing, release := make(chan struct{}), make(chan struct{})
-	var n int
-	got := make(chan string, 1)
+	n := 0
+	type result struct {
+		v   string
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		v, err := c.Refresh(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
 			n++
@@ -185,23 +189,30 @@ func TestRefreshStoreRefused(t *testing.T) {
 				close(computing)
 				<-release
 			}
-			return fmt.Sprint("new", n), nil
+			return answer(n)
 		})
-		if err != nil {
-			v = err.Error()
-		}
-		got <- v
+		got <- result{v, err}
 	}()
 	<-computing
 	if err := c.InvalidateTag(ctx, "T"); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
-	v := <-got
-	if v != "new2" {
-		t.Errorf("Refresh whose first store was refused = %q; want new2, computed again", v)
+	r := <-got
+	return c, r.v, r.err, n
+}
+
+// TestRefreshStoreRefused: a Refresh whose store is refused (an
+// InvalidateTag took its compute lock meanwhile) computes again, so that
+// once it returns no call of the Cache returns an older value: it returned
+// its first value and left the invalidated one served stale (torture defect
+// refresh-refused).
+func TestRefreshStoreRefused(t *testing.T) {
+	c, v, err, _ := refreshOverInvalidation(t, func(n int) (string, error) { return fmt.Sprint("new", n), nil })
+	if err != nil || v != "new2" {
+		t.Errorf("Refresh whose first store was refused = %q, %v; want new2, computed again", v, err)
 	}
-	if after, err := c.Fetch(ctx, "k", time.Minute, constant("later")); err != nil || after != v {
+	if after, err := c.Fetch(t.Context(), "k", time.Minute, constant("later")); err != nil || after != v {
 		t.Errorf("Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
 	}
 }
@@ -211,35 +222,11 @@ func TestRefreshStoreRefused(t *testing.T) {
 // computes again, rather than answering "not found" while the old value
 // stays served stale (torture defect refresh-refused, not-found case).
 func TestRefreshNotFoundRefused(t *testing.T) {
-	s := redistest.StartServer(t)
-	ctx := t.Context()
-	c := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
-	if err := c.SetTagged(ctx, "k", "old", time.Minute, "T"); err != nil {
-		t.Fatal(err)
-	}
-	computing, release := make(chan struct{}), make(chan struct{})
-	var n int
-	got := make(chan error, 1)
-	go func() {
-		_, err := c.Refresh(ctx, "k", time.Minute, func(ctx context.Context) (string, error) {
-			n++
-			if n == 1 {
-				close(computing)
-				<-release
-			}
-			return "", ErrNotFound
-		})
-		got <- err
-	}()
-	<-computing
-	if err := c.InvalidateTag(ctx, "T"); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	if err := <-got; !errors.Is(err, ErrNotFound) || n != 2 {
+	c, _, err, n := refreshOverInvalidation(t, func(int) (string, error) { return "", ErrNotFound })
+	if !errors.Is(err, ErrNotFound) || n != 2 {
 		t.Errorf("Refresh = %v after %d computes; want ErrNotFound after 2", err, n)
 	}
-	if v, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+	if v, err := c.Get(t.Context(), "k"); !errors.Is(err, ErrMiss) {
 		t.Errorf("Get after the Refresh found k gone = %q, %v; want ErrMiss, not the old value", v, err)
 	}
 }
