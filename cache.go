@@ -184,11 +184,12 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 
 // Set stores v under key for ttl. A compute of key running anywhere at that
 // moment loses its lock: its result is not stored over v (its own callers
-// get v too), and processes waiting for it read v at once. Once Set returns, no call of this Cache that starts later returns
-// the value v replaced: it does not join a Fetch, FetchMany or Refresh of
-// key that read Redis or began its compute before the Set. With [WithStale], v stays in Redis for ttl plus the stale window,
-// like a computed value. An empty key or a ttl below a millisecond returns
-// an error matching [ErrInvalid].
+// get v too), and processes waiting for it read v at once. Once Set
+// returns, no call of this Cache that starts later returns the value v
+// replaced: it does not join a Fetch, FetchMany or Refresh of key that read
+// Redis or began its compute before the Set. With [WithStale], v stays in
+// Redis for ttl plus the stale window, like a computed value. An empty key
+// or a ttl below a millisecond returns an error matching [ErrInvalid].
 func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) error {
 	return c.set(ctx, key, v, ttl, nil)
 }

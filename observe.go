@@ -130,7 +130,7 @@ type Stats struct {
 	NearHits          uint64 // hits answered from process memory (counted in Hits too)
 	NearInvalidations uint64 // keys Redis reported written, expired or evicted
 	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
-	NearLate          uint64 // Fetch calls that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
+	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
 }
 
