@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -69,4 +70,49 @@ func TestGrantSlowerThanTTL(t *testing.T) {
 			l.Unlock(context.Background())
 		})
 	}
+}
+
+// TestUpgradeSlowerThanTTL: an Upgrade whose reply comes later than the
+// TTL hands out no write lease already lost: it fails with ErrLost, the
+// read lease has ended, and the write lock it took is undone, so a writer
+// gets the lock once replies are on time.
+func TestUpgradeSlowerThanTTL(t *testing.T) {
+	const ttl, delay = 200 * time.Millisecond, 300 * time.Millisecond
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	defer rdb.Close()
+	rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
+	warm, err := rw.RLock(t.Context()) // loads the scripts, opens the connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := rw.Upgrade(t.Context(), warm); err != nil {
+		t.Fatal(err)
+	} else {
+		w.Unlock(t.Context())
+	}
+	r, err := rw.RLock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.DelayReplies(delay)
+	w, err := rw.Upgrade(t.Context(), r)
+	proxy.DelayReplies(0)
+	if !errors.Is(err, lock.ErrLost) || w != nil {
+		t.Fatalf("Upgrade answered %v after the request, TTL %v: lease %t, err %v; want no lease and ErrLost", delay, ttl, w != nil, err)
+	}
+	if r.Err() == nil {
+		t.Error("the read lease is still held after its upgrade ran")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l, err := rw.Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after the late upgrade: %v", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Lock returned a lease already lost: %v", err)
+	}
+	l.Unlock(context.Background())
 }

@@ -3,8 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 
 	"github.com/redis/go-redis/v9"
@@ -140,7 +142,9 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 // returned lease keeps r's fencing number. If Redis fails to answer,
 // Upgrade returns its error and r has ended too: the upgrade may have run,
 // so both leases are released in the background. An error that stopped the
-// request before it was sent (a failed dial) leaves r as it was.
+// request before it was sent (a failed dial) leaves r as it was. An upgrade
+// whose reply comes after the write lease's safe deadline returns an error
+// matching [ErrLost], r ended and the write lock released.
 //
 // r's watchdog ([WithAutoExtend]) pauses while the upgrade's round trip
 // lasts: a renewal of the read lease racing with the script would find it
@@ -171,6 +175,13 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 	case res[0] == 0:
 		r.clk.ResumeWatchdog()
 		return nil, ErrUpgrade
+	case hold.Late(sent, rw.opts.ttl):
+		// Upgraded, but the reply came after the write lease's safe
+		// deadline (a network slower than the TTL): no lease to hand out
+		// (see ask.grant). r is gone too: undo the write lock.
+		releaseLater(ctx, writer{rw}, r.token)
+		r.end(ErrLost)
+		return nil, rw.opts.failed(ctx, "upgrade", fmt.Errorf("reply after the lease's safe deadline: %w", ErrLost))
 	}
 	r.end(ErrNotHeld)
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
