@@ -6,6 +6,7 @@ package torture
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -55,6 +56,7 @@ type checker struct {
 	keys   map[ckey][]*Op   // cache ops by key (a FetchMany under each of its keys)
 	names  map[string][]*Op // lock sections by name
 	invals map[int][]*Op    // InvalidateTag calls by Cache
+	died   map[int]int64    // History.Died, killed processes dated at their SIGKILL
 	writes map[ckey]*writeIndex
 	byID   map[int64]*Op
 	births map[int64]*Op   // the op that drew each version: a compute or a Set
@@ -109,7 +111,7 @@ func newChecker(h *History) *checker {
 		invals: map[int][]*Op{}, writes: map[ckey]*writeIndex{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
 		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
-	killedAtSignal(h)
+	c.died = killedAtSignal(h)
 	for _, op := range h.Ops {
 		c.byID[op.ID] = op
 		if op.Kind == KInval {
@@ -163,16 +165,18 @@ func newChecker(h *History) *checker {
 	return c
 }
 
-// killedAtSignal dates each killed process's death at its SIGKILL, not
-// at when it was reaped, which may come seconds later on a loaded machine
-// (seed 13326442740694002039: 2.1 s): it ran nothing after the signal, and
-// its sections ended there.
-func killedAtSignal(h *History) {
+// killedAtSignal returns when each process that did not exit normally
+// died, a killed one dated at its SIGKILL, not at when it was reaped, which
+// may come seconds later on a loaded machine (seed 13326442740694002039:
+// 2.1 s): it ran nothing after the signal, and its sections ended there.
+func killedAtSignal(h *History) map[int]int64 {
+	died := maps.Clone(h.Died)
 	for _, f := range h.Faults {
-		if d, ok := h.Died[f.Proc]; ok && f.Kind == FKillProc && f.Start < d {
-			h.Died[f.Proc] = f.Start
+		if d, ok := died[f.Proc]; ok && f.Kind == FKillProc && f.Start < d {
+			died[f.Proc] = f.Start
 		}
 	}
+	return died
 }
 
 // A ckey is a key of one Cache.
@@ -219,7 +223,7 @@ func (c *checker) end(op *Op) int64 {
 	if op.End != 0 {
 		return op.End
 	}
-	if t, ok := c.h.Died[op.Proc]; ok {
+	if t, ok := c.died[op.Proc]; ok {
 		return t
 	}
 	return forever
