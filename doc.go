@@ -67,23 +67,32 @@
 //
 // With [WithNearCache], Fetch and FetchMany keep decoded values in process
 // memory and answer hits without a round trip. Redis's server-assisted invalidation
-// (CLIENT TRACKING in broadcast mode on the prefix, one connection per
-// master that tracks and subscribes to its own invalidations) removes a
-// local copy when any client writes the key, or it expires or is evicted.
-// Local copies are served only while that connection is up, never past the
-// key's PTTL or its stale window; a server that cannot track turns the tier
-// off (see [Stats].NearOff).
+// (CLIENT TRACKING in its default mode) removes a local copy when any
+// client writes the key, or it expires or is evicted. Redis reports a write
+// only to the processes whose tier read the key, so a write costs one
+// message per process that holds it, however large the fleet (broadcast
+// mode would send every write under the prefix to every process: Redis's
+// CPU per write grew 5× from 1 to 64 processes, see bench/README.md, "Near
+// tiers across a fleet"). Local copies are served only while tracking is up,
+// never past the key's PTTL or its stale window; a server that cannot track
+// turns the tier off (see [Stats].NearOff).
 //
-// Each Cache with [WithNearCache] holds one tracking connection per Redis
-// server (per master on a Cluster), opened at its first Fetch and closed
-// after a minute without one. When it drops (killed, network, failover), or
+// Each Cache with [WithNearCache] holds, per Redis server (per master on a
+// Cluster), one connection subscribed to the invalidations and up to two
+// connections taken from its client's pool for good, on which it reads the
+// values it keeps (tracked, reported to the subscriber); a read that finds
+// both busy goes through the pool and keeps nothing. They open at the first
+// Fetch and close after a minute without one. A reading connection that
+// fails takes its values out of the tier (Redis forgets what a closed
+// connection read). When the subscriber drops (killed, network, failover), or
 // goes a few seconds without answering a ping, the tier is emptied and
 // bypassed until tracking is in place again. On a Cluster the masters are
 // asked for every second, so a failover empties the tier and moves tracking
 // to the new masters (a demoted master still reports the writes it
-// replicates meanwhile). While it is up it is pinged every 20 ms, and the
-// tier is bypassed (not emptied) whenever its latest answer to a ping is
-// more than 100 ms old: invalidations that come late, over a slow network or
+// replicates meanwhile). While they are up, the subscriber and each idle
+// reading connection are pinged every 20 ms, and the tier (or the values a
+// reading connection read) is bypassed, not emptied, whenever the latest
+// answer is more than 100 ms old: invalidations that come late, over a slow network or
 // from a stalled server, never let the tier hide a write that returned
 // longer ago than that. Set and Delete of this Cache remove the local copy
 // at once; other writers' invalidations arrived well under a millisecond

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -92,7 +93,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
 	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
-	b, pttl, err := c.read(ctx, vk)
+	b, pttl, o, err := c.read(ctx, vk)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
@@ -102,7 +103,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
-			c.nearPut(vk, tk, b, m, pttl)
+			c.nearPut(vk, tk, o, b, m, pttl)
 			c.flights.end(id, cl, r)
 			c.count(ctx, key, r, m.notFound)
 			if limit, ok := c.due(pttl, m); ok {
@@ -132,28 +133,57 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 
 // read is the hit path's round trip: a GET, and when freshness options or
 // the near tier need the value's remaining TTL, a PTTL pipelined with it (one slot, one round
-// trip). pttl is negative when it was not read or the key has no TTL. It
-// goes through the client's circuit breaker (see ErrUnavailable) without
-// a closure, which would cost every hit an allocation.
-func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
+// trip). pttl is negative when it was not read or the key has no TTL. With
+// the near tier, o is the Owner of the value when it was read on a tracked
+// connection (see near.Owner), nil otherwise. It goes through the client's
+// circuit breaker (see ErrUnavailable) without a closure, which would cost
+// every hit an allocation.
+func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	done, err := c.allow()
 	if err != nil {
-		return nil, -1, err
+		return nil, -1, nil, err
 	}
-	b, pttl, err = c.readRedis(ctx, vk)
+	if c.near != nil {
+		b, pttl, o, err = c.readNear(ctx, vk)
+	} else {
+		b, pttl, err = c.readRedis(ctx, c.client, vk)
+	}
 	c.report(done, err)
-	return b, pttl, err
+	return b, pttl, o, err
 }
 
-// readRedis is read's round trip, behind the circuit breaker.
-func (c *Cache[T]) readRedis(ctx context.Context, vk string) (b []byte, pttl time.Duration, err error) {
+// readNear reads vk on one of the near tier's tracked connections if one
+// is free, and through the client otherwise, or when the connection's node
+// answers with an error (a Cluster's slot that moved).
+func (c *Cache[T]) readNear(ctx context.Context, vk string) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
+		var rerr error
+		b, pttl, rerr = c.readRedis(ctx, cn, vk)
+		return rerr
+	})
+	if ok && !answered(err) {
+		return b, pttl, o, err
+	}
+	b, pttl, err = c.readRedis(ctx, c.client, vk)
+	return b, pttl, nil, err
+}
+
+// answered reports whether err is an error reply other than redis.Nil:
+// the node could not serve the read.
+func answered(err error) bool {
+	var reply redis.Error
+	return err != nil && err != redis.Nil && errors.As(err, &reply)
+}
+
+// readRedis is read's round trip on rc, behind the circuit breaker.
+func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b []byte, pttl time.Duration, err error) {
 	if c.opts.stale == 0 && c.opts.beta == 0 && c.near == nil {
-		b, err = c.client.Get(ctx, vk).Bytes()
+		b, err = rc.Get(ctx, vk).Bytes()
 		return b, -1, err
 	}
 	var get *redis.StringCmd
 	var pt *redis.DurationCmd
-	_, err = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = rc.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get, pt = p.Get(ctx, vk), p.PTTL(ctx, vk)
 		return nil
 	})

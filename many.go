@@ -143,7 +143,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 				bad = sha1hex(r.b)
 				break
 			}
-			c.nearPut(vks[i], tks[i], r.b, m, r.pttl)
+			c.nearPut(vks[i], tks[i], r.owner, r.b, m, r.pttl)
 			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.notFound && c.stale(r.pttl), NotFound: m.notFound})
 			if !m.notFound {
 				out[k] = v

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -21,6 +23,9 @@ type read struct {
 	b    []byte
 	pttl time.Duration // remaining TTL, when freshness options need it; -1: not read, or none
 	err  error         // redis.Nil: no value
+	// owner is, with the near tier, the Owner of b when it was read on a
+	// tracked connection (see near.Owner).
+	owner *near.Owner
 }
 
 // readMany is the hit path of many keys: an MGET per slot group, and with
@@ -35,21 +40,79 @@ func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 		}
 		return rs
 	}
-	err = c.readManyRedis(ctx, vks, rs)
+	if c.near != nil {
+		err = c.readManyNear(ctx, vks, rs)
+	} else {
+		err = c.readManyRedis(ctx, c.client, vks, rs)
+	}
 	c.report(done, err)
 	return rs
 }
 
-// readManyRedis is readMany's round trip, behind the circuit breaker. It
-// returns the pipeline's first error; each key has its own in rs.
-func (c *Cache[T]) readManyRedis(ctx context.Context, vks []string, rs []read) error {
+// readManyNear reads the keys of each node on one of the near tier's
+// tracked connections of that node, if one is free (the nodes in
+// parallel), and the others through the client (see readNear).
+func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
+	nodes := make(map[string][]int)
+	for i, vk := range vks {
+		n := c.near.t.Node(vk)
+		nodes[n] = append(nodes[n], i)
+	}
+	var mu sync.Mutex
+	var rest []int
+	var wg sync.WaitGroup
+	for node, is := range nodes {
+		read := func() {
+			ks, part := make([]string, len(is)), make([]read, len(is))
+			for n, i := range is {
+				ks[n] = vks[i]
+			}
+			o, err, ok := c.near.t.Read(ctx, node, func(cn redis.Cmdable) error {
+				return c.readManyRedis(ctx, cn, ks, part)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok || answered(err) {
+				rest = append(rest, is...)
+				return
+			}
+			for n, i := range is {
+				rs[i] = part[n]
+				rs[i].owner = o
+			}
+		}
+		if len(nodes) == 1 {
+			read() // a single server: no goroutine
+		} else {
+			wg.Go(read)
+		}
+	}
+	wg.Wait()
+	if len(rest) == 0 {
+		return nil
+	}
+	ks, part := make([]string, len(rest)), make([]read, len(rest))
+	for n, i := range rest {
+		ks[n] = vks[i]
+	}
+	err := c.readManyRedis(ctx, c.client, ks, part)
+	for n, i := range rest {
+		rs[i] = part[n]
+	}
+	return err
+}
+
+// readManyRedis is readMany's round trip on rc, behind the circuit
+// breaker. It returns the pipeline's first error; each key has its own in
+// rs.
+func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
 	groups := slotGroups(c.client, vks)
 	gets := make([]*redis.SliceCmd, len(groups))
 	var pttls []*redis.DurationCmd
 	if c.opts.stale > 0 || c.opts.beta > 0 || c.near != nil {
 		pttls = make([]*redis.DurationCmd, len(vks))
 	}
-	_, err := c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for gi, g := range groups {
 			ks := vks // a single server: one group, every key in order
 			if len(g) != len(vks) {

@@ -15,7 +15,8 @@ import (
 // WithNearCache keeps up to maxEntries decoded values in process memory, in
 // front of Redis, so that Fetch and FetchMany answer a key read moments ago
 // without a round trip; Get always reads Redis. Redis's invalidations
-// (CLIENT TRACKING on the prefix) remove a local copy when any client writes
+// (CLIENT TRACKING, in its default mode: reported only to the processes
+// that read the key) remove a local copy when any client writes
 // the key, or it expires or is evicted: once one has arrived, no call in this
 // process returns the value it replaced. A copy is served only while the
 // connection that carries them is up and has answered, within the last 100
@@ -39,6 +40,7 @@ type nearEntry[T any] struct {
 	v        T
 	notFound bool  // a not-found tombstone (see WithNegativeTTL)
 	until    int64 // served while near.Now() < until
+	owner    *near.Owner
 }
 
 // nearTier is a Cache's near tier: the bounded store of decoded values,
@@ -101,7 +103,7 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 		return v, nil, false
 	}
 	e, ok := n.store.GetIfPresent(vk)
-	if !ok || now >= e.until {
+	if !ok || now >= e.until || !e.owner.Live(now) {
 		return v, nil, false
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: e.notFound})
@@ -121,10 +123,16 @@ func (c *Cache[T]) nearTicket(vk string) near.Ticket {
 
 // nearPut stores a value read from Redis with its PTTL in the near tier,
 // for as long as Redis serves it fresh: up to its expiry, less the stale
-// window and the early-refresh gap, past which Fetch must see Redis.
-func (c *Cache[T]) nearPut(vk string, tk near.Ticket, b []byte, m meta, pttl time.Duration) {
+// window and the early-refresh gap, past which Fetch must see Redis. A
+// value read on no tracked connection (o nil) is not stored; an older copy
+// is removed.
+func (c *Cache[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
 	if c.near == nil || pttl <= 0 {
 		return // a key without a TTL is no dogpile value
+	}
+	if o == nil {
+		c.near.x.Admit(vk, tk, nil)
+		return
 	}
 	life := pttl - c.opts.stale
 	if c.opts.beta > 0 && !m.notFound {
@@ -133,16 +141,13 @@ func (c *Cache[T]) nearPut(vk string, tk near.Ticket, b []byte, m meta, pttl tim
 	if life <= 0 {
 		return
 	}
-	if !c.near.t.Tracked(vk) {
-		return // a Cluster's master this process does not track (yet)
-	}
 	// The tier keeps a decode of its own: the caller that read b got the
 	// other one and may change it (a map, a slice), as Fetch allows.
 	v, _, err := c.decodeEntry(b)
 	if err != nil {
 		return
 	}
-	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.At + int64(life)}
+	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.At + int64(life), owner: o}
 	c.near.x.Admit(vk, tk, func() { c.near.store.Set(vk, e) })
 }
 

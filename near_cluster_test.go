@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -57,22 +58,23 @@ func TestNearCacheCluster(t *testing.T) {
 	}
 }
 
-// trackingConns counts the connections of a server with tracking on.
+// trackingConns counts the tracking sessions on a server: their
+// subscribers (see trackingClientID). It fails t if the server holds more
+// of their readers (tracked, not subscribed) than that many sessions have.
 func trackingConns(t *testing.T, s *redistest.Server) int {
 	t.Helper()
-	list, err := s.Client(t).ClientList(t.Context()).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for line := range strings.Lines(list) {
-		for _, f := range strings.Fields(line) {
-			if flags, ok := strings.CutPrefix(f, "flags="); ok && strings.Contains(flags, "t") {
-				n++
-			}
+	subs, readers := 0, 0
+	for _, c := range tracked(t, s.Client(t)) {
+		if strings.Contains(c["flags"], "P") {
+			subs++
+		} else {
+			readers++
 		}
 	}
-	return n
+	if readers > subs*near.Readers {
+		t.Errorf("%d readers for %d tracking sessions; want at most %d each", readers, subs, near.Readers)
+	}
+	return subs
 }
 
 // TestNearCacheIdleRestart: a Fetch that comes as the tracker finds the

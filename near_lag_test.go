@@ -76,7 +76,11 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 			time.Sleep(5 * near.Beat) // beats find the broken connection
 		}
 	}
+	if err := b.Set(ctx, "other", "x0", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	fetchNear(t, a, "k")
+	fetchNear(t, a, "other") // read: Redis reports its writes
 	once.Store(true)
 	if err := b.Set(ctx, "other", "x", time.Minute); err != nil { // a message to apply
 		t.Fatal(err)

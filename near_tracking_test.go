@@ -72,29 +72,40 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 	}
 }
 
-// trackingClientID finds the connection with tracking on (flag t).
+// trackingClientID finds the subscriber of a near tier's tracking session:
+// the connection with tracking on (flag t) that is subscribed (flag P).
 func trackingClientID(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	for _, c := range tracked(t, rdb) {
+		if strings.Contains(c["flags"], "P") {
+			return c["id"]
+		}
+	}
+	t.Fatalf("no tracking subscriber in CLIENT LIST")
+	return ""
+}
+
+// tracked lists the connections of a server with tracking on, each as its
+// CLIENT LIST fields.
+func tracked(t *testing.T, rdb *redis.Client) []map[string]string {
 	t.Helper()
 	list, err := rdb.ClientList(t.Context()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []map[string]string
 	for line := range strings.Lines(list) {
-		var id, flags string
+		c := make(map[string]string)
 		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, "id="); ok {
-				id = v
-			}
-			if v, ok := strings.CutPrefix(f, "flags="); ok {
-				flags = v
+			if k, v, ok := strings.Cut(f, "="); ok {
+				c[k] = v
 			}
 		}
-		if strings.Contains(flags, "t") {
-			return id
+		if strings.Contains(c["flags"], "t") {
+			out = append(out, c)
 		}
 	}
-	t.Fatalf("no tracking connection in CLIENT LIST:\n%s", list)
-	return ""
+	return out
 }
 
 // TestNearCacheTicketRace: a value read before an invalidation (or a loss
@@ -121,7 +132,7 @@ func TestNearCacheTicketRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.nearPut(vk, tk, old, meta{}, time.Minute)
+		a.nearPut(vk, tk, near.Standing(), old, meta{}, time.Minute)
 		_, ok := a.near.store.GetIfPresent(vk)
 		if want := tc.name == "other key"; ok != want {
 			t.Errorf("%s between the ticket and the insert: stored = %v; want %v", tc.name, ok, want)
@@ -238,7 +249,11 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Set(ctx, "marker", "m", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	fetchNear(t, a, "k")
+	fetchNear(t, a, "marker") // read: Redis reports its writes
 	before := a.Stats()
 	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
 		if err := raw.Publish(ctx, near.InvalidateChannel, payload).Err(); err != nil {

@@ -2,7 +2,7 @@
 // holds in front of Redis) coherent with Redis across a fleet: the Index
 // decides which values read from Redis may enter the tier and removes
 // those that Redis reports written, and the Tracker holds the connections
-// that receive those reports (CLIENT TRACKING in broadcast mode). The
+// that read the values and receive those reports (CLIENT TRACKING). The
 // typed store itself stays with the cache, which hands the Index the
 // functions that change it.
 package near
@@ -85,7 +85,7 @@ func (x *Index) Ticket(vk string) Ticket {
 
 // Admit runs put if tk is still good: tracking was up when it was taken and
 // has not dropped since, and no invalidation of vk's stripe came meanwhile.
-// Otherwise it removes vk: the caller is about to return the value it read,
+// Otherwise, or with no put (a value that may not enter), it removes vk: the caller is about to return the value it read,
 // and an older copy of vk left in the store (its stripe was bumped by
 // another key's invalidation) would make that caller's next Fetch go back
 // in time.
@@ -95,7 +95,7 @@ func (x *Index) Admit(vk string, tk Ticket, put func()) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if tk.epoch%2 == 1 && x.epoch.Load() == tk.epoch && x.stripe(vk).Load() == tk.gen {
+	if put != nil && tk.epoch%2 == 1 && x.epoch.Load() == tk.epoch && x.stripe(vk).Load() == tk.gen {
 		put()
 		return
 	}

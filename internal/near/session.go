@@ -20,8 +20,10 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
-	cl := redis.NewClient(trackingOptions(o, t.prefix, refused))
+func (t *Tracker) keep(ctx context.Context, node *redis.Client, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
+	o := node.Options()
+	var id atomic.Int64 // of the subscriber's connection
+	cl := redis.NewClient(trackingOptions(o, t.prefix, refused, &id))
 	defer cl.Close()
 	pause := 10 * time.Millisecond
 	for n := 0; ctx.Err() == nil && refused.Load() == nil; n++ {
@@ -29,10 +31,16 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 			t.BeforeSession()
 		}
 		wasUp := false
-		err := t.session(ctx, cl, heard, func() {
+		err := t.session(ctx, cl, heard, func() (stop func()) {
+			rd, end := startReaders(node, id.Load(), t.client)
+			t.setReaders(o.Addr, rd)
 			if !wasUp {
 				wasUp = true
 				t.up(true, of)
+			}
+			return func() {
+				t.setReaders(o.Addr, nil)
+				end()
 			}
 		})
 		if refusal(err) {
@@ -55,9 +63,10 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 
 // session subscribes to the invalidations on cl's connection, whose
 // OnConnect has turned tracking on, and applies them until the connection
-// fails or stops answering. up is called once tracking is in place; heard
-// is advanced by the answers to the session's beats.
-func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.Int64, up func()) error {
+// fails or stops answering. up is called once the subscription is in
+// place, and returns what ends the readers it starts; heard is advanced by
+// the answers to the session's beats.
+func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.Int64, up func() (stop func())) error {
 	ps := cl.Subscribe(ctx)
 	defer ps.Close()
 	// A read does not heed ctx: it waits out its timeout (Ping).
@@ -105,7 +114,7 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 				return errReplaced
 			}
 			heard.Store(sent)
-			up()
+			defer up()()
 			beating = true
 			beats.Go(func() { beat(sctx, ps) })
 		case *redis.Pong:
@@ -171,10 +180,9 @@ func beat(ctx context.Context, ps *redis.PubSub) {
 	}
 }
 
-// trackingOptions are o for a client of one connection, in RESP2, whose
-// connections turn tracking on for prefix, redirected to themselves. A
-// server's refusal is recorded in refused (a network error is not one).
-func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[error]) *redis.Options {
+// sessionOptions are o for a session's own clients: RESP2, one
+// connection, writes bounded.
+func sessionOptions(o *redis.Options) *redis.Options {
 	opt := *o
 	opt.Protocol = 2
 	// Not the client's config, which it changes under its own lock after a
@@ -186,6 +194,17 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 	if opt.WriteTimeout <= 0 || opt.WriteTimeout > Ping {
 		opt.WriteTimeout = Ping
 	}
+	return &opt
+}
+
+// trackingOptions are o for the subscriber's client, whose connection
+// records its id and turns tracking on, redirected to itself: in the
+// default mode it reads nothing (the readers do, reporting to it), and
+// the command only proves that the server allows tracking; in Broadcast
+// mode, for every key under prefix. A server's refusal is recorded in
+// refused (a network error is not one).
+func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[error], self *atomic.Int64) *redis.Options {
+	opt := sessionOptions(o)
 	user := o.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if user != nil {
@@ -195,9 +214,13 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 		}
 		id, err := cn.ClientID(ctx).Result()
 		if err == nil {
-			args := []any{"CLIENT", "TRACKING", "ON", "REDIRECT", id, "BCAST"}
-			if prefix != "" {
-				args = append(args, "PREFIX", prefix)
+			self.Store(id)
+			args := []any{"CLIENT", "TRACKING", "ON", "REDIRECT", id}
+			if Broadcast {
+				args = append(args, "BCAST")
+				if prefix != "" {
+					args = append(args, "PREFIX", prefix)
+				}
 			}
 			err = cn.Do(ctx, args...).Err()
 		}
@@ -206,7 +229,7 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 		}
 		return err
 	}
-	return &opt
+	return opt
 }
 
 // refusal reports whether err is the server refusing tracking for good:

@@ -22,7 +22,7 @@ func TestNearSessionEndsWithItsContext(t *testing.T) {
 	s := redistest.StartServer(t)
 	tr := NewTracker(s.Client(t), "p:", NewIndex(Handlers{}), func(string) {})
 	var refused atomic.Pointer[error]
-	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), "p:", &refused))
+	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), "p:", &refused, new(atomic.Int64)))
 	defer cl.Close()
 	defer func(ping time.Duration) { Ping = ping }(Ping)
 	Ping = time.Hour // no tracker runs in this test
@@ -31,7 +31,7 @@ func TestNearSessionEndsWithItsContext(t *testing.T) {
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		_ = tr.session(ctx, cl, new(atomic.Int64), func() { close(up) })
+		_ = tr.session(ctx, cl, new(atomic.Int64), func() func() { close(up); return func() {} })
 	}()
 	<-up
 	cancel()

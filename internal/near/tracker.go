@@ -37,22 +37,29 @@ var (
 	MaxLag = 100 * time.Millisecond
 )
 
-// A Tracker keeps the near tier of one Cache coherent: it holds one
-// connection per Redis master that is both the tracking client and the
-// subscriber of its own invalidations (CLIENT TRACKING ON REDIRECT <its own
-// id> BCAST PREFIX <prefix>, then SUBSCRIBE __redis__:invalidate, in RESP2).
+// A Tracker keeps the near tier of one Cache coherent: it holds, per Redis
+// master, a session: one connection subscribed to the invalidations
+// (SUBSCRIBE __redis__:invalidate, in RESP2) and readers, the connections
+// whose reads may enter the tier (CLIENT TRACKING ON REDIRECT <the
+// subscriber's id>, default mode; see reader.go).
 //
-// One connection, not a tracking connection plus a subscriber: in broadcast
-// mode Redis reports every write of a key under the prefix whichever
-// connection read it, so one tracking connection per master covers the
-// reads of the whole pool; and a connection that both tracks and receives
-// cannot lose one without the other unseen. If it dies (killed, network, a
-// failover), the subscription's read fails at once and the tier is flushed.
-// A tracking connection that redirected elsewhere would die silently in
-// RESP2: the server tells nobody.
+// In the default mode Redis reports a write only to the connections that
+// read the key, and only once per read: the cost of a write grows with the
+// processes that hold the key, not with the fleet. Broadcast mode (BCAST
+// PREFIX, one tracking subscriber covering the reads of the whole pool)
+// sends every write under the prefix to every process; it is kept for the
+// benchmark that compares the two (see Broadcast).
 //
-// NOLOOP is not used: it only hides the writes made by the tracking
-// connection itself, which makes none; this process's other connections
+// Every loss is seen. The subscriber's death fails its read at once and
+// the tier is flushed; a subscriber replaced by go-redis ends the session
+// (its readers redirect to the old id, and what was sent meanwhile is
+// lost). A reader's death (which makes Redis forget what it read) kills
+// its Owner, whose values are no longer served; one that Redis closed
+// without a word stops answering its pings, and its values are bypassed
+// within MaxLag.
+//
+// NOLOOP is not used: it only hides a connection's own writes, and the
+// tracking connections write nothing; this process's other connections
 // (its Caches' Set, Delete and stores) must invalidate like anyone else's.
 type Tracker struct {
 	client redis.UniversalClient
@@ -70,7 +77,10 @@ type Tracker struct {
 	// whose answer arrived was sent (see Beat), nil while not tracking.
 	heard atomic.Pointer[[]atomic.Int64]
 	wg    sync.WaitGroup // run
-	quit  chan struct{}  // closed by Stop
+	// readers holds, per node address, the readers of its session up.
+	rmu     sync.RWMutex
+	readers map[string]*readers
+	quit    chan struct{} // closed by Stop
 
 	// BeforeSession, if set, is called before each session on a node but
 	// the first (tests hold tracking down with it); BeforeApply, before an
@@ -129,13 +139,13 @@ func (t *Tracker) run() {
 }
 
 // nodes lists the options of the servers to track on, or why none can be.
-func (t *Tracker) nodes() ([]*redis.Options, string) {
+func (t *Tracker) nodes() ([]*redis.Client, string) {
 	switch c := t.client.(type) {
 	case *redis.Client:
 		if c.Options().Addr == "FailoverClient" {
 			return nil, "a failover client (its connections follow the master; the tracker's would not)"
 		}
-		return []*redis.Options{c.Options()}, ""
+		return []*redis.Client{c}, ""
 	case *redis.ClusterClient:
 		o := c.Options()
 		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
@@ -147,15 +157,15 @@ func (t *Tracker) nodes() ([]*redis.Options, string) {
 	}
 }
 
-func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
+func clusterMasters(c *redis.ClusterClient) ([]*redis.Client, string) {
 	var mu sync.Mutex
-	var nodes []*redis.Options
+	var nodes []*redis.Client
 	ctx, cancel := context.WithTimeout(context.Background(), Ping)
 	defer cancel()
 	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
 		defer mu.Unlock()
-		nodes = append(nodes, n.Options())
+		nodes = append(nodes, n)
 		return nil
 	})
 	if err != nil {
@@ -175,10 +185,10 @@ func (t *Tracker) disable(reason string) {
 
 // track runs one session per node until the Cache goes idle (true), the
 // set of masters changes, or a server refuses tracking (then t is dead).
-func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
+func (t *Tracker) track(nodes []*redis.Client) (stop bool) {
 	set := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
-		set[o.Addr] = true
+		set[o.Options().Addr] = true
 	}
 	t.masters.Store(&set)
 	heard := make([]atomic.Int64, len(nodes))
@@ -263,26 +273,65 @@ func (t *Tracker) moved(set map[string]bool) bool {
 		return true
 	}
 	for _, o := range nodes {
-		if !set[o.Addr] {
+		if !set[o.Options().Addr] {
 			return true
 		}
 	}
 	return false
 }
 
-// Tracked reports whether reads of vk are covered by tracking: always on a
-// single server; on a Cluster, if vk's master is one of the tracked ones.
-func (t *Tracker) Tracked(vk string) bool {
-	c, ok := t.client.(*redis.ClusterClient)
-	if !ok {
-		return true
+// setReaders records the readers of the node at addr (nil: none).
+func (t *Tracker) setReaders(addr string, rd *readers) {
+	t.rmu.Lock()
+	defer t.rmu.Unlock()
+	if rd == nil {
+		delete(t.readers, addr)
+		return
 	}
-	set := t.masters.Load()
-	if set == nil {
-		return false
+	if t.readers == nil {
+		t.readers = make(map[string]*readers)
 	}
-	n, err := c.MasterForKey(context.Background(), vk)
-	return err == nil && (*set)[n.Options().Addr]
+	t.readers[addr] = rd
+}
+
+// Node names the node whose readers read vk: "" if tracking does not
+// cover vk now (no session is up on its node, or a Cluster's slots are
+// unknown).
+func (t *Tracker) Node(vk string) string {
+	var addr string
+	switch c := t.client.(type) {
+	case *redis.Client:
+		addr = c.Options().Addr
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(context.Background(), vk)
+		if err != nil {
+			return ""
+		}
+		addr = n.Options().Addr
+	}
+	t.rmu.RLock()
+	defer t.rmu.RUnlock()
+	if t.readers[addr] == nil {
+		return ""
+	}
+	return addr
+}
+
+// Read runs f on a free reader of node (see Node): the values f reads
+// may enter the tier, owned by o (nil if the connection failed). ok is
+// false when no reader is free or node has none: the caller reads through
+// its own client, and keeps nothing.
+func (t *Tracker) Read(ctx context.Context, node string, f func(redis.Cmdable) error) (o *Owner, err error, ok bool) {
+	if node == "" {
+		return nil, nil, false
+	}
+	t.rmu.RLock()
+	rd := t.readers[node]
+	t.rmu.RUnlock()
+	if rd == nil {
+		return nil, nil, false
+	}
+	return rd.try(ctx, f)
 }
 
 // up counts a session's tracking in place (or lost); the tier is served

@@ -1,0 +1,216 @@
+package near
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reading through tracked connections.
+//
+// In the default tracking mode, Redis remembers, per key, the connections
+// that read it, and reports a write of the key only to them (here
+// redirected to the session's subscriber): a write costs one message per
+// process that holds the key, not one per process with a near tier
+// (broadcast mode). The price is twofold. A value may enter the tier only
+// if it was read on a tracked connection; and it stays covered only while
+// that connection lives, for Redis reports the keys a closed connection
+// read to nobody. So each session holds a few readers of its own, each one
+// connection for its whole life (a *redis.Conn never reconnects on its
+// own), pinged like the subscriber, and each value in the tier names the
+// reader it came from: its Owner. A reader whose connection fails is
+// replaced by a new one, a new Owner; the values of the old one are no
+// longer served.
+
+// Readers is how many tracked connections a session holds on each node.
+// Reads that find them all busy go through the caller's client and put
+// nothing into the tier.
+var Readers = 2
+
+// Broadcast makes tracking report every write under the prefix to every
+// tracker (BCAST PREFIX), and reads go through the Cache's client, as
+// dogpile did before it used the default mode; kept for the benchmark that
+// compares the two (bench/README, "Near tiers across a fleet").
+var Broadcast = false
+
+// An Owner stands for one connection of a reader: the values read through
+// it are covered by tracking while it lives and answers.
+type Owner struct {
+	dead  atomic.Bool
+	heard atomic.Int64 // Now() at which the latest command it answered was sent
+}
+
+// Live reports whether values read through o may be served at now: its
+// connection has not failed, and it answered a command sent at most MaxLag
+// before now. A connection Redis closed without telling (a CLIENT KILL, the
+// server's idle timeout) no longer answers, so its values stop being served
+// within MaxLag, before a write that returned more than MaxLag ago could
+// have gone unreported.
+func (o *Owner) Live(now int64) bool {
+	return !o.dead.Load() && now-o.heard.Load() <= int64(MaxLag)
+}
+
+// A reader is one tracked connection of a session, taken from the Cache's
+// client (so that its hooks see the reads) and never given back, used by
+// one command (or pipeline) at a time.
+type reader struct {
+	mu     sync.Mutex
+	node   *redis.Client // the Cache's client of the node
+	id     int64         // the subscriber's connection
+	conn   *redis.Conn   // nil until used, or after it failed
+	owner  atomic.Pointer[Owner]
+	closed atomic.Bool // the session ended
+}
+
+// do runs f on r's connection, opening one if needed, and returns the
+// Owner of what f read. An error other than a reply from the server (the
+// network, a timeout, a cancelled context) may have broken the connection:
+// it is closed and its Owner dies. r.mu is held.
+func (r *reader) do(ctx context.Context, f func(redis.Cmdable) error) (*Owner, error) {
+	if r.closed.Load() {
+		return nil, errReaderClosed
+	}
+	if r.conn == nil {
+		if err := r.open(ctx); err != nil {
+			return nil, err
+		}
+	}
+	o := r.owner.Load()
+	sent := Now()
+	err := f(r.conn)
+	var reply redis.Error
+	if (err != nil && !errors.As(err, &reply)) || r.closed.Load() {
+		r.drop()
+		return nil, err
+	}
+	if sent > o.heard.Load() {
+		o.heard.Store(sent)
+	}
+	return o, err
+}
+
+// open takes a connection of its own from the node's pool (discarded when
+// closed: it tracks) and turns tracking on, reported to the subscriber.
+func (r *reader) open(ctx context.Context) error {
+	cn := r.node.EphemeralConn()
+	if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", r.id).Err(); err != nil {
+		_ = cn.Close()
+		return err
+	}
+	r.conn = cn
+	r.owner.Store(new(Owner))
+	return nil
+}
+
+// drop closes r's connection, whose values are no longer served. r.mu is
+// held.
+func (r *reader) drop() {
+	r.owner.Load().dead.Store(true)
+	_ = r.conn.Close()
+	r.conn = nil
+}
+
+var errReaderClosed = errors.New("near: the tracking session ended")
+
+// end closes r for good: its values are no longer served from now on, and
+// its connection closes now, or when the command in flight returns.
+func (r *reader) end() {
+	r.closed.Store(true)
+	if o := r.owner.Load(); o != nil {
+		o.dead.Store(true)
+	}
+	if r.mu.TryLock() {
+		if r.conn != nil {
+			r.drop()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// beat pings r every Beat while it is idle (a command in flight answers
+// for it), until ctx ends.
+func (r *reader) beat(ctx context.Context) {
+	tick := time.NewTicker(Beat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !r.mu.TryLock() {
+			continue
+		}
+		if r.conn != nil {
+			_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
+		}
+		r.mu.Unlock()
+	}
+}
+
+// readers are a session's readers on one node.
+type readers struct {
+	rs   []*reader
+	next atomic.Uint32 // where the search for a free one starts
+	// all, in Broadcast mode, is the Cache's client, through which every
+	// read goes: tracking covers them all.
+	all redis.Cmdable
+}
+
+// startReaders starts the readers of a session on node, whose subscriber
+// is the connection id, or in Broadcast mode reads through all; they run
+// until stop.
+func startReaders(node *redis.Client, id int64, all redis.Cmdable) (rd *readers, stop func()) {
+	if Broadcast {
+		return &readers{all: all}, func() {}
+	}
+	rd = &readers{rs: make([]*reader, Readers)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range rd.rs {
+		r := &reader{node: node, id: id}
+		rd.rs[i] = r
+		wg.Go(func() { r.beat(ctx) })
+	}
+	return rd, func() {
+		for _, r := range rd.rs {
+			r.end()
+		}
+		cancel()
+		wg.Wait()
+	}
+}
+
+// try runs f on a free reader, if any (ok), and returns the Owner of what
+// f read (nil if its connection failed).
+func (rd *readers) try(ctx context.Context, f func(redis.Cmdable) error) (o *Owner, err error, ok bool) {
+	if rd.all != nil {
+		return standing, f(rd.all), true
+	}
+	n := uint32(len(rd.rs))
+	start := rd.next.Add(1)
+	for i := range n {
+		r := rd.rs[(start+i)%n]
+		if r.mu.TryLock() {
+			o, err = r.do(ctx, f)
+			r.mu.Unlock()
+			return o, err, true
+		}
+	}
+	return nil, nil, false
+}
+
+// Standing returns an Owner that is always live: of the reads in
+// Broadcast mode, and for tests of the tier that run without a server.
+func Standing() *Owner { return standing }
+
+var standing = func() *Owner {
+	o := new(Owner)
+	o.heard.Store(math.MaxInt64)
+	return o
+}()

@@ -1,0 +1,99 @@
+package dogpile
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// TestNearCacheReportsOnlyToHolders: in the default tracking mode a write
+// is reported only to the processes whose tier read the key: a Set of a
+// key one process holds sends nothing to another, and a key nobody read
+// costs no message at all (broadcast mode sent each to every process).
+func TestNearCacheReportsOnlyToHolders(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	b := newNearCache[string](t, s.Client(t), 100)
+	w := New[string](s.Client(t), prefix(t))
+	ctx := t.Context()
+	for _, k := range []string{"a", "b", "marker"} {
+		if err := w.Set(ctx, k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetchNear(t, a, "a")
+	fetchNear(t, b, "b")
+	fetchNear(t, b, "marker")
+	for i := range 20 {
+		if err := w.Set(ctx, "nobody", "x", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if i < 10 {
+			if err := w.Set(ctx, "a", "v2", time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The marker's write is reported after the writes before it (one
+	// connection, in order): once b has applied it, b has seen all it
+	// would be sent.
+	if err := w.Set(ctx, "marker", "v2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "b to apply the marker's invalidation", func() bool { return b.Stats().NearInvalidations > 0 })
+	redistest.Eventually(t, "a to apply a's invalidation", func() bool { return a.Stats().NearInvalidations > 0 })
+	// A key is reported once per reader that read it (a Fetch that found
+	// tracking not yet in place may have read it on a second one).
+	if n := b.Stats().NearInvalidations; n > uint64(near.Readers) {
+		t.Errorf("b, which holds b and marker, applied %d invalidations; want marker's alone (at most %d)", n, near.Readers)
+	}
+	if n := a.Stats().NearInvalidations; n > uint64(near.Readers) {
+		t.Errorf("a, which read a once, applied %d invalidations for 10 writes; want one per reader that read it (at most %d)", n, near.Readers)
+	}
+	if v := fetchValue(t, a, "a"); v != "v2" {
+		t.Errorf("a's Fetch of a after its invalidation = %q; want v2", v)
+	}
+}
+
+// TestNearCacheReaderKilled: a connection that read values into the tier
+// and that Redis closes without telling (a CLIENT KILL, the server's idle
+// timeout) takes with it the record of what it read, so later writes of
+// those keys are reported to nobody. Its values stop being served: a write
+// that returned more than 100 ms ago is not answered from the tier with
+// the value it replaced.
+func TestNearCacheReaderKilled(t *testing.T) {
+	s := redistest.StartServer(t)
+	admin := s.Client(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	b := New[string](s.Client(t), prefix(t))
+	ctx := t.Context()
+	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	killed := 0
+	for _, c := range tracked(t, admin) {
+		if !strings.Contains(c["flags"], "P") { // a reader, not the subscriber
+			if err := admin.ClientKillByFilter(ctx, "ID", c["id"]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatal("no reader to kill")
+	}
+	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * near.MaxLag)
+	if v := fetchValue(t, a, "k"); v != "v2" {
+		t.Errorf("Fetch %v after a Set, the reader of the old value killed = %q; want v2", 2*near.MaxLag, v)
+	}
+	if v := fetchNear(t, a, "k"); v != "v2" {
+		t.Errorf("near hit read through a new reader = %q; want v2", v)
+	}
+}
