@@ -78,21 +78,21 @@
 // turns the tier off (see [Stats].NearOff).
 //
 // Each Cache with [WithNearCache] holds, per Redis server (per master on a
-// Cluster), one connection subscribed to the invalidations and up to two
-// connections taken from its client's pool for good, on which it reads the
-// values it keeps (tracked, reported to the subscriber); a read that finds
-// both busy goes through the pool and keeps nothing. They open at the first
-// Fetch and close after a minute without one. A reading connection that
-// fails takes its values out of the tier (Redis forgets what a closed
+// Cluster), one connection subscribed to the invalidations and one
+// connection taken from its client's pool for good, the reader, on which it
+// reads the values it keeps (tracked, reported to the subscriber); a read
+// that finds the reader busy goes through the pool and keeps nothing. They
+// open at the first Fetch and close after a minute without one. A reader
+// that fails takes its values out of the tier (Redis forgets what a closed
 // connection read). When the subscriber drops (killed, network, failover), or
 // goes a few seconds without answering a ping, the tier is emptied and
 // bypassed until tracking is in place again. On a Cluster the masters are
 // asked for every second, so a failover empties the tier and moves tracking
 // to the new masters (a demoted master still reports the writes it
-// replicates meanwhile). While they are up, the subscriber and each idle
-// reading connection are pinged every 20 ms, and the tier (or the values a
-// reading connection read) is bypassed, not emptied, whenever the latest
-// answer is more than 100 ms old: invalidations that come late, over a slow network or
+// replicates meanwhile). While they are up, the subscriber is pinged every
+// 20 ms and the idle reader every 50 ms, and the tier (or the values the
+// reader read) is bypassed, not emptied, whenever the latest answer is more
+// than 100 ms old: invalidations that come late, over a slow network or
 // from a stalled server, never let the tier hide a write that returned
 // longer ago than that. Set and Delete of this Cache remove the local copy
 // at once; other writers' invalidations arrived well under a millisecond

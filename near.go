@@ -103,7 +103,11 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 		return v, nil, false
 	}
 	e, ok := n.store.GetIfPresent(vk)
-	if !ok || now >= e.until || !e.owner.Live(now) {
+	if !ok || now >= e.until {
+		return v, nil, false
+	}
+	if !e.owner.Live(now) {
+		c.stats.nearLate.Add(1) // its reader failed, or answers late
 		return v, nil, false
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: e.notFound})

@@ -29,8 +29,10 @@ import (
 
 // Readers is how many tracked connections a session holds on each node.
 // Reads that find them all busy go through the caller's client and put
-// nothing into the tier.
-var Readers = 2
+// nothing into the tier. One: a tier is filled by the reads that miss it,
+// few once it is warm, and each reader's pings cost Redis CPU in every
+// process (see bench/README, "Near tiers across a fleet").
+var Readers = 1
 
 // Broadcast makes tracking report every write under the prefix to every
 // tracker (BCAST PREFIX), and reads go through the Cache's client, as
@@ -132,10 +134,13 @@ func (r *reader) end() {
 	}
 }
 
-// beat pings r every Beat while it is idle (a command in flight answers
-// for it), until ctx ends.
+// beat pings r every MaxLag/2 while it is idle (a command in flight
+// answers for it), until ctx ends: less often than the subscriber (Beat),
+// for a reader's answer need only prove it alive, not that the messages
+// sent before it were delivered, and each ping costs Redis CPU in every
+// process (see bench/README, "Near tiers across a fleet").
 func (r *reader) beat(ctx context.Context) {
-	tick := time.NewTicker(Beat)
+	tick := time.NewTicker(MaxLag / 2)
 	defer tick.Stop()
 	for {
 		select {
