@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"time"
 
@@ -84,7 +85,7 @@ var errRetry = errors.New("dogpile: retry")
 // abandoned by its first caller, and the caller should start over.
 func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	id := flightID{fetchFlight, vk}
-	cl, lead := c.flights.join(id)
+	cl, lead := c.flights.join(id, c.heard())
 	if !lead {
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, id, cl)
@@ -93,7 +94,11 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
 	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
-	b, pttl, o, err := c.read(ctx, vk)
+	var unheard func()     // with a near tier: the read is not tracked (see group.join)
+	if c.near != nil {
+		unheard = func() { c.flights.unheard(id, cl) }
+	}
+	b, pttl, o, err := c.read(ctx, vk, unheard)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
@@ -135,16 +140,17 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 // the near tier need the value's remaining TTL, a PTTL pipelined with it (one slot, one round
 // trip). pttl is negative when it was not read or the key has no TTL. With
 // the near tier, o is the Owner of the value when it was read on a tracked
-// connection (see near.Owner), nil otherwise. It goes through the client's
-// circuit breaker (see ErrUnavailable) without a closure, which would cost
-// every hit an allocation.
-func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+// connection (see near.Owner), nil otherwise, and unheard is called
+// before a read on another. It goes through the client's circuit breaker
+// (see ErrUnavailable) without a closure, which would cost every hit an
+// allocation.
+func (c *Cache[T]) read(ctx context.Context, vk string, unheard func()) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	done, err := c.allow()
 	if err != nil {
 		return nil, -1, nil, err
 	}
 	if c.near != nil {
-		b, pttl, o, err = c.readNear(ctx, vk)
+		b, pttl, o, err = c.readNear(ctx, vk, unheard)
 	} else {
 		b, pttl, err = c.readRedis(ctx, c.client, vk)
 	}
@@ -153,19 +159,34 @@ func (c *Cache[T]) read(ctx context.Context, vk string) (b []byte, pttl time.Dur
 }
 
 // readNear reads vk on one of the near tier's tracked connections if one
-// is free, and through the client otherwise, or when the connection's node
-// answers with an error (a Cluster's slot that moved).
-func (c *Cache[T]) readNear(ctx context.Context, vk string) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+// is free, and otherwise through the client, after calling unheard: also
+// when the reader could not serve the read (its node answered with an
+// error, a Cluster's slot that moved; its connection failed or its session
+// ended), unless ctx ended or the read timed out (the server is slow: the
+// client would wait as long again).
+func (c *Cache[T]) readNear(ctx context.Context, vk string, unheard func()) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
 		var rerr error
 		b, pttl, rerr = c.readRedis(ctx, cn, vk)
 		return rerr
 	})
-	if ok && !answered(err) {
+	switch {
+	case ok && o != nil && !answered(err):
 		return b, pttl, o, err
+	case ok && (ctx.Err() != nil || timedOut(err)):
+		return nil, -1, nil, err
+	}
+	if unheard != nil {
+		unheard()
 	}
 	b, pttl, err = c.readRedis(ctx, c.client, vk)
 	return b, pttl, nil, err
+}
+
+// timedOut reports whether err is a network timeout.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // answered reports whether err is an error reply other than redis.Nil:

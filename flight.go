@@ -62,10 +62,18 @@ type group struct {
 
 // join returns the flight of key and whether the caller leads it: a leader
 // made a new flight and must end it; a follower waits on its done channel.
-func (g *group) join(key flightID) (cl *call, lead bool) {
+//
+// With a near tier, heard says whether the tier's tracking has proven
+// itself within MaxLag: a write that returned earlier has had its
+// invalidation applied, which forgot the flights that read before it (see
+// forget). Otherwise, or if the flight read on no tracked connection, a
+// write may have returned since the flight read Redis and nothing would
+// tell (see unheard): the caller leads a new flight instead, which reads
+// after it.
+func (g *group) join(key flightID, heard bool) (cl *call, lead bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if cl := g.m[key]; cl != nil {
+	if cl := g.m[key]; cl != nil && heard {
 		// A flight in the map has not ended (end removes it first, under
 		// g.mu), so a done made here is closed by that end.
 		if cl.done == nil {
@@ -79,6 +87,17 @@ func (g *group) join(key flightID) (cl *call, lead bool) {
 	cl = &call{refs: 1}
 	g.m[key] = cl
 	return cl, true
+}
+
+// unheard forgets cl, which reads Redis on no tracked connection: the
+// near tier would hear nothing of a write after its read, so no caller
+// joins it from now on (see join and forget).
+func (g *group) unheard(key flightID, cl *call) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m[key] == cl {
+		delete(g.m, key)
+	}
 }
 
 // detach prepares cl to run without its leader: the leader waits on done

@@ -113,6 +113,7 @@ type missing struct {
 	key, vk string
 	bad     string // SHA1 of stored bytes that did not decode, or ""
 	down    bool   // Redis is unreachable and WithComputeWhenDown is set
+	tracked bool   // read on a near tier's tracked connection
 }
 
 // hits answers every key it can from the near tier, reads the others in
@@ -161,7 +162,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 			errs = append(errs, redisutil.Failed(ctx, "dogpile", "get", k, r.err))
 			continue
 		}
-		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down})
+		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down, tracked: r.owner != nil})
 	}
 	return misses, errs, nil
 }

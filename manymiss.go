@@ -72,7 +72,7 @@ func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) er
 			})
 			mu.Lock()
 			defer mu.Unlock()
-			if !ok || answered(err) {
+			if !ok || o == nil || answered(err) { // see readNear
 				rest = append(rest, is...)
 				return
 			}
@@ -167,11 +167,14 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
 		id := flightID{fetchFlight, m.vk}
-		cl, lead := c.flights.join(id)
+		cl, lead := c.flights.join(id, c.heard())
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
 			continue
+		}
+		if c.near != nil && !m.tracked {
+			c.flights.unheard(id, cl) // its read was not tracked (see group.join)
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down

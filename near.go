@@ -117,6 +117,11 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 	return e.v, nil, true
 }
 
+// heard reports whether a Fetch may join a flight of its process (see
+// group.join): always without a near tier; with one, while its tracking
+// proves itself within MaxLag.
+func (c *Cache[T]) heard() bool { return c.near == nil || c.near.t.Heard(near.Now()) }
+
 // nearTicket is taken before Fetch reads vk from Redis.
 func (c *Cache[T]) nearTicket(vk string) near.Ticket {
 	if c.near == nil {
@@ -128,31 +133,37 @@ func (c *Cache[T]) nearTicket(vk string) near.Ticket {
 // nearPut stores a value read from Redis with its PTTL in the near tier,
 // for as long as Redis serves it fresh: up to its expiry, less the stale
 // window and the early-refresh gap, past which Fetch must see Redis. A
-// value read on no tracked connection (o nil) is not stored; an older copy
-// is removed.
+// value that may not enter (read on no tracked connection, o nil; without
+// a TTL; already past that point) removes an older copy, as a refused one
+// does (see near.Index.Admit).
 func (c *Cache[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
-	if c.near == nil || pttl <= 0 {
-		return // a key without a TTL is no dogpile value
-	}
-	if o == nil {
-		c.near.x.Admit(vk, tk, nil)
+	if c.near == nil {
 		return
+	}
+	c.near.x.Admit(vk, tk, c.nearAdmit(vk, o, tk, b, m, pttl))
+}
+
+// nearAdmit returns the put of a value read from Redis into the tier, or
+// nil if it may not enter (see nearPut).
+func (c *Cache[T]) nearAdmit(vk string, o *near.Owner, tk near.Ticket, b []byte, m meta, pttl time.Duration) func() {
+	if o == nil || pttl <= 0 { // a key without a TTL is no dogpile value
+		return nil
 	}
 	life := pttl - c.opts.stale
 	if c.opts.beta > 0 && !m.notFound {
 		life -= m.early
 	}
 	if life <= 0 {
-		return
+		return nil
 	}
 	// The tier keeps a decode of its own: the caller that read b got the
 	// other one and may change it (a map, a slice), as Fetch allows.
 	v, _, err := c.decodeEntry(b)
 	if err != nil {
-		return
+		return nil
 	}
 	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.At + int64(life), owner: o}
-	c.near.x.Admit(vk, tk, func() { c.near.store.Set(vk, e) })
+	return func() { c.near.store.Set(vk, e) }
 }
 
 // nearForget removes vk after this process wrote it (Set, Delete), before

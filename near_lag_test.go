@@ -91,3 +91,41 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 		t.Errorf("Fetch after the tracking connection was replaced = %q; want v2", v)
 	}
 }
+
+// TestNearCacheLateInvalidationFlight: the same for a flight. A Fetch that
+// starts more than near.MaxLag after another process's write returned
+// does not join a flight of its process that read before the write, while
+// the write's invalidation (which would forget that flight) is held back:
+// it reads Redis itself. Found by the torture run (seed
+// 14398668659528063128: a Fetch joined a read delayed 900 ms and returned
+// the value a Refresh had replaced 800 ms before).
+func TestNearCacheLateInvalidationFlight(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := s.Client(t)
+	installHolder(t, rdb) // before the tier takes its reader from rdb
+	a := newNearCache[string](t, rdb, 100)
+	b := New[string](s.Client(t), prefix(t))
+	ctx := t.Context()
+	if err := b.Set(ctx, "warm", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "warm")
+	var held sync.Mutex
+	a.near.t.BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	later, finish := startHeldFetch(t, rdb, a, "k")
+	held.Lock()
+	if err := b.Set(ctx, "k", "new", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * near.MaxLag) // past the bound, its invalidation still held back
+	later()
+	v, err := a.Fetch(ctx, "k", time.Minute, constant("fresh"))
+	held.Unlock()
+	if err != nil || v != "new" {
+		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q, %v; want new",
+			2*near.MaxLag, v, err)
+	}
+	if v, err := finish(); err != nil || v != "old" {
+		t.Errorf("the held Fetch = %q, %v; want old", v, err)
+	}
+}

@@ -70,8 +70,10 @@ func TestNearCacheReaderKilled(t *testing.T) {
 	a := newNearCache[string](t, s.Client(t), 100)
 	b := New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
-	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
-		t.Fatal(err)
+	for _, k := range []string{"k", "other"} {
+		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fetchNear(t, a, "k")
 	killed := 0
@@ -86,6 +88,11 @@ func TestNearCacheReaderKilled(t *testing.T) {
 	if killed == 0 {
 		t.Fatal("no reader to kill")
 	}
+	// A read on the killed reader, before its ping finds it dead, goes
+	// through the client instead of failing the Fetch.
+	if v := fetchValue(t, a, "other"); v != "v1" {
+		t.Errorf("Fetch of another key at once = %q; want v1", v)
+	}
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +102,35 @@ func TestNearCacheReaderKilled(t *testing.T) {
 	}
 	if v := fetchNear(t, a, "k"); v != "v2" {
 		t.Errorf("near hit read through a new reader = %q; want v2", v)
+	}
+}
+
+// TestNearCacheUntrackedFlight: a Fetch whose read of Redis went out on no
+// tracked connection (the tier's reader was busy) is not joined: a write
+// that returns meanwhile is reported to nobody here, and a Fetch that
+// starts after it must not take the value it replaced.
+func TestNearCacheUntrackedFlight(t *testing.T) {
+	defer func(n int) { near.Readers = n }(near.Readers)
+	near.Readers = 0 // every read goes through the client: none is tracked
+	s := redistest.StartServer(t)
+	rdb := s.Client(t)
+	installHolder(t, rdb)
+	c := newNearCache[string](t, rdb, 100)
+	ctx := t.Context()
+	if _, err := c.Fetch(ctx, "warm", time.Minute, constant("w")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "tracking in place", c.heard)
+	later, finish := startHeldFetch(t, rdb, c, "k")
+	other := New[string](s.Client(t), prefix(t))
+	if err := other.Set(ctx, "k", "new", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	later()
+	if v, err := c.Fetch(ctx, "k", time.Minute, constant("fresh")); err != nil || v != "new" {
+		t.Errorf("Fetch after another process's Set returned = %q, %v; want new", v, err)
+	}
+	if v, err := finish(); err != nil || v != "old" {
+		t.Errorf("the held Fetch = %q, %v; want old", v, err)
 	}
 }

@@ -118,7 +118,7 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 	}
 	vk := c.valueKey(key)
 	flight := flightID{refreshFlight, vk}
-	cl, lead := c.flights.join(flight)
+	cl, lead := c.flights.join(flight, true) // its compute writes after every write before it
 	if !lead {
 		c.stats.shared.Add(1)
 	} else {

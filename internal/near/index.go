@@ -85,10 +85,10 @@ func (x *Index) Ticket(vk string) Ticket {
 
 // Admit runs put if tk is still good: tracking was up when it was taken and
 // has not dropped since, and no invalidation of vk's stripe came meanwhile.
-// Otherwise, or with no put (a value that may not enter), it removes vk: the caller is about to return the value it read,
-// and an older copy of vk left in the store (its stripe was bumped by
-// another key's invalidation) would make that caller's next Fetch go back
-// in time.
+// Otherwise, or with no put (a value that may not enter), it removes vk:
+// the caller is about to return the value it read, and an older copy of vk
+// left in the store (its stripe was bumped by another key's invalidation)
+// would make that caller's next Fetch go back in time.
 func (x *Index) Admit(vk string, tk Ticket, put func()) {
 	if tk.epoch%2 == 0 && x.epoch.Load() == tk.epoch {
 		return // still down: the store is empty
@@ -99,7 +99,9 @@ func (x *Index) Admit(vk string, tk Ticket, put func()) {
 		put()
 		return
 	}
-	x.h.Remove(vk)
+	// The stripe moves too: a read of vk in flight, which may be older
+	// than the one the caller is about to return, may not enter either.
+	x.drop(vk)
 }
 
 // Invalidate removes the keys from the tier (Redis wrote them).

@@ -78,3 +78,25 @@ type replyErr string
 
 func (e replyErr) Error() string { return string(e) }
 func (replyErr) RedisError()     {}
+
+// TestOwnerLive: a reader's values are served while its connection has
+// not failed and answered a command sent within MaxLag.
+func TestOwnerLive(t *testing.T) {
+	o := new(Owner)
+	o.heard.Store(1000)
+	for _, tc := range []struct {
+		now  int64
+		dead bool
+		want bool
+	}{
+		{1000, false, true},
+		{1000 + int64(MaxLag), false, true},
+		{1001 + int64(MaxLag), false, false},
+		{1000, true, false},
+	} {
+		o.dead.Store(tc.dead)
+		if got := o.Live(tc.now); got != tc.want {
+			t.Errorf("Live(heard + %v), dead %v = %v; want %v", time.Duration(tc.now-1000), tc.dead, got, tc.want)
+		}
+	}
+}
