@@ -102,7 +102,7 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 func TestNearCacheLateInvalidationFlight(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
-	installHolder(t, rdb) // before the tier takes its reader from rdb
+	installHolder(t, rdb) // before the tier is made: its readers get the hook too
 	a := newNearCache[string](t, rdb, 100)
 	b := New[string](s.Client(t), prefix(t))
 	ctx := t.Context()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
@@ -132,5 +134,49 @@ func TestNearCacheUntrackedFlight(t *testing.T) {
 	}
 	if v, err := finish(); err != nil || v != "old" {
 		t.Errorf("the held Fetch = %q, %v; want old", v, err)
+	}
+}
+
+// TestNearCacheSmallPool: the tier's connections are its own: a client of
+// one connection still serves its user's commands once the tier is up.
+func TestNearCacheSmallPool(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 1, PoolTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	a := newNearCache[string](t, rdb, 100)
+	ctx := t.Context()
+	if err := a.Set(ctx, "k", "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	if err := rdb.Set(ctx, "user", "x", time.Minute).Err(); err != nil {
+		t.Errorf("the user's own SET on a pool of one, the tier up: %v", err)
+	}
+}
+
+// TestNearCacheCloseFrozenServer: Close returns at once though the server
+// is frozen and the client waits for replies without a timeout: the
+// tier's reads and pings in flight end with their connections, and its
+// handshakes are bounded.
+func TestNearCacheCloseFrozenServer(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	a := New[string](rdb, prefix(t), WithNearCache(100))
+	ctx := t.Context()
+	if err := a.Set(ctx, "k", "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	s.Pause()
+	defer s.Resume()
+	time.Sleep(3 * near.MaxLag) // the reader's ping is in flight
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A session may be in its handshake, which waits near.Ping at most.
+	if d := time.Since(start); d > 3*near.Ping {
+		t.Errorf("Close took %v with the server frozen; want at most %v", d, 3*near.Ping)
 	}
 }

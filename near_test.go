@@ -19,6 +19,9 @@ import (
 func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
 	t.Helper()
 	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size)}, opts...)...)
+	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
+		c.near.t.ReaderHook = hd.(*holder).hook
+	}
 	t.Cleanup(func() { stopTracking(c) })
 	return c
 }

@@ -40,20 +40,26 @@ func holdNextRead(t *testing.T, rdb redis.UniversalClient, vk string) *lateRead 
 	if !ok {
 		t.Fatal("holdNextRead: no holder on the client (see installHolder)")
 	}
-	v.(*atomic.Pointer[lateRead]).Store(h)
+	v.(*holder).cur.Store(h)
 	return h
 }
 
-// holders maps a client to the lateRead its hooks hold (see installHolder).
+// holders maps a client to its holder (see installHolder).
 var holders sync.Map
 
-// installHolder hooks rdb, and a Cluster's node clients, so that
-// holdNextRead can hold a read on it. It runs before any Cache uses rdb:
-// the connections a near tier takes for its reads copy the hooks their
-// client has then.
+// A holder is the hook of a client that holds the lateRead in cur.
+type holder struct {
+	cur  atomic.Pointer[lateRead]
+	hook redis.Hook
+}
+
+// installHolder hooks rdb so that holdNextRead can hold a read on it. It
+// runs before a near tier is made on rdb: newNearCache gives the hook to
+// the tier's readers too, which have a client of their own.
 func installHolder(t *testing.T, rdb redis.UniversalClient) {
-	cur := new(atomic.Pointer[lateRead])
-	holders.Store(rdb, cur)
+	hd := new(holder)
+	cur := &hd.cur
+	holders.Store(rdb, hd)
 	t.Cleanup(func() { holders.Delete(rdb) })
 	hold := func(cmds []redis.Cmder) {
 		if h := cur.Load(); h != nil {
@@ -72,14 +78,8 @@ func installHolder(t *testing.T, rdb redis.UniversalClient) {
 			return err
 		},
 	}
+	hd.hook = hook
 	rdb.AddHook(hook)
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-		_ = cc.ForEachShard(t.Context(), func(_ context.Context, n *redis.Client) error {
-			n.AddHook(hook)
-			return nil
-		})
-	}
 }
 
 func (h *lateRead) hold(cmds []redis.Cmder) {

@@ -57,12 +57,13 @@ func (o *Owner) Live(now int64) bool {
 	return !o.dead.Load() && now-o.heard.Load() <= int64(MaxLag)
 }
 
-// A reader is one tracked connection of a session, taken from the Cache's
-// client (so that its hooks see the reads) and never given back, used by
-// one command (or pipeline) at a time.
+// A reader is one tracked connection of a session, of a client of its own
+// (a connection of the Cache's client's pool, held for good, would starve
+// a small pool; and closing its client ends a command in flight at once),
+// used by one command (or pipeline) at a time.
 type reader struct {
 	mu     sync.Mutex
-	node   *redis.Client // the Cache's client of the node
+	node   *redis.Client // the session's readers' client
 	id     int64         // the subscriber's connection
 	conn   *redis.Conn   // nil until used, or after it failed
 	owner  atomic.Pointer[Owner]
@@ -96,8 +97,9 @@ func (r *reader) do(ctx context.Context, f func(redis.Cmdable) error) (*Owner, e
 	return o, err
 }
 
-// open takes a connection of its own from the node's pool (discarded when
-// closed: it tracks) and turns tracking on, reported to the subscriber.
+// open takes a connection of its own from the readers' pool (discarded
+// when closed: it tracks) and turns tracking on, reported to the
+// subscriber.
 func (r *reader) open(ctx context.Context) error {
 	cn := r.node.EphemeralConn()
 	if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", r.id).Err(); err != nil {
@@ -167,18 +169,22 @@ type readers struct {
 	all redis.Cmdable
 }
 
-// startReaders starts the readers of a session on node, whose subscriber
-// is the connection id, or in Broadcast mode reads through all; they run
-// until stop.
-func startReaders(node *redis.Client, id int64, all redis.Cmdable) (rd *readers, stop func()) {
+// startReaders starts the readers of a session on the node o, whose
+// subscriber is the connection id, or in Broadcast mode reads through all;
+// hook, if not nil, is added to their client. They run until stop.
+func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook) (rd *readers, stop func()) {
 	if Broadcast {
 		return &readers{all: all}, func() {}
+	}
+	cl := redis.NewClient(readerOptions(o))
+	if hook != nil {
+		cl.AddHook(hook)
 	}
 	rd = &readers{rs: make([]*reader, Readers)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range rd.rs {
-		r := &reader{node: node, id: id}
+		r := &reader{node: cl, id: id}
 		rd.rs[i] = r
 		wg.Go(func() { r.beat(ctx) })
 	}
@@ -187,8 +193,21 @@ func startReaders(node *redis.Client, id int64, all redis.Cmdable) (rd *readers,
 			r.end()
 		}
 		cancel()
+		_ = cl.Close() // a command in flight fails now
 		wg.Wait()
 	}
+}
+
+// readerOptions are o for the readers' client: a connection per reader,
+// RESP2 (no push messages on a connection that reads values), writes
+// bounded as the subscriber's are, and o's read timeout for the values it
+// reads, go-redis's default where o has none (Close ends a read in flight
+// anyway).
+func readerOptions(o *redis.Options) *redis.Options {
+	opt := sessionOptions(o)
+	opt.PoolSize, opt.MaxIdleConns, opt.MaxActiveConns = Readers, Readers, Readers
+	opt.ReadTimeout = max(o.ReadTimeout, 0)
+	return opt
 }
 
 // try runs f on a free reader, if any (ok), and returns the Owner of what

@@ -32,7 +32,7 @@ func (t *Tracker) keep(ctx context.Context, node *redis.Client, of int, refused 
 		}
 		wasUp := false
 		err := t.session(ctx, cl, heard, func() (stop func()) {
-			rd, end := startReaders(node, id.Load(), t.client)
+			rd, end := startReaders(o, id.Load(), t.client, t.ReaderHook)
 			t.setReaders(o.Addr, rd)
 			if !wasUp {
 				wasUp = true
@@ -181,7 +181,7 @@ func beat(ctx context.Context, ps *redis.PubSub) {
 }
 
 // sessionOptions are o for a session's own clients: RESP2, one
-// connection, writes bounded.
+// connection, reads and writes bounded.
 func sessionOptions(o *redis.Options) *redis.Options {
 	opt := *o
 	opt.Protocol = 2
@@ -193,6 +193,11 @@ func sessionOptions(o *redis.Options) *redis.Options {
 	// unbounded (-1), nor longer than a silent connection is given.
 	if opt.WriteTimeout <= 0 || opt.WriteTimeout > Ping {
 		opt.WriteTimeout = Ping
+	}
+	// Nor may a handshake wait unbounded on a frozen server (the
+	// subscriber's own reads set their timeout): it would hold up Close.
+	if opt.ReadTimeout <= 0 || opt.ReadTimeout > Ping {
+		opt.ReadTimeout = Ping
 	}
 	return &opt
 }

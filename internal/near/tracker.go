@@ -88,6 +88,9 @@ type Tracker struct {
 	// AfterIdle, when track has found the Cache idle, before its sessions
 	// end (tests Fetch at that moment).
 	BeforeSession, BeforeApply, AfterIdle func()
+	// ReaderHook, if set, is added to the client of each session's
+	// readers (tests hold their reads with it).
+	ReaderHook redis.Hook
 }
 
 func NewTracker(c redis.UniversalClient, prefix string, x *Index, off func(string)) *Tracker {
