@@ -78,11 +78,12 @@
 // turns the tier off (see [Stats].NearOff).
 //
 // Each Cache with [WithNearCache] holds, per Redis server (per master on a
-// Cluster), one connection subscribed to the invalidations and one
-// connection taken from its client's pool for good, the reader, on which it
-// reads the values it keeps (tracked, reported to the subscriber); a read
-// that finds the reader busy goes through the pool and keeps nothing. They
-// open at the first Fetch and close after a minute without one. A reader
+// Cluster), one connection subscribed to the invalidations and one, the
+// reader, on which it reads the values it keeps (tracked, reported to the
+// subscriber); both are its own, made from the client's options, so the
+// client's hooks do not see their commands. A read that finds the reader
+// busy goes through the client and keeps nothing. They open at the first
+// Fetch and close after a minute without one. A reader
 // that fails takes its values out of the tier (Redis forgets what a closed
 // connection read). When the subscriber drops (killed, network, failover), or
 // goes a few seconds without answering a ping, the tier is emptied and

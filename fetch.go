@@ -96,7 +96,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
 	var unheard func()     // with a near tier: the read is not tracked (see group.join)
 	if c.near != nil {
-		unheard = func() { c.flights.unheard(id, cl) }
+		unheard = func() { c.unheard(id, cl) }
 	}
 	b, pttl, o, err := c.read(ctx, vk, unheard)
 	var bad string // SHA1 of stored bytes that did not decode
@@ -173,7 +173,7 @@ func (c *Cache[T]) readNear(ctx context.Context, vk string, unheard func()) (b [
 	switch {
 	case ok && o != nil && !answered(err):
 		return b, pttl, o, err
-	case ok && (ctx.Err() != nil || timedOut(err)):
+	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
 		return nil, -1, nil, err
 	}
 	if unheard != nil {

@@ -114,6 +114,7 @@ type missing struct {
 	bad     string // SHA1 of stored bytes that did not decode, or ""
 	down    bool   // Redis is unreachable and WithComputeWhenDown is set
 	tracked bool   // read on a near tier's tracked connection
+	tk      near.Ticket
 }
 
 // hits answers every key it can from the near tier, reads the others in
@@ -162,7 +163,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 			errs = append(errs, redisutil.Failed(ctx, "dogpile", "get", k, r.err))
 			continue
 		}
-		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down, tracked: r.owner != nil})
+		misses = append(misses, missing{key: k, vk: vks[i], bad: bad, down: down, tracked: r.owner != nil, tk: tks[i]})
 	}
 	return misses, errs, nil
 }

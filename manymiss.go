@@ -173,8 +173,11 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 			c.stats.shared.Add(1)
 			continue
 		}
-		if c.near != nil && !m.tracked {
-			c.flights.unheard(id, cl) // its read was not tracked (see group.join)
+		// Joinable only if the read was tracked and no invalidation of the
+		// key came since (it found no flight to forget, and Redis reports a
+		// key once per read): see group.join.
+		if c.near != nil && (!m.tracked || !c.near.x.Good(m.vk, m.tk)) {
+			c.unheard(id, cl)
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down

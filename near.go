@@ -118,9 +118,24 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 }
 
 // heard reports whether a Fetch may join a flight of its process (see
-// group.join): always without a near tier; with one, while its tracking
-// proves itself within MaxLag.
-func (c *Cache[T]) heard() bool { return c.near == nil || c.near.t.Heard(near.Now()) }
+// group.join): unless the near tier's tracking is in place and has not
+// proven itself within MaxLag. Without tracking in place (no tier, or off,
+// or Redis down) nothing of other processes' writes is heard anyway, as in
+// a Cache without a tier: flights are shared as they are there (a compute
+// WithComputeWhenDown runs once, not once per caller).
+func (c *Cache[T]) heard() bool {
+	return c.near == nil || !c.near.x.Up() || c.near.t.Heard(near.Now())
+}
+
+// unheard makes cl, whose read of Redis is not tracked, a flight no later
+// caller joins (see group.join), while tracking is in place: otherwise
+// none is heard (see heard), and the flights of that time are forgotten
+// when it comes back (see near.Index.SetUp).
+func (c *Cache[T]) unheard(id flightID, cl *call) {
+	if c.near.x.Up() {
+		c.flights.unheard(id, cl)
+	}
+}
 
 // nearTicket is taken before Fetch reads vk from Redis.
 func (c *Cache[T]) nearTicket(vk string) near.Ticket {

@@ -1,7 +1,10 @@
 package dogpile
 
 import (
+	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,8 +115,9 @@ func TestNearCacheReaderKilled(t *testing.T) {
 // that returns meanwhile is reported to nobody here, and a Fetch that
 // starts after it must not take the value it replaced.
 func TestNearCacheUntrackedFlight(t *testing.T) {
-	defer func(n int) { near.Readers = n }(near.Readers)
-	near.Readers = 0 // every read goes through the client: none is tracked
+	was := near.Readers
+	t.Cleanup(func() { near.Readers = was }) // after the tier's own cleanup
+	near.Readers = 0                         // every read goes through the client: none is tracked
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
 	installHolder(t, rdb)
@@ -178,5 +182,39 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 	// A session may be in its handshake, which waits near.Ping at most.
 	if d := time.Since(start); d > 3*near.Ping {
 		t.Errorf("Close took %v with the server frozen; want at most %v", d, 3*near.Ping)
+	}
+}
+
+// TestNearCacheComputeWhenDownShared: with Redis down, tracking is not in
+// place and the process hears nothing of other writes, as without a tier:
+// concurrent Fetches of a key share one compute (WithComputeWhenDown), as
+// they do without a tier, instead of one each.
+func TestNearCacheComputeWhenDownShared(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := newNearCache[string](t, s.Client(t), 100, WithComputeWhenDown())
+	ctx := t.Context()
+	if err := a.Set(ctx, "warm", "w", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "warm")
+	s.Kill()
+	redistest.Eventually(t, "tracking to drop", func() bool { return !a.near.x.Up() })
+	var computes atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			v, err := a.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
+				computes.Add(1)
+				time.Sleep(100 * time.Millisecond)
+				return "v", nil
+			})
+			if err != nil || v != "v" {
+				t.Errorf("Fetch with Redis down = %q, %v; want v", v, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := computes.Load(); n != 1 {
+		t.Errorf("%d computes for 20 concurrent Fetches with Redis down; want 1", n)
 	}
 }

@@ -95,13 +95,24 @@ func (x *Index) Admit(vk string, tk Ticket, put func()) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if put != nil && tk.epoch%2 == 1 && x.epoch.Load() == tk.epoch && x.stripe(vk).Load() == tk.gen {
+	switch {
+	case !x.good(vk, tk):
+		x.h.Remove(vk) // the stripe moved since tk: older reads fail too
+	case put != nil:
 		put()
-		return
+	default:
+		// The stripe moves: a read of vk in flight, which may be older
+		// than the one the caller is about to return, may not enter.
+		x.drop(vk)
 	}
-	// The stripe moves too: a read of vk in flight, which may be older
-	// than the one the caller is about to return, may not enter either.
-	x.drop(vk)
+}
+
+// Good reports whether nothing invalidated vk (or its stripe) since tk was
+// taken, tracking up all along.
+func (x *Index) Good(vk string, tk Ticket) bool { return x.good(vk, tk) }
+
+func (x *Index) good(vk string, tk Ticket) bool {
+	return tk.epoch%2 == 1 && x.epoch.Load() == tk.epoch && x.stripe(vk).Load() == tk.gen
 }
 
 // Invalidate removes the keys from the tier (Redis wrote them).
