@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,87 @@ func TestUpgradeSlowerThanTTL(t *testing.T) {
 		t.Errorf("Lock returned a lease already lost: %v", err)
 	}
 	l.Unlock(context.Background())
+}
+
+// TestTryGrantSlowerThanTTL: a single attempt granted too late (here its
+// request waited in the client, as in a GC pause or a pool's wait, so the
+// lock is fresh when the late reply arrives) reports the lock busy and
+// undoes what it was granted, instead of leaving it held for a TTL by
+// nobody.
+func TestTryGrantSlowerThanTTL(t *testing.T) {
+	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
+	type try = func(context.Context) (*lock.Lease, bool, error)
+	for _, tc := range []struct {
+		name string
+		// try is the single attempt; free, one that a grant left behind
+		// would bar.
+		make func(rdb *redis.Client) (try, free try)
+	}{
+		{"FairMutex", func(rdb *redis.Client) (try, try) {
+			m := lock.NewMutex(rdb, "slow", lock.WithTTL(ttl), lock.WithFair())
+			return m.TryLock, m.TryLock
+		}},
+		{"Semaphore", func(rdb *redis.Client) (try, try) {
+			s := lock.NewSemaphore(rdb, "slow", 1, lock.WithTTL(ttl))
+			f := func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }
+			return f, f
+		}},
+		{"RWMutex.TryRLock", func(rdb *redis.Client) (try, try) {
+			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
+			return rw.TryRLock, rw.TryLock
+		}},
+		{"RWMutex.TryLock", func(rdb *redis.Client) (try, try) {
+			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
+			return rw.TryLock, rw.TryLock
+		}},
+		{"MultiMutex", func(rdb *redis.Client) (try, try) {
+			mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b"}, lock.WithTTL(ttl))
+			return mm.TryLock, mm.TryLock
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			rdb := srv.Client(t)
+			attempt, free := tc.make(rdb)
+			warm, ok, err := attempt(t.Context()) // loads the scripts, opens the connection
+			if err != nil || !ok {
+				t.Fatalf("first attempt = %v, %v", ok, err)
+			}
+			warm.Unlock(t.Context())
+			var stall atomic.Bool
+			stall.Store(true)
+			pause := func() {
+				if stall.CompareAndSwap(true, false) {
+					time.Sleep(delay) // before the request leaves: granted fresh, late
+				}
+			}
+			rdb.AddHook(redistest.Hook{
+				Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+					pause()
+					return next(ctx, cmd)
+				},
+				Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+					pause()
+					return next(ctx, cmds)
+				},
+			})
+			if l, ok, err := attempt(t.Context()); err != nil || ok {
+				if ok {
+					l.Unlock(t.Context())
+				}
+				t.Fatalf("an attempt granted %v after it was sent, TTL %v = %v, %v; want busy", delay, ttl, ok, err)
+			}
+			undone := redistest.Within(ttl/2, func() bool {
+				l, ok, err := free(t.Context())
+				if ok {
+					l.Unlock(t.Context())
+				}
+				return err == nil && ok
+			})
+			if !undone {
+				t.Errorf("the late grant still holds the lock %v later; want it undone at once", ttl/2)
+			}
+		})
+	}
 }

@@ -83,7 +83,9 @@ type ask struct {
 	sent  time.Time // when the request was sent
 	o     *options
 	// renew: a waiter that holds a place it must renew (a ticket, a claim)
-	// comes back within a third of the TTL.
+	// comes back within a third of the TTL, with the same token. A single
+	// attempt (TryLock, TryAcquire) comes back with none: what it was
+	// granted too late is undone (see grant).
 	renew bool
 }
 

@@ -102,7 +102,7 @@ func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
 	return acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
-		l, retry, b, err := mm.try(ctx, token)
+		l, retry, b, err := mm.try(ctx, token, false)
 		busy = b
 		return l, retry, err
 	})
@@ -115,14 +115,15 @@ func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 		return nil, false, mm.invalid
 	}
 	return tryOnce(ctx, mm.client, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
-		l, retry, _, err := mm.try(ctx, redisutil.Token())
+		l, retry, _, err := mm.try(ctx, redisutil.Token(), true)
 		return l, retry, err
 	})
 }
 
 // try takes the groups in order. When one is busy it releases the groups
-// taken before it and reports the busy name's wake-up channel.
-func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Duration, string, error) {
+// taken before it and reports the busy name's wake-up channel. once says
+// that no attempt with token follows (TryLock).
+func (mm *MultiMutex) try(ctx context.Context, token string, once bool) (*Lease, time.Duration, string, error) {
 	sent := time.Now()
 	fences := make(map[string]int64, len(mm.names))
 	var top int64
@@ -174,7 +175,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string) (*Lease, time.Durat
 	}
 	if hold.Late(sent, mm.opts.ttl) {
 		// Granted past its safe deadline (see ask.grant): the next attempt,
-		// with the same token, renews the locks if they are still ours.
+		// with the same token, renews the locks if they are still ours; a
+		// single attempt has none, and undoes them.
+		if once {
+			mm.releaseLater(ctx, token, mm.groups)
+		}
 		return nil, time.Millisecond, "", nil
 	}
 	l := newLease(mm, mm.label, token, top, sent, &mm.opts)

@@ -202,13 +202,13 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 }
 
 func (rw *RWMutex) tryRead(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	a := ask{h: reader{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its place
+	a := ask{h: reader{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: mode == "wait"} // renews its place
 	cmd, acked := rw.opts.script(ctx, rw.client, rwRLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
 	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
 
 func (rw *RWMutex) tryWrite(ctx context.Context, token, mode string) (*Lease, time.Duration, error) {
-	a := ask{h: writer{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: true} // renews its claim
+	a := ask{h: writer{rw}, name: rw.name, token: token, sent: time.Now(), o: &rw.opts, renew: mode == "wait"} // renews its claim
 	cmd, acked := rw.opts.script(ctx, rw.client, rwLock, rw.keys, token, redisutil.Millis(rw.opts.ttl), mode, rw.opts.retentionMs)
 	return a.grant(ctx, rw.opts.unacked(pair(cmd.Int64Slice()), acked))
 }

@@ -157,7 +157,7 @@ func (s *Semaphore) check(n int64) error {
 }
 
 func (s *Semaphore) try(ctx context.Context, token string, n int64, mode string) (*Lease, time.Duration, error) {
-	a := ask{h: s, name: s.name, token: token, sent: time.Now(), o: &s.opts, renew: true} // renews its ticket
+	a := ask{h: s, name: s.name, token: token, sent: time.Now(), o: &s.opts, renew: mode == "wait"} // renews its ticket
 	cmd, acked := s.opts.script(ctx, s.client, semAcquire, s.keys, token, n, s.permits, redisutil.Millis(s.opts.ttl), mode, s.prefix, s.publish, s.opts.retentionMs, s.fairArg)
 	return a.grant(ctx, s.opts.unacked(pair(cmd.Int64Slice()), acked))
 }
