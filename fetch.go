@@ -94,11 +94,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
 	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
-	var unheard func()     // with a near tier: the read is not tracked (see group.join)
-	if c.near != nil {
-		unheard = func() { c.unheard(id, cl) }
-	}
-	b, pttl, o, err := c.read(ctx, vk, unheard)
+	b, pttl, o, err := c.read(ctx, vk, id, cl)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
 	switch {
@@ -140,17 +136,17 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 // the near tier need the value's remaining TTL, a PTTL pipelined with it (one slot, one round
 // trip). pttl is negative when it was not read or the key has no TTL. With
 // the near tier, o is the Owner of the value when it was read on a tracked
-// connection (see near.Owner), nil otherwise, and unheard is called
-// before a read on another. It goes through the client's circuit breaker
+// connection (see near.Owner), nil otherwise; before a read on another,
+// the flight cl (named id) is made one no later caller joins. It goes through the client's circuit breaker
 // (see ErrUnavailable) without a closure, which would cost every hit an
 // allocation.
-func (c *Cache[T]) read(ctx context.Context, vk string, unheard func()) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	done, err := c.allow()
 	if err != nil {
 		return nil, -1, nil, err
 	}
 	if c.near != nil {
-		b, pttl, o, err = c.readNear(ctx, vk, unheard)
+		b, pttl, o, err = c.readNear(ctx, vk, id, cl)
 	} else {
 		b, pttl, err = c.readRedis(ctx, c.client, vk)
 	}
@@ -159,12 +155,13 @@ func (c *Cache[T]) read(ctx context.Context, vk string, unheard func()) (b []byt
 }
 
 // readNear reads vk on one of the near tier's tracked connections if one
-// is free, and otherwise through the client, after calling unheard: also
+// is free, and otherwise through the client, after making the flight cl
+// one no later caller joins (see Cache.unheard): also
 // when the reader could not serve the read (its node answered with an
 // error, a Cluster's slot that moved; its connection failed or its session
 // ended), unless ctx ended or the read timed out (the server is slow: the
 // client would wait as long again).
-func (c *Cache[T]) readNear(ctx context.Context, vk string, unheard func()) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+func (c *Cache[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
 		var rerr error
 		b, pttl, rerr = c.readRedis(ctx, cn, vk)
@@ -176,15 +173,16 @@ func (c *Cache[T]) readNear(ctx context.Context, vk string, unheard func()) (b [
 	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
 		return nil, -1, nil, err
 	}
-	if unheard != nil {
-		unheard()
-	}
+	c.unheard(id, cl)
 	b, pttl, err = c.readRedis(ctx, c.client, vk)
 	return b, pttl, nil, err
 }
 
 // timedOut reports whether err is a network timeout.
 func timedOut(err error) bool {
+	if err == nil {
+		return false
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
@@ -192,8 +190,7 @@ func timedOut(err error) bool {
 // answered reports whether err is an error reply other than redis.Nil:
 // the node could not serve the read.
 func answered(err error) bool {
-	var reply redis.Error
-	return err != nil && err != redis.Nil && errors.As(err, &reply)
+	return err != nil && err != redis.Nil && near.IsReply(err)
 }
 
 // readRedis is read's round trip on rc, behind the circuit breaker.

@@ -174,7 +174,9 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 	fetchNear(t, a, "k")
 	s.Pause()
 	defer s.Resume()
-	time.Sleep(3 * near.MaxLag) // the reader's ping is in flight
+	// Once the subscriber's pings go unanswered, the idle reader's (every
+	// MaxLag/2) are in flight too.
+	redistest.Eventually(t, "the tier to find the server silent", func() bool { return !a.near.t.Heard(near.Now()) })
 	start := time.Now()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)

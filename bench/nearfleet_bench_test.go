@@ -69,7 +69,7 @@ func nearFleet(b *testing.B, p int) {
 		wg.Go(func() { holdKeys(c, i, stop, &reads, &hits) })
 	}
 	defer func() { close(stop); wg.Wait() }()
-	time.Sleep(time.Second) // every tier up, its keys read
+	awaitHeld(b, tiers)
 	idle := serverCPU(b, srv.Addr())
 	time.Sleep(time.Second)
 	idle = serverCPU(b, srv.Addr()) - idle
@@ -93,6 +93,20 @@ func nearFleet(b *testing.B, p int) {
 	b.ReportMetric(float64(invalidations(tiers)-inv0)/float64(n), "inval/op")
 	if r := reads.Load() - reads0; r > 0 {
 		b.ReportMetric(float64(hits.Load()-hits0)/float64(r), "hit-ratio")
+	}
+}
+
+// awaitHeld waits until each tier has served each of its keys from
+// memory, as many near hits as it holds keys at least.
+func awaitHeld(b *testing.B, tiers []*dogpile.Cache[item]) {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range tiers {
+		for c.Stats().NearHits < 10 {
+			if time.Now().After(deadline) {
+				b.Fatalf("near tiers not serving their keys after 30 s: %+v", c.Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 

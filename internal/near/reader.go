@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -86,8 +85,7 @@ func (r *reader) do(ctx context.Context, f func(redis.Cmdable) error) (*Owner, e
 	o := r.owner.Load()
 	sent := Now()
 	err := f(r.conn)
-	var reply redis.Error
-	if (err != nil && !errors.As(err, &reply)) || r.closed.Load() {
+	if (err != nil && !IsReply(err)) || r.closed.Load() {
 		r.drop()
 		return nil, err
 	}
@@ -121,6 +119,18 @@ func (r *reader) drop() {
 
 var errReaderClosed = errors.New("near: the tracking session ended")
 
+// IsReply reports whether err is a reply from the server (redis.Nil
+// included), not a failure of the connection or the caller's context.
+// Checked for nil first: the target of errors.As escapes, and a read
+// without error must not pay for it.
+func IsReply(err error) bool {
+	if err == nil {
+		return false
+	}
+	var reply redis.Error
+	return errors.As(err, &reply)
+}
+
 // end closes r for good: its values are no longer served from now on, and
 // its connection closes now, or when the command in flight returns.
 func (r *reader) end() {
@@ -142,22 +152,15 @@ func (r *reader) end() {
 // sent before it were delivered, and each ping costs Redis CPU in every
 // process (see bench/README, "Near tiers across a fleet").
 func (r *reader) beat(ctx context.Context) {
-	tick := time.NewTicker(MaxLag / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+	every(ctx, MaxLag/2, func() bool {
+		if r.mu.TryLock() {
+			if r.conn != nil {
+				_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
+			}
+			r.mu.Unlock()
 		}
-		if !r.mu.TryLock() {
-			continue
-		}
-		if r.conn != nil {
-			_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
-		}
-		r.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // readers are a session's readers on one node.

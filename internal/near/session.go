@@ -20,8 +20,7 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *Tracker) keep(ctx context.Context, node *redis.Client, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
-	o := node.Options()
+func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
 	var id atomic.Int64 // of the subscriber's connection
 	cl := redis.NewClient(trackingOptions(o, t.prefix, refused, &id))
 	defer cl.Close()
@@ -165,15 +164,26 @@ var errReplaced = errors.New("near: tracking connection replaced")
 // write failed, and the session must not read on from the new one as if
 // nothing had been lost in between.
 func beat(ctx context.Context, ps *redis.PubSub) {
-	tick := time.NewTicker(Beat)
+	every(ctx, Beat, func() bool {
+		if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
+			_ = ps.Close()
+			return false
+		}
+		return true
+	})
+}
+
+// every calls f every d until ctx ends or f returns false: the beats of
+// the subscriber and of the readers.
+func every(ctx context.Context, d time.Duration, f func() bool) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
-				_ = ps.Close()
+			if !f() {
 				return
 			}
 		}

@@ -142,13 +142,13 @@ func (t *Tracker) run() {
 }
 
 // nodes lists the options of the servers to track on, or why none can be.
-func (t *Tracker) nodes() ([]*redis.Client, string) {
+func (t *Tracker) nodes() ([]*redis.Options, string) {
 	switch c := t.client.(type) {
 	case *redis.Client:
 		if c.Options().Addr == "FailoverClient" {
 			return nil, "a failover client (its connections follow the master; the tracker's would not)"
 		}
-		return []*redis.Client{c}, ""
+		return []*redis.Options{c.Options()}, ""
 	case *redis.ClusterClient:
 		o := c.Options()
 		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
@@ -160,15 +160,15 @@ func (t *Tracker) nodes() ([]*redis.Client, string) {
 	}
 }
 
-func clusterMasters(c *redis.ClusterClient) ([]*redis.Client, string) {
+func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
 	var mu sync.Mutex
-	var nodes []*redis.Client
+	var nodes []*redis.Options
 	ctx, cancel := context.WithTimeout(context.Background(), Ping)
 	defer cancel()
 	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
 		defer mu.Unlock()
-		nodes = append(nodes, n)
+		nodes = append(nodes, n.Options())
 		return nil
 	})
 	if err != nil {
@@ -188,10 +188,10 @@ func (t *Tracker) disable(reason string) {
 
 // track runs one session per node until the Cache goes idle (true), the
 // set of masters changes, or a server refuses tracking (then t is dead).
-func (t *Tracker) track(nodes []*redis.Client) (stop bool) {
+func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 	set := make(map[string]bool, len(nodes))
 	for _, o := range nodes {
-		set[o.Options().Addr] = true
+		set[o.Addr] = true
 	}
 	t.masters.Store(&set)
 	heard := make([]atomic.Int64, len(nodes))
@@ -276,7 +276,7 @@ func (t *Tracker) moved(set map[string]bool) bool {
 		return true
 	}
 	for _, o := range nodes {
-		if !set[o.Options().Addr] {
+		if !set[o.Addr] {
 			return true
 		}
 	}
