@@ -217,7 +217,15 @@ func (c *Cache[T]) set(ctx context.Context, key string, v T, ttl time.Duration, 
 			if err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err(); err != nil || len(calls) == 1 {
 				return err
 			}
-			calls = calls[1:]
+			if err := firstErr(c.runPipelined(ctx, calls[1:])); err != nil {
+				// Stored but maybe in no tag's set, where InvalidateTag
+				// would never find it: undone.
+				redisutil.Rollback(ctx, func(ctx context.Context) {
+					_ = c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+				})
+				return err
+			}
+			return nil
 		}
 		return firstErr(c.runPipelined(ctx, calls))
 	})

@@ -25,21 +25,7 @@ func TestSetTaggedRacesInvalidateTag(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	ctx := t.Context()
 	other := New[string](cl.Client(t), prefix(t)) // another process
-	set, _ := other.tagKeys("T")
-	tagNode, err := other.client.(*redis.ClusterClient).MasterForKey(ctx, set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := ""
-	for i := 0; key == ""; i++ { // a key whose value lives on another node than the tag's set
-		n, err := other.client.(*redis.ClusterClient).MasterForKey(ctx, other.valueKey(fmt.Sprint("k", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.Options().Addr != tagNode.Options().Addr {
-			key = fmt.Sprint("k", i)
-		}
-	}
+	set, key := offTagNode(t, other, "T")
 	vk := other.valueKey(key)
 
 	// The writer's client holds back the command that stores the value.
@@ -94,4 +80,66 @@ func TestSetTaggedRacesInvalidateTag(t *testing.T) {
 	if v, err := other.Get(ctx, key); !errors.Is(err, ErrMiss) {
 		t.Errorf("%s after an InvalidateTag that began once SetTagged returned = %q, %v; want ErrMiss", key, v, err)
 	}
+}
+
+// offTagNode returns the set of tag and a key whose value lives on another
+// node of c's Cluster than that set.
+func offTagNode(t *testing.T, c *Cache[string], tag string) (set, key string) {
+	t.Helper()
+	cc := c.client.(*redis.ClusterClient)
+	set, _ = c.tagKeys(tag)
+	tagNode, err := cc.MasterForKey(t.Context(), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		n, err := cc.MasterForKey(t.Context(), c.valueKey(fmt.Sprint("k", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Options().Addr != tagNode.Options().Addr {
+			return set, fmt.Sprint("k", i)
+		}
+	}
+}
+
+// TestSetTaggedTagStepFails: on a Cluster, where SetTagged stores the
+// value before adding it to its tags' sets, a failure of that second step
+// undoes the value: SetTagged fails, and the key is not left in Redis
+// outside every set, where no InvalidateTag would find it.
+func TestSetTaggedTagStepFails(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	ctx := t.Context()
+	other := New[string](cl.Client(t), prefix(t))
+	set, key := offTagNode(t, other, "T")
+	injected := errors.New("injected: the tag's node is unreachable")
+	tagged := func(cmds []redis.Cmder) bool {
+		return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return slices.Contains(c.Args(), any(set)) })
+	}
+	wc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { wc.Close() })
+	wc.OnNewNode(func(n *redis.Client) {
+		n.AddHook(redistest.Hook{
+			Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if tagged([]redis.Cmder{cmd}) {
+					return injected
+				}
+				return next(ctx, cmd)
+			},
+			Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+				if tagged(cmds) {
+					return injected
+				}
+				return next(ctx, cmds)
+			},
+		})
+	})
+	writer := New[string](wc, prefix(t))
+	if err := writer.SetTagged(ctx, key, "v", time.Minute, "T"); err == nil {
+		t.Fatal("SetTagged succeeded though its tag step failed")
+	}
+	redistest.Eventually(t, "the untagged value undone", func() bool {
+		_, err := other.Get(ctx, key)
+		return errors.Is(err, ErrMiss)
+	})
 }
