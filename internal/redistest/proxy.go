@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -51,8 +52,9 @@ func (p *Proxy) DropNextReply() { p.DropReplies(1) }
 // loses its reply again until n are gone.
 func (p *Proxy) DropReplies(n int64) { p.toDrop.Store(n) }
 
-// DelayReplies holds every reply back by d before the client gets it, in
-// order on each connection, until it is called again with 0. The server
+// DelayReplies holds every reply back by d from the moment the proxy
+// reads it before the client gets it, in order on each connection, until
+// it is called again with 0. The server
 // has executed the command by then: only its answer is late.
 func (p *Proxy) DelayReplies(d time.Duration) { p.delay.Store(int64(d)) }
 
@@ -93,26 +95,59 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-// pipe copies from src to dst; replies (server to client) may be dropped.
+// pipe copies from src to dst; replies (server to client) may be dropped
+// or delayed (see delayed).
 func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer dst.Close()
 	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if replies && p.take() {
-				p.dropped.Add(1)
-				return
+	if replies {
+		p.delayed(dst, src)
+		return
+	}
+	_, _ = io.Copy(dst, src)
+}
+
+// A chunk is what one read of a reply stream returned, and when.
+type chunk struct {
+	b  []byte
+	at time.Time
+}
+
+// delayed copies replies from src to dst, each chunk written DelayReplies
+// after it was read (not after the chunk before it was written: replies
+// that come while one is held back wait no longer than it), or dropped
+// (see DropReplies).
+func (p *Proxy) delayed(dst, src net.Conn) {
+	chunks := make(chan chunk, 1024)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if p.take() {
+					p.dropped.Add(1)
+					return
+				}
+				select {
+				case chunks <- chunk{append([]byte(nil), buf[:n]...), time.Now()}:
+				case <-stop:
+					return
+				}
 			}
-			if d := time.Duration(p.delay.Load()); replies && d > 0 {
-				time.Sleep(d)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if err != nil {
 				return
 			}
 		}
-		if err != nil {
+	}()
+	for c := range chunks {
+		if d := time.Duration(p.delay.Load()); d > 0 {
+			time.Sleep(time.Until(c.at.Add(d)))
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			_ = src.Close() // ends the reader
 			return
 		}
 	}

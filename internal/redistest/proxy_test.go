@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -73,5 +74,41 @@ func TestProxyDelaysRepliesInOrder(t *testing.T) {
 	p.DelayReplies(0)
 	if err := short.Ping(t.Context()).Err(); err != nil {
 		t.Errorf("PING once the delay is off: %v", err)
+	}
+}
+
+// TestProxyDelaysEachReplyFromItsArrival: a reply that comes while an
+// earlier one is held back waits d from its own arrival, not d after the
+// earlier one is let through (which made a delay of d one of up to 2d).
+func TestProxyDelaysEachReplyFromItsArrival(t *testing.T) {
+	t.Parallel()
+	const d = 200 * time.Millisecond
+	s := StartServer(t)
+	p := StartProxy(t, s.Addr())
+	p.DelayReplies(d)
+	cn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.Close()
+	start := time.Now()
+	if _, err := cn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d / 2) // the second request goes while the first reply is held
+	if _, err := cn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, buf := 0, make([]byte, 64)
+	for got < len("+PONG\r\n+PONG\r\n") {
+		n, err := cn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	// The second reply is due at d/2 + d; held back twice, it came at 2d.
+	if took := time.Since(start); took > d/2+d+d/4 {
+		t.Errorf("the second reply came %v after the first request; want about %v", took, d/2+d)
 	}
 }
