@@ -81,6 +81,7 @@ type Cache[T any] struct {
 	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 	near     *nearTier[T]     // WithNearCache; nil: none
+	fresh    *freshRead       // with freshness options or a near tier; nil: none
 	life     life             // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
@@ -113,6 +114,9 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	c.life.init()
 	if c.opts.logger != nil {
 		c.breaker.AddLogger(c.opts.logger) // it logs the client's outages
+	}
+	if c.opts.stale > 0 || c.opts.beta > 0 || c.opts.nearEntries > 0 {
+		c.fresh = &freshRead{}
 	}
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(c)

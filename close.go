@@ -22,7 +22,9 @@ var ErrClosed = errors.New("dogpile: cache closed")
 // per client, for every Cache and lock on it, outlives Close: the circuit
 // breaker, and the wake-up connection, which closes 250 ms after its last
 // waiter leaves; so does a rollback in flight (an undo of a request whose
-// reply was lost), bounded by 3 s. Close may be called more than once.
+// reply was lost), bounded by 3 s, and a sample of the servers' clock in
+// flight (a TIME per server, see WithStale), until its reply. Close may be
+// called more than once.
 func (c *Cache[T]) Close() error {
 	if !c.life.close() {
 		return nil

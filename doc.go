@@ -12,8 +12,9 @@
 //
 // # Guarantees
 //
-//   - A hit is one round trip (a GET, and a PTTL pipelined with it when
-//     WithStale, WithEarlyRefresh or WithNearCache is set) and a decode.
+//   - A hit is one GET and a decode. With WithStale, WithEarlyRefresh or
+//     WithNearCache too: the value's expiry is stamped in its entry in the
+//     server's clock (see below).
 //   - A call that starts after Set, Delete or Refresh of its key returned
 //     in this process (or, with the near tier, after the write's
 //     invalidation arrived) never returns the value that write replaced.
@@ -55,8 +56,18 @@
 // most once per [WithRefreshRetry] interval per key across the fleet. With
 // [WithEarlyRefresh], a hot key is refreshed shortly before it expires
 // (XFetch, with the refresh point drawn once per stored value), so callers
-// never see it expire. Staleness is judged by Redis's clock: the remaining
-// PTTL is read with the value, in the same round trip.
+// never see it expire. Staleness is judged by Redis's clock: the script that
+// stores a value stamps its expiry in the entry, in the server's time, and a
+// hit reads it against an estimate of that time (a TIME round trip to each
+// server about once a second while the Cache is read, bracketed by its
+// send and reply, so no client clock is trusted). The estimate errs only
+// early, by at most 22 ms (a server clock stepped by hand is followed at the
+// next sample). While it is missing, older than 5 s or less
+// certain than that (servers whose clocks disagree), for an entry without
+// an expiry (written by a Cache without these options), and on a server
+// whose keys do not expire with its clock (miniredis, whose TTLs move only
+// by FastForward: checked once per Cache), a hit pipelines a PTTL with its
+// GET instead, in the same round trip.
 //
 // [ErrNotFound] from compute is returned to every waiting process, and with
 // [WithNegativeTTL] remembered as a tombstone. [Cache.Refresh] recomputes now

@@ -21,6 +21,7 @@ import (
 //
 //	version 1: 'd' 'p' 0x01 payload
 //	version 2: 'd' 'p' 0x02 flags uvarint(took) uvarint(early) payload
+//	version 3: 'd' 'p' 0x03 deadline flags uvarint(took) uvarint(early) payload
 //
 // Version 1 is written whenever there is nothing to record but the value,
 // so that processes still running an older dogpile keep reading what newer
@@ -28,14 +29,20 @@ import (
 // negative caching need: how long the compute took and the early-refresh gap
 // drawn for this value (both in µs), and flags (a not-found tombstone has no
 // payload; a compressed payload is S2, see WithCompression, which a reader
-// that does not know the flag treats as unreadable). Bytes without a header this code knows
+// that does not know the flag treats as unreadable). Version 3, written by a
+// Cache with freshness options (see freshRead), adds the value's expiry:
+// 8 bytes, big-endian unix ms in the server's clock, which the store script
+// stamps (the client writes zeros; zero means unknown), so that a hit needs
+// no PTTL. Bytes without a header this code knows
 // (written by another library, or by a newer dogpile) are a miss: counted,
 // overwritten, and never handed to the codec.
 const (
 	magic0, magic1 = 'd', 'p'
 	formatVersion  = 1 // a plain value
 	formatMeta     = 2 // a value (or a tombstone) with metadata
+	formatDeadline = 3 // version 2's content, after the value's expiry
 	headerLen      = 3
+	deadlineLen    = 8
 )
 
 // Flags of a version 2 entry. Bits this code does not know make the entry
@@ -85,12 +92,16 @@ func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 			}
 		}
 	}
-	if m == (meta{}) {
+	switch {
+	case c.fresh != nil:
+		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
+		b = append(b, magic0, magic1, formatDeadline, 0, 0, 0, 0, 0, 0, 0, 0)
+		b = m.append(b)
+	case m == (meta{}):
 		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
-	} else {
-		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta, m.flags())
-		b = binary.AppendUvarint(b, uint64(max(m.took, 0)/time.Microsecond))
-		b = binary.AppendUvarint(b, uint64(max(m.early, 0)/time.Microsecond))
+	default:
+		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
+		b = m.append(b)
 	}
 	if n := len(b) + len(p); n > c.opts.maxValue {
 		return nil, tooLarge{n, c.opts.maxValue}
@@ -98,7 +109,14 @@ func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 	return append(b, p...), nil
 }
 
-// flags are m's flags in a version 2 header.
+// append appends m as a version 2 or 3 header ends: flags and durations.
+func (m meta) append(b []byte) []byte {
+	b = append(b, m.flags())
+	b = binary.AppendUvarint(b, uint64(max(m.took, 0)/time.Microsecond))
+	return binary.AppendUvarint(b, uint64(max(m.early, 0)/time.Microsecond))
+}
+
+// flags are m's flags in a version 2 or 3 header.
 func (m meta) flags() byte {
 	var f byte
 	if m.notFound {
@@ -136,7 +154,18 @@ func (c *Cache[T]) decompress(p []byte) ([]byte, error) {
 // isTombstone reports whether b is a well-formed entry that says "not
 // found", without decoding anything.
 func isTombstone(b []byte) bool {
-	return len(b) > headerLen && b[0] == magic0 && b[1] == magic1 && b[2] == formatMeta && b[headerLen]&flagNotFound != 0
+	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
+		return false
+	}
+	at := headerLen
+	switch b[2] {
+	case formatMeta:
+	case formatDeadline:
+		at += deadlineLen
+	default:
+		return false
+	}
+	return len(b) > at && b[at]&flagNotFound != 0
 }
 
 // decode decodes the value of an entry; a tombstone is an error.
@@ -157,7 +186,13 @@ func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
 	p := b[headerLen:]
 	switch b[2] {
 	case formatVersion:
-	case formatMeta:
+	case formatMeta, formatDeadline:
+		if b[2] == formatDeadline {
+			if len(p) < deadlineLen {
+				return v, m, errors.New("entry too short for its expiry")
+			}
+			p = p[deadlineLen:]
+		}
 		if p, m, err = readMeta(p); err != nil || m.notFound {
 			return v, m, err
 		}
@@ -179,7 +214,7 @@ func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
 	return v, m, err
 }
 
-// readMeta reads the metadata of a version 2 entry from p and returns the
+// readMeta reads the metadata of a version 2 or 3 entry from p and returns the
 // rest: the payload.
 func readMeta(p []byte) ([]byte, meta, error) {
 	var m meta

@@ -56,7 +56,7 @@ func TestEntryMeta(t *testing.T) {
 func TestEntryUnknownIsAnError(t *testing.T) {
 	c := New[beer](nopClient(t))
 	for _, b := range []string{
-		"dp\x03\x80",             // a newer version
+		"dp\x04\x80",             // a newer version
 		"dp\x02\x80\x00\x00\x80", // a flag this code does not know
 		"dp\x02\x00\x00",         // one duration missing
 		"dp\x02\x01\x00\x00\x80", // a tombstone with a payload
@@ -80,7 +80,7 @@ func TestEntryNewerIsACountedMiss(t *testing.T) {
 	ctx := t.Context()
 	for _, opts := range [][]Option{nil, {WithStale(time.Minute), WithEarlyRefresh(1)}} {
 		c := New[string](s.Client(t), append(opts, prefix(t))...)
-		newer := []string{"dp\x03\x80", "dp\x7f", "dp\x02\x80\x00\x00\xa1v"}
+		newer := []string{"dp\x04\x80", "dp\x7f", "dp\x02\x80\x00\x00\xa1v"}
 		for i, raw := range newer {
 			key := fmt.Sprint("k", i)
 			if err := c.client.Set(ctx, c.keys(key).value, raw, time.Minute).Err(); err != nil {

@@ -132,9 +132,9 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	return c.await(ctx, key, id, cl)
 }
 
-// read is the hit path's round trip: a GET, and when freshness options or
-// the near tier need the value's remaining TTL, a PTTL pipelined with it (one slot, one round
-// trip). pttl is negative when it was not read or the key has no TTL. With
+// read is the hit path's round trip: a GET, which tells the value's
+// remaining TTL when freshness options or the near tier need it (see
+// readRedis). pttl is negative when it was not read or the key has no TTL. With
 // the near tier, o is the Owner of the value when it was read on a tracked
 // connection (see near.Owner), nil otherwise; before a read on another,
 // the flight cl (named id) is made one no later caller joins. It goes through the client's circuit breaker
@@ -191,27 +191,6 @@ func timedOut(err error) bool {
 // the node could not serve the read.
 func answered(err error) bool {
 	return err != nil && err != redis.Nil && near.IsReply(err)
-}
-
-// readRedis is read's round trip on rc, behind the circuit breaker.
-func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b []byte, pttl time.Duration, err error) {
-	if c.opts.stale == 0 && c.opts.beta == 0 && c.near == nil {
-		b, err = rc.Get(ctx, vk).Bytes()
-		return b, -1, err
-	}
-	var get *redis.StringCmd
-	var pt *redis.DurationCmd
-	_, err = rc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get, pt = p.Get(ctx, vk), p.PTTL(ctx, vk)
-		return nil
-	})
-	if b, err = get.Bytes(); err != nil {
-		return nil, -1, err
-	}
-	if pttl, err = pt.Result(); err != nil || pttl < 0 {
-		return b, -1, nil // a value without a TTL is never stale
-	}
-	return b, pttl, nil
 }
 
 // startFlight runs the miss path of j in its own goroutine, on a context

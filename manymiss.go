@@ -28,9 +28,9 @@ type read struct {
 	owner *near.Owner
 }
 
-// readMany is the hit path of many keys: an MGET per slot group, and with
-// WithStale, WithEarlyRefresh or WithNearCache a PTTL per key, in one
-// pipeline (one round trip per node), through the client's circuit breaker.
+// readMany is the hit path of many keys: an MGET per slot group (see
+// readManyRedis), one round trip per node, through the client's circuit
+// breaker.
 func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 	rs := make([]read, len(vks))
 	done, err := c.allow()
@@ -98,56 +98,6 @@ func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) er
 	err := c.readManyRedis(ctx, c.client, ks, part)
 	for n, i := range rest {
 		rs[i] = part[n]
-	}
-	return err
-}
-
-// readManyRedis is readMany's round trip on rc, behind the circuit
-// breaker. It returns the pipeline's first error; each key has its own in
-// rs.
-func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
-	groups := slotGroups(c.client, vks)
-	gets := make([]*redis.SliceCmd, len(groups))
-	var pttls []*redis.DurationCmd
-	if c.opts.stale > 0 || c.opts.beta > 0 || c.near != nil {
-		pttls = make([]*redis.DurationCmd, len(vks))
-	}
-	_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for gi, g := range groups {
-			ks := vks // a single server: one group, every key in order
-			if len(g) != len(vks) {
-				ks = make([]string, len(g))
-				for n, i := range g {
-					ks[n] = vks[i]
-				}
-			}
-			gets[gi] = p.MGet(ctx, ks...)
-		}
-		for i := range pttls {
-			pttls[i] = p.PTTL(ctx, vks[i])
-		}
-		return nil
-	})
-	for gi, g := range groups {
-		vals, gerr := gets[gi].Result()
-		for n, i := range g {
-			r := &rs[i]
-			r.pttl = -1
-			switch {
-			case gerr != nil:
-				r.err = gerr
-			case vals[n] == nil:
-				r.err = redis.Nil
-			default:
-				s, _ := vals[n].(string)
-				r.b = []byte(s)
-			}
-			if pttls != nil && r.err == nil {
-				if d, err := pttls[i].Result(); err == nil && d >= 0 {
-					r.pttl = d // a value without a TTL is never stale
-				}
-			}
-		}
 	}
 	return err
 }

@@ -156,8 +156,8 @@ func WithComputeWhenDown() Option {
 // wait for its compute. A refresh that fails (an error, a panic, a
 // [WithMaxCompute] timeout) leaves the stale value served until TTL + max,
 // and no process refreshes the key again for the [WithRefreshRetry]
-// interval. Staleness is judged by Redis's clock: a hit reads the PTTL with
-// the value, pipelined. Stale answers are counted in [Stats].Stale.
+// interval. Staleness is judged by Redis's clock, from the expiry the store
+// stamps in the entry (see the package doc). Stale answers are counted in [Stats].Stale.
 // WithStale panics if max is not positive.
 func WithStale(max time.Duration) Option {
 	if max <= 0 {
@@ -174,8 +174,8 @@ func WithStale(max time.Duration) Option {
 // long the last refresh took and u is uniform in (0, 1], and is capped at a
 // third of the TTL: at most 1.5 computes per TTL period. A larger beta
 // refreshes earlier; 1 is the paper's. With [WithStale] too, a refresh that
-// runs late costs a stale answer instead of a wait. A hit reads the PTTL
-// with the value, pipelined. WithEarlyRefresh panics if beta is not
+// runs late costs a stale answer instead of a wait. The remaining TTL is
+// read from the entry (see the package doc). WithEarlyRefresh panics if beta is not
 // positive.
 func WithEarlyRefresh(beta float64) Option {
 	if !(beta > 0) || math.IsInf(beta, 1) {

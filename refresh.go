@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
 // Refreshing a value before callers have to wait for it: in the background
@@ -29,11 +30,14 @@ func (c *Cache[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool
 	if pttl < 0 || m.notFound {
 		return 0, false
 	}
+	// pttl read from the entry may fall short of the truth by up to Slack:
+	// refreshScript, which reads the true PTTL, is let start that much early.
+	slack := servertime.Slack
 	if c.opts.stale > 0 && pttl <= c.opts.stale {
-		return c.opts.stale, true
+		return c.opts.stale + slack, true
 	}
 	if c.opts.beta > 0 && m.early > 0 && pttl <= c.opts.stale+m.early {
-		return c.opts.stale + m.early, true
+		return c.opts.stale + m.early + slack, true
 	}
 	return 0, false
 }

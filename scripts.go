@@ -103,11 +103,32 @@ if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
 
+// stampLua writes into the entry under vk, if it is a version 3 entry (see
+// entry.go; head is its first bytes), its expiry: ttl ms from now in the
+// server's clock, as 8 big-endian bytes of unix ms. Every script that sets
+// a value's TTL stamps it, so that the entry and its PTTL agree.
+const stampLua = `
+local function stamp(vk, head, ttl)
+  if string.sub(head, 1, 3) ~= 'dp\3' then return end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
+  local s = ''
+  for i = 1, 8 do
+    s = string.char(ms % 256) .. s
+    ms = math.floor(ms / 256)
+  end
+  redis.call('SETRANGE', vk, 3, s)
+end
+`
+
 // storeLua is storeScript's step, shared with storeTaggedScript; the lock
 // was checked.
-const storeLua = `
+const storeLua = stampLua + `
 local function store(vk, lk, ch, token, v, ttl, pub, maxwake)
-  if ttl ~= '0' then redis.call('SET', vk, v, 'PX', ttl) end
+  if ttl ~= '0' then
+    redis.call('SET', vk, v, 'PX', ttl)
+    stamp(vk, v, ttl)
+  end
   redis.call('DEL', lk)
   local m = '` + wake.Stored + `'
   if #v <= tonumber(maxwake) then m = m .. token .. ':' .. v end
@@ -164,8 +185,9 @@ return n
 // any compute in progress (its fenced store then fails) and wakes waiters,
 // who read the new value. KEYS: value, lock, channel. ARGV: value, ttl ms,
 // PUBLISH or SPUBLISH.
-var setScript = redis.NewScript(`
+var setScript = redis.NewScript(stampLua + `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+stamp(KEYS[1], ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.call(ARGV[3], KEYS[3], '` + wake.Stored + `')
 return 1
