@@ -66,8 +66,7 @@ func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (
 		b, err = rc.Get(ctx, vk).Bytes()
 		return b, -1, err
 	}
-	c.sampleClock()
-	if f.clock.Ready() && !f.pttlFirst.Load() {
+	if c.readyClock() && !f.pttlFirst.Load() {
 		if b, err = rc.Get(ctx, vk).Bytes(); err != nil {
 			return nil, -1, err
 		}
@@ -109,8 +108,7 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []st
 	var pttls []*redis.DurationCmd
 	fromEntry := false
 	if f := c.fresh; f != nil {
-		c.sampleClock()
-		if fromEntry = f.clock.Ready() && !f.pttlFirst.Load(); !fromEntry {
+		if fromEntry = c.readyClock() && !f.pttlFirst.Load(); !fromEntry {
 			pttls = make([]*redis.DurationCmd, len(vks))
 		}
 	}
@@ -193,14 +191,16 @@ func (c *Cache[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string
 	}
 }
 
-// sampleClock samples the servers' clock when it is due (see
-// servertime.Clock.Due), on a goroutine of its own that Close does not wait
-// for: a server frozen under a client without read timeouts would hold it,
-// and Close with it. It ends at Close or after servertime.Period, or, if
-// its request went out, when the reply comes.
-func (c *Cache[T]) sampleClock() {
-	if !c.fresh.clock.Due() {
-		return
+// readyClock reports whether remaining TTLs can be read from entries now,
+// and samples the servers' clock when it is due (see
+// servertime.Clock.Check), on a goroutine of its own that Close does not
+// wait for: a server frozen under a client without read timeouts would
+// hold it, and Close with it. It ends at Close or after servertime.Period,
+// or, if its request went out, when the reply comes.
+func (c *Cache[T]) readyClock() bool {
+	ready, due := c.fresh.clock.Check()
+	if !due {
+		return ready
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.life.ctx, servertime.Period)
@@ -211,4 +211,5 @@ func (c *Cache[T]) sampleClock() {
 			return servertime.FollowsClock(ctx, c.client, c.opts.prefix+"clock-probe:"+redisutil.Token())
 		})
 	}()
+	return ready
 }

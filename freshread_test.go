@@ -17,8 +17,7 @@ import (
 func clockReady[T any](t *testing.T, c *Cache[T]) {
 	t.Helper()
 	redistest.Eventually(t, "the servers' clock to be sampled", func() bool {
-		c.sampleClock()
-		return c.fresh.clock.Ready()
+		return c.readyClock()
 	})
 }
 
@@ -170,7 +169,7 @@ func TestFreshReadMiniredis(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the clock to be checked", func() bool {
-		c.sampleClock()
+		c.readyClock()
 		return c.fresh.clock.Refused()
 	})
 	b.Advance(time.Hour + time.Second)

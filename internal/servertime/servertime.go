@@ -90,34 +90,28 @@ func (c *Clock) Remaining(deadline int64) (time.Duration, bool) {
 	return time.Duration(max(deadline*int64(time.Millisecond)-latest, 0)), true
 }
 
-// Ready reports whether Remaining answers now.
-func (c *Clock) Ready() bool {
-	s := c.s.Load()
-	if s == nil || c.refused.Load() {
-		return false
-	}
-	now := mono()
-	return now-s.at <= int64(MaxAge) && s.width(now) <= int64(MaxWidth)
-}
-
 // Refused reports whether the servers' expiries were found not to follow
 // their clock (see FollowsClock): the Clock never answers.
 func (c *Clock) Refused() bool { return c.refused.Load() }
 
-// Due reports whether the caller should sample the Clock now (see Sample):
-// it never tried, or last tried, successfully or not, over Period ago, and
-// no sample is being taken. A true answer reserves the sample: the caller
-// must call Sample.
-func (c *Clock) Due() bool {
-	now := mono()
-	if t := c.tried.Load(); c.refused.Load() || t != 0 && now-t < int64(Period) {
-		return false
+// Check reports whether Remaining answers now (ready), and whether the
+// caller should sample the Clock now (due): it never tried, or last tried,
+// successfully or not, over Period ago, and no sample is being taken. A
+// true due reserves the sample: the caller must call Sample. One call per
+// read, with one look at the clock: it is on every hit's path.
+func (c *Clock) Check() (ready, due bool) {
+	if c.refused.Load() {
+		return false, false
 	}
-	if !c.sampling.CompareAndSwap(false, true) {
-		return false
+	now := mono()
+	if s := c.s.Load(); s != nil {
+		ready = now-s.at <= int64(MaxAge) && s.width(now) <= int64(MaxWidth)
+	}
+	if t := c.tried.Load(); t != 0 && now-t < int64(Period) || !c.sampling.CompareAndSwap(false, true) {
+		return ready, false
 	}
 	c.tried.Store(now)
-	return true
+	return ready, true
 }
 
 // Sample asks every node each visits for its TIME and keeps the result if

@@ -27,17 +27,20 @@ func TestRemainingAgreesWithPTTL(t *testing.T) {
 	ctx := t.Context()
 	rdb := redistest.StartServer(t).Client(t)
 	var c Clock
-	if _, ok := c.Remaining(1); ok || c.Ready() {
+	if _, ok := c.Remaining(1); ok {
 		t.Fatal("a Clock with no sample answered")
 	}
-	if !c.Due() || c.Due() {
-		t.Fatal("Due must reserve the first sample once")
+	if ready, due := c.Check(); ready || !due {
+		t.Fatalf("Check() = %v, %v on a new Clock; want not ready, due", ready, due)
+	}
+	if _, due := c.Check(); due {
+		t.Fatal("Check reserved the first sample twice")
 	}
 	if err := c.Sample(ctx, one(rdb), follows); err != nil {
 		t.Fatal(err)
 	}
-	if !c.Ready() || c.Due() {
-		t.Fatal("a fresh sample is not ready, or is due again")
+	if ready, due := c.Check(); !ready || due {
+		t.Fatalf("Check() = %v, %v after a sample; want ready, not due", ready, due)
 	}
 	// The script computes the deadline as the store script stamps it.
 	const ttl = 60000
@@ -68,7 +71,7 @@ func TestClockRefusesWhatItCannotBound(t *testing.T) {
 	now := mono()
 	var c Clock
 	c.keep(&sample{lo: 0, hi: int64(time.Millisecond), at: now})
-	if !c.Ready() {
+	if ready, _ := c.Check(); !ready {
 		t.Fatal("a narrow, fresh sample is not ready")
 	}
 	c.keep(&sample{lo: 0, hi: int64(MaxWidth) + 1, at: now})
@@ -82,7 +85,7 @@ func TestClockRefusesWhatItCannotBound(t *testing.T) {
 	}
 	var old Clock
 	old.keep(&sample{lo: 0, hi: 0, at: now - int64(MaxAge) - 1})
-	if old.Ready() {
+	if ready, _ := old.Check(); ready {
 		t.Error("a sample older than MaxAge is ready")
 	}
 	var b bracket
@@ -90,7 +93,7 @@ func TestClockRefusesWhatItCannotBound(t *testing.T) {
 	b.add(now+5, int64(MaxWidth)+1000, now+15) // a node whose clock is far ahead
 	var wide Clock
 	wide.keep(b.sample())
-	if wide.Ready() {
+	if ready, _ := wide.Check(); ready {
 		t.Errorf("a sample over nodes %v apart is ready", MaxWidth)
 	}
 	if s := b.sample(); s.lo != 1000-now-10 || s.hi != int64(MaxWidth)+1000-now-5 || s.at != now {
@@ -115,11 +118,11 @@ func TestFollowsClock(t *testing.T) {
 		t.Error("FollowsClock left its key behind")
 	}
 	var c Clock
-	c.Due()
+	c.Check()
 	err := c.Sample(ctx, one(fake.(*redis.Client)), func(ctx context.Context) (bool, error) {
 		return FollowsClock(ctx, fake, "probe")
 	})
-	if err != nil || !c.Refused() || c.Ready() || c.Due() {
+	if ready, due := c.Check(); err != nil || !c.Refused() || ready || due {
 		t.Errorf("a Clock of miniredis: err %v, refused %v; want refused, never ready nor due", err, c.Refused())
 	}
 }
@@ -129,14 +132,14 @@ func TestFollowsClock(t *testing.T) {
 // one each.
 func TestDueAfterFailure(t *testing.T) {
 	var c Clock
-	if !c.Due() {
+	if _, due := c.Check(); !due {
 		t.Fatal("a new Clock is not due")
 	}
 	err := c.Sample(t.Context(), nil, func(context.Context) (bool, error) { return false, context.DeadlineExceeded })
 	if err == nil || c.Refused() {
 		t.Fatalf("Sample = %v, refused %v; want the check's error, not refused", err, c.Refused())
 	}
-	if c.Due() {
+	if _, due := c.Check(); due {
 		t.Error("due again at once after a failed sample")
 	}
 }
