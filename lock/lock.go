@@ -58,10 +58,38 @@ func checkName(name string) error {
 type keyspace string
 
 func newKeyspace(kind, name string) keyspace {
-	return keyspace("dogpile:" + kind + ":" + redisutil.Tag(name))
+	return keyspace(redisutil.Key("dogpile:"+kind+":", name))
 }
 
 func (k keyspace) key(suffix string) string { return string(k) + ":" + suffix }
+
+// names returns k's own name, then key(suffix) for each suffix, all cut
+// from one string: users make a lock per call, so a lock's names should
+// cost it one allocation, not one each.
+func (k keyspace) names(suffixes ...string) []string {
+	n := len(k)
+	for _, s := range suffixes {
+		n += len(k) + 1 + len(s)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(string(k))
+	for _, s := range suffixes {
+		b.WriteString(string(k))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	all := b.String()
+	out := make([]string, 0, 1+len(suffixes))
+	out = append(out, all[:len(k)])
+	at := len(k)
+	for _, s := range suffixes {
+		end := at + len(k) + 1 + len(s)
+		out = append(out, all[at:end])
+		at = end
+	}
+	return out
+}
 
 // attempt tries to acquire once. It returns a lease on success; otherwise
 // retry is how long the current holder may keep the lock (its PTTL), the

@@ -46,23 +46,24 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		panic("lock: nil redis client (a programmer error)")
 	}
 	ks := newKeyspace("mutex", name)
+	names := ks.names("fence", "wake", "h")
 	m := &Mutex{
 		client:  client,
 		name:    name,
-		lock:    string(ks),
-		fence:   ks.key("fence"),
-		channel: ks.key("wake"), // = lock+":wake", as mutexRelease publishes
+		lock:    names[0],
+		fence:   names[1],
+		channel: names[2], // = lock+":wake", as mutexRelease publishes
+		fairKey: names[3], // = m.fair.keys[0]
 		publish: wake.PublishCommand(client),
-		opts:    buildOptions("mutex", name, opts),
 		invalid: checkName(name),
 	}
+	m.opts.build("mutex", name, opts)
 	if m.opts.fair {
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
 		m.fair.asFairMutex(m.channel)
 	}
-	m.fairKey = ks.key("h") // = m.fair.keys[0]
-	m.acquireKeys = []string{m.lock, m.fence}
-	m.lockKeys = []string{m.lock}
+	// Capped, so that nothing appended to one overwrites the other.
+	m.acquireKeys, m.lockKeys = names[0:2:2], names[0:1:1]
 	m.releaseScript = mutexRelease[m.publish]
 	m.batch = batcherFor(client)
 	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs

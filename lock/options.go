@@ -36,7 +36,16 @@ type options struct {
 }
 
 func buildOptions(kind, name string, opts []Option) options {
-	o := options{
+	var o options
+	o.build(kind, name, opts)
+	return o
+}
+
+// build sets o to the defaults, then opts. A lock that holds its options
+// builds them in place: they escape to the heap (opts take a pointer), and
+// the lock is there already.
+func (o *options) build(kind, name string, opts []Option) {
+	*o = options{
 		kind:       kind,
 		name:       name,
 		ttl:        10 * time.Second,
@@ -45,10 +54,9 @@ func buildOptions(kind, name string, opts []Option) options {
 		retention:  DefaultRetention,
 	}
 	for _, opt := range opts {
-		opt.apply(&o)
+		opt.apply(o)
 	}
 	o.retentionMs = redisutil.Millis(o.retention)
-	return o
 }
 
 // WithTTL sets how long a lease lives in Redis unless it is extended: a
