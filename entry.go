@@ -242,9 +242,17 @@ func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
 	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
 }
 
+// sha1hex is the SHA1 of entry b, without its expiry if it has one (see
+// lookLua's ident): a stale InvalidateTag stamps a value's expiry again,
+// which does not make it another value.
 func sha1hex(b []byte) string {
-	sum := sha1.Sum(b)
-	return hex.EncodeToString(sum[:])
+	h := sha1.New()
+	if len(b) >= headerLen+deadlineLen && b[0] == magic0 && b[1] == magic1 && b[2] == formatDeadline {
+		h.Write(b[:headerLen])
+		b = b[headerLen+deadlineLen:]
+	}
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // A Codec turns values into bytes and back. Unmarshal receives a pointer to

@@ -106,14 +106,19 @@ func TestFlightNamesDoNotCollide(t *testing.T) {
 // or lost its lock), the Refresh computes itself. It answered "old" (found
 // by issue 24's torture run: the script took the old value for the
 // vanished holder's result).
+//
+// "restamped": a stale InvalidateTag takes the holder's lock and stamps the
+// old value's expiry again (entry format 3, with WithStale): new bytes, the
+// same value, which the Refresh passed over and must not take for the
+// holder's result.
 func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
-	for _, holderEnd := range []string{"fails", "vanishes"} {
+	for _, holderEnd := range []string{"fails", "vanishes", "restamped"} {
 		t.Run(holderEnd, func(t *testing.T) {
 			s := redistest.StartServer(t)
 			ctx := t.Context()
-			holder := New[string](s.Client(t), prefix(t), WithLease(200*time.Millisecond))
-			refresher := New[string](s.Client(t), prefix(t))
-			if err := holder.Set(ctx, "k", "old", time.Minute); err != nil {
+			holder := New[string](s.Client(t), prefix(t), WithLease(200*time.Millisecond), WithStale(time.Minute))
+			refresher := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
+			if err := holder.SetTagged(ctx, "k", "old", time.Minute, "t"); err != nil {
 				t.Fatal(err)
 			}
 			computing, end := make(chan struct{}), make(chan struct{})
@@ -153,9 +158,14 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 				}
 				s.Client(t).Publish(ctx, holder.keys("k").channel, "r")
 			}
+			if holderEnd == "restamped" {
+				if err := holder.InvalidateTag(ctx, "t"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			close(end)
 			<-held
-			want := map[string]string{"fails": "ErrComputeFailed", "vanishes": "new"}[holderEnd]
+			want := map[string]string{"fails": "ErrComputeFailed", "vanishes": "new", "restamped": "new"}[holderEnd]
 			if v := <-got; v != want {
 				t.Errorf("Refresh after the awaited holder %s = %s; want %s, never the old value", holderEnd, v, want)
 			}

@@ -27,14 +27,20 @@ import (
 // not taken for one that stored, a Refresh's busy reply carries the SHA1 of
 // the value it passed over, {2, holder, pttl, sha1}, which the caller then
 // gives as bad: that value is never the result of the compute it awaited.
+// A value's SHA1 leaves out its expiry (ident; sha1hex in Go), which a
+// stale InvalidateTag stamps again without making it another value.
 const lookLua = `
+local function ident(v)
+  if #v >= 11 and string.sub(v, 1, 3) == 'dp\3' then v = string.sub(v, 1, 3) .. string.sub(v, 12) end
+  return redis.sha1hex(v)
+end
 local function look(vk, lk, ek, token, lease, seen, bad, force)
   local v = redis.call('GET', vk)
   local h = redis.call('GET', lk)
   local take = force == '' or (seen ~= '' and h ~= seen)
-  if v and take and (bad == '' or redis.sha1hex(v) ~= bad) then return {0, v} end
+  if v and take and (bad == '' or ident(v) ~= bad) then return {0, v} end
   if h == token then return {1} end
-  if h and v and force ~= '' then return {2, h, redis.call('PTTL', lk), redis.sha1hex(v)} end
+  if h and v and force ~= '' then return {2, h, redis.call('PTTL', lk), ident(v)} end
   if h then return {2, h, redis.call('PTTL', lk)} end
   if seen ~= '' then
     local e = redis.call('HGET', ek, seen)
