@@ -61,8 +61,12 @@
 // hit reads it against an estimate of that time (a TIME round trip to each
 // server about once a second while the Cache is read, bracketed by its
 // send and reply, so no client clock is trusted). The estimate errs only
-// early, by at most 22 ms (a server clock stepped by hand is followed at the
-// next sample). While it is missing, older than 5 s or less
+// early, by at most 22 ms, as long as the clocks involved drift apart by no
+// more than 500 ppm (NTP's slew limit; chrony may slew faster while it
+// corrects a large offset). A server clock stepped by hand, or a server
+// that joins (a failover's new master, a Ring shard back up), is taken into
+// account at the next sample, within about a second; a sample taken before
+// this process slept or its clock was stepped is not used. While it is missing, older than 5 s or less
 // certain than that (servers whose clocks disagree), for an entry without
 // an expiry (written by a Cache without these options), and on a server
 // whose keys do not expire with its clock (miniredis, whose TTLs move only

@@ -12,8 +12,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/klauspost/compress/s2"
 )
 
@@ -242,34 +240,24 @@ func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
 	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
 }
 
+// hasExpiry reports whether b is a version 3 entry, whose expiry follows
+// its first bytes.
+func hasExpiry(b []byte) bool {
+	return len(b) >= headerLen+deadlineLen && b[0] == magic0 && b[1] == magic1 && b[2] == formatDeadline
+}
+
 // sha1hex is the SHA1 of entry b, without its expiry if it has one (see
 // lookLua's ident): a stale InvalidateTag stamps a value's expiry again,
 // which does not make it another value.
 func sha1hex(b []byte) string {
 	h := sha1.New()
-	if len(b) >= headerLen+deadlineLen && b[0] == magic0 && b[1] == magic1 && b[2] == formatDeadline {
+	if hasExpiry(b) {
 		h.Write(b[:headerLen])
 		b = b[headerLen+deadlineLen:]
 	}
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// A Codec turns values into bytes and back. Unmarshal receives a pointer to
-// a value of the Cache's type T. A Codec must be safe for concurrent use.
-type Codec interface {
-	Marshal(v any) ([]byte, error)
-	Unmarshal(b []byte, v any) error
-}
-
-// MsgPack is the default [Codec]: MessagePack, by
-// github.com/vmihailenco/msgpack/v5.
-var MsgPack Codec = msgpackCodec{}
-
-type msgpackCodec struct{}
-
-func (msgpackCodec) Marshal(v any) ([]byte, error)   { return msgpack.Marshal(v) }
-func (msgpackCodec) Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
 
 // entry turns compute's answer for j (v, or cerr) into the entry to store
 // and its TTL: a value with the metadata the freshness options need, or a

@@ -31,17 +31,13 @@ type freshRead struct {
 	pttlFirst atomic.Bool
 }
 
-// maxDeadline is the latest expiry an entry may carry (unix ms; far past
-// any real one): above it, an entry's expiry is taken as unknown.
-const maxDeadline = 1 << 50
-
 // deadlineOf returns the expiry stamped in entry b, unix ms in the server's
 // clock, or 0 if it carries none.
 func deadlineOf(b []byte) int64 {
-	if len(b) < headerLen+deadlineLen || b[0] != magic0 || b[1] != magic1 || b[2] != formatDeadline {
+	if !hasExpiry(b) {
 		return 0
 	}
-	if d := binary.BigEndian.Uint64(b[headerLen:]); d < maxDeadline {
+	if d := binary.BigEndian.Uint64(b[headerLen:]); d <= uint64(servertime.MaxDeadline) {
 		return int64(d)
 	}
 	return 0
@@ -195,8 +191,10 @@ func (c *Cache[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string
 // and samples the servers' clock when it is due (see
 // servertime.Clock.Check), on a goroutine of its own that Close does not
 // wait for: a server frozen under a client without read timeouts would
-// hold it, and Close with it. It ends at Close or after servertime.Period,
-// or, if its request went out, when the reply comes.
+// hold it, and Close with it. Its context ends at Close or after
+// servertime.Period, but go-redis does not bound a request that went out
+// by its context (unless ContextTimeoutEnabled): the client's read timeout
+// does.
 func (c *Cache[T]) readyClock() bool {
 	ready, due := c.fresh.clock.Check()
 	if !due {

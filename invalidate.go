@@ -239,13 +239,12 @@ return redis.call('SMEMBERS', KEYS[3])
 // takes the lock away from a compute in progress (its store is fenced off)
 // and wakes the waiters. KEYS: value, lock, channel. ARGV: PUBLISH or
 // SPUBLISH, stale window ms.
-var voidScript = redis.NewScript(stampLua + `
+var voidScript = redis.NewScript(expiryLua + `
 local stale = tonumber(ARGV[2])
 if stale == 0 then
   redis.call('DEL', KEYS[1])
 elseif redis.call('PTTL', KEYS[1]) > stale then
-  redis.call('PEXPIRE', KEYS[1], stale)
-  stamp(KEYS[1], redis.call('GETRANGE', KEYS[1], 0, 2), ARGV[2])
+  shorten(KEYS[1], ARGV[2])
 end
 redis.call('DEL', KEYS[2])
 redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')

@@ -10,8 +10,9 @@ import (
 )
 
 // Every script takes all the keys it touches in KEYS, all sharing one hash
-// tag, and computes expiry only from relative milliseconds (PX, PEXPIRE): no
-// client timestamp ever reaches Redis. The compute lock is a string holding
+// tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
+// from the server's own TIME (see expiryLua): no client timestamp ever
+// reaches Redis. The compute lock is a string holding
 // the holder's random token; every write a holder makes checks that token
 // first (a fenced write).
 
@@ -109,32 +110,53 @@ if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
 
-// stampLua writes into the entry under vk, if it is a version 3 entry (see
-// entry.go; head is its first bytes), its expiry: ttl ms from now in the
-// server's clock, as 8 big-endian bytes of unix ms. Every script that sets
-// a value's TTL stamps it, so that the entry and its PTTL agree.
-const stampLua = `
-local function stamp(vk, head, ttl)
-  if string.sub(head, 1, 3) ~= 'dp\3' then return end
+// expiryLua gives a value key its TTL. A version 3 entry (see entry.go)
+// carries its expiry: the key expires at an instant read from the
+// server's TIME (PXAT, PEXPIREAT), and the same instant is written into the
+// entry (8 big-endian bytes of unix ms), so that the two agree exactly. (A
+// relative PX would not: from Redis 7.2 a script's commands date it from
+// the script's start, which a large value's copy puts well before TIME.)
+// Other entries keep a relative TTL. setv stores v under vk for ttl ms;
+// shorten cuts the TTL of the value under vk to ttl ms.
+const expiryLua = `
+local function deadline(head, ttl)
+  if string.sub(head, 1, 3) ~= 'dp\3' then return nil end
   local t = redis.call('TIME')
-  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
+end
+local function stamp(vk, at)
   local s = ''
   for i = 1, 8 do
-    s = string.char(ms % 256) .. s
-    ms = math.floor(ms / 256)
+    s = string.char(at % 256) .. s
+    at = math.floor(at / 256)
   end
   redis.call('SETRANGE', vk, 3, s)
+end
+local function setv(vk, v, ttl)
+  local at = deadline(v, ttl)
+  if not at then
+    redis.call('SET', vk, v, 'PX', ttl)
+    return
+  end
+  redis.call('SET', vk, v, 'PXAT', at)
+  stamp(vk, at)
+end
+local function shorten(vk, ttl)
+  local at = deadline(redis.call('GETRANGE', vk, 0, 2), ttl)
+  if not at then
+    redis.call('PEXPIRE', vk, ttl)
+    return
+  end
+  redis.call('PEXPIREAT', vk, at)
+  stamp(vk, at)
 end
 `
 
 // storeLua is storeScript's step, shared with storeTaggedScript; the lock
 // was checked.
-const storeLua = stampLua + `
+const storeLua = expiryLua + `
 local function store(vk, lk, ch, token, v, ttl, pub, maxwake)
-  if ttl ~= '0' then
-    redis.call('SET', vk, v, 'PX', ttl)
-    stamp(vk, v, ttl)
-  end
+  if ttl ~= '0' then setv(vk, v, ttl) end
   redis.call('DEL', lk)
   local m = '` + wake.Stored + `'
   if #v <= tonumber(maxwake) then m = m .. token .. ':' .. v end
@@ -191,9 +213,8 @@ return n
 // any compute in progress (its fenced store then fails) and wakes waiters,
 // who read the new value. KEYS: value, lock, channel. ARGV: value, ttl ms,
 // PUBLISH or SPUBLISH.
-var setScript = redis.NewScript(stampLua + `
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-stamp(KEYS[1], ARGV[1], ARGV[2])
+var setScript = redis.NewScript(expiryLua + `
+setv(KEYS[1], ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.call(ARGV[3], KEYS[3], '` + wake.Stored + `')
 return 1

@@ -17,6 +17,7 @@ package servertime
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,9 @@ const (
 	// Slack is the most Remaining's answer may fall short of the time
 	// truly left.
 	Slack = MaxWidth + margin
+	// MaxDeadline is the latest deadline Remaining takes (unix ms): in ns,
+	// it still fits an int64.
+	MaxDeadline = math.MaxInt64 / int64(time.Millisecond)
 )
 
 // base is the origin of mono.
@@ -51,6 +55,16 @@ var base = time.Now()
 
 // mono is this process's monotonic clock, in ns.
 func mono() int64 { return int64(time.Since(base)) }
+
+// clocks reads this process's monotonic clock (ns since base) and how far
+// its wall clock is ahead of it, in one look: the gap moves when the wall
+// clock is stepped or slewed, and when the machine was suspended (the
+// monotonic clock stops, the servers' does not).
+func clocks() (m, gap int64) {
+	now := time.Now()
+	m = int64(now.Sub(base))
+	return m, now.UnixNano() - m
+}
 
 // A Clock is an estimate of the servers' time. Its zero value has no
 // sample and answers nothing. It is safe for concurrent use.
@@ -63,8 +77,19 @@ type Clock struct {
 }
 
 // A sample bounds server time − mono: within [lo, hi] at mono time at, for
-// every node sampled.
-type sample struct{ lo, hi, at int64 }
+// every node sampled. gap is clocks' gap then.
+type sample struct{ lo, hi, at, gap int64 }
+
+// maxGapMove is how far clocks' gap may move after a sample before the
+// sample is refused: this process slept, or its clock was stepped.
+const maxGapMove = int64(time.Millisecond)
+
+// usable reports whether s may be used at mono time now, when clocks' gap
+// is gap: recent, narrow enough, and taken since the process last slept.
+func (s *sample) usable(now, gap int64) bool {
+	return now-s.at <= int64(MaxAge) && s.width(now) <= int64(MaxWidth) &&
+		max(gap-s.gap, s.gap-gap) <= maxGapMove
+}
 
 // width is the uncertainty of s at mono time now: its interval widened by
 // the drift since it was taken, on both sides.
@@ -75,15 +100,15 @@ func (s *sample) width(now int64) int64 {
 func drift(age int64) int64 { return age / 1e6 * slewPPM }
 
 // Remaining returns the lower bound of the time left until deadline (unix
-// ms, in the servers' clock), never below 0, or false when the Clock cannot
-// tell: no sample, one older than MaxAge, or one wider than MaxWidth.
+// ms, in the servers' clock; below MaxDeadline), never below 0, or false
+// when the Clock cannot tell: no sample, or one not usable (see usable).
 func (c *Clock) Remaining(deadline int64) (time.Duration, bool) {
 	s := c.s.Load()
 	if s == nil || c.refused.Load() {
 		return 0, false
 	}
-	now := mono()
-	if now-s.at > int64(MaxAge) || s.width(now) > int64(MaxWidth) {
+	now, gap := clocks()
+	if !s.usable(now, gap) {
 		return 0, false
 	}
 	latest := now + s.hi + drift(now-s.at) + int64(margin)
@@ -103,9 +128,9 @@ func (c *Clock) Check() (ready, due bool) {
 	if c.refused.Load() {
 		return false, false
 	}
-	now := mono()
+	now, gap := clocks()
 	if s := c.s.Load(); s != nil {
-		ready = now-s.at <= int64(MaxAge) && s.width(now) <= int64(MaxWidth)
+		ready = s.usable(now, gap)
 	}
 	if t := c.tried.Load(); t != 0 && now-t < int64(Period) || !c.sampling.CompareAndSwap(false, true) {
 		return ready, false
@@ -133,6 +158,7 @@ func (c *Clock) Sample(ctx context.Context, each func(context.Context, func(cont
 		}
 		c.checked.Store(true)
 	}
+	_, gap := clocks()
 	var b bracket
 	err := each(ctx, func(ctx context.Context, n *redis.Client) error {
 		t0 := mono()
@@ -146,7 +172,12 @@ func (c *Clock) Sample(ctx context.Context, each func(context.Context, func(cont
 	if err != nil {
 		return err
 	}
-	c.keep(b.sample())
+	s := b.sample()
+	if _, now := clocks(); s == nil || max(now-gap, gap-now) > maxGapMove {
+		return nil // no node, or this process slept meanwhile: try again later
+	}
+	s.gap = gap
+	c.keep(s)
 	return nil
 }
 
@@ -173,7 +204,7 @@ func (b *bracket) add(t0, server, t1 int64) {
 	defer b.mu.Unlock()
 	lo, hi := server-t1, server-t0
 	if b.s == nil {
-		b.s = &sample{lo, hi, t0}
+		b.s = &sample{lo: lo, hi: hi, at: t0}
 		return
 	}
 	b.s.lo, b.s.hi, b.s.at = min(b.s.lo, lo), max(b.s.hi, hi), min(b.s.at, t0)

@@ -20,6 +20,13 @@ func one(rdb *redis.Client) func(context.Context, func(context.Context, *redis.C
 
 func follows(context.Context) (bool, error) { return true, nil }
 
+// taken is a sample of [lo, hi] at mono time at, taken by this process
+// awake.
+func taken(lo, hi, at int64) *sample {
+	_, gap := clocks()
+	return &sample{lo: lo, hi: hi, at: at, gap: gap}
+}
+
 // TestRemainingAgreesWithPTTL: against a real server, Remaining of a
 // deadline the server computed is at most the key's PTTL, and short of it
 // by no more than Slack.
@@ -70,21 +77,21 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV
 func TestClockRefusesWhatItCannotBound(t *testing.T) {
 	now := mono()
 	var c Clock
-	c.keep(&sample{lo: 0, hi: int64(time.Millisecond), at: now})
+	c.keep(taken(0, int64(time.Millisecond), now))
 	if ready, _ := c.Check(); !ready {
 		t.Fatal("a narrow, fresh sample is not ready")
 	}
-	c.keep(&sample{lo: 0, hi: int64(MaxWidth) + 1, at: now})
+	c.keep(taken(0, int64(MaxWidth)+1, now))
 	if c.s.Load().hi != int64(time.Millisecond) {
 		t.Error("a sample too wide to use replaced a usable one")
 	}
-	stepped := &sample{lo: int64(time.Hour), hi: int64(time.Hour + 5*time.Millisecond), at: now}
+	stepped := taken(int64(time.Hour), int64(time.Hour+5*time.Millisecond), now)
 	c.keep(stepped)
 	if c.s.Load() != stepped {
 		t.Error("a usable sample (a server clock stepped an hour) did not replace a narrower one")
 	}
 	var old Clock
-	old.keep(&sample{lo: 0, hi: 0, at: now - int64(MaxAge) - 1})
+	old.keep(taken(0, 0, now-int64(MaxAge)-1))
 	if ready, _ := old.Check(); ready {
 		t.Error("a sample older than MaxAge is ready")
 	}
@@ -92,7 +99,9 @@ func TestClockRefusesWhatItCannotBound(t *testing.T) {
 	b.add(now, 1000, now+10)
 	b.add(now+5, int64(MaxWidth)+1000, now+15) // a node whose clock is far ahead
 	var wide Clock
-	wide.keep(b.sample())
+	ws := b.sample()
+	_, ws.gap = clocks()
+	wide.keep(ws)
 	if ready, _ := wide.Check(); ready {
 		t.Errorf("a sample over nodes %v apart is ready", MaxWidth)
 	}
@@ -141,5 +150,21 @@ func TestDueAfterFailure(t *testing.T) {
 	}
 	if _, due := c.Check(); due {
 		t.Error("due again at once after a failed sample")
+	}
+}
+
+// TestSleptSampleRefused: a sample taken before this process slept (its
+// monotonic clock stopped while the servers' ran on) or before its wall
+// clock was stepped is not used.
+func TestSleptSampleRefused(t *testing.T) {
+	var c Clock
+	s := taken(0, int64(time.Millisecond), mono())
+	s.gap -= int64(time.Second) // as if the wall clock ran a second ahead of the monotonic one since
+	c.keep(s)
+	if ready, _ := c.Check(); ready {
+		t.Error("a sample from before a sleep is ready")
+	}
+	if _, ok := c.Remaining(MaxDeadline); ok {
+		t.Error("a sample from before a sleep answered")
 	}
 }
