@@ -218,18 +218,19 @@ func (c *Cache[T]) set(ctx context.Context, key string, v T, ttl time.Duration, 
 			// the value first: added to a set before it is stored, it
 			// could be voided by an InvalidateTag in between and then
 			// stored, out of every set, for good.
-			if err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err(); err != nil || len(calls) == 1 {
-				return err
+			err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
+			if err == nil && len(calls) > 1 {
+				err = firstErr(c.runPipelined(ctx, calls[1:]))
 			}
-			if err := firstErr(c.runPipelined(ctx, calls[1:])); err != nil {
-				// Stored but maybe in no tag's set, where InvalidateTag
-				// would never find it: undone.
+			if err != nil && len(calls) > 1 {
+				// Stored (or its reply lost) but maybe in no tag's set,
+				// where InvalidateTag would never find it: undone, unless
+				// a later write replaced it.
 				redisutil.Rollback(ctx, func(ctx context.Context) {
-					_ = c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+					_ = c.run(ctx, undoSetScript, []string{ks.value}, b).Err()
 				})
-				return err
 			}
-			return nil
+			return err
 		}
 		return firstErr(c.runPipelined(ctx, calls))
 	})

@@ -30,11 +30,7 @@ import (
 // gives as bad: that value is never the result of the compute it awaited.
 // A value's SHA1 leaves out its expiry (ident; sha1hex in Go), which a
 // stale InvalidateTag stamps again without making it another value.
-const lookLua = `
-local function ident(v)
-  if #v >= 11 and string.sub(v, 1, 3) == 'dp\3' then v = string.sub(v, 1, 3) .. string.sub(v, 12) end
-  return redis.sha1hex(v)
-end
+const lookLua = identLua + `
 local function look(vk, lk, ek, token, lease, seen, bad, force)
   local v = redis.call('GET', vk)
   local h = redis.call('GET', lk)
@@ -51,6 +47,27 @@ local function look(vk, lk, ek, token, lease, seen, bad, force)
   return {1}
 end
 `
+
+// identLua is a value's identity: the SHA1 of its entry without its
+// expiry (see sha1hex).
+const identLua = `
+local function ident(v)
+  if #v >= 11 and string.sub(v, 1, 3) == 'dp\3' then v = string.sub(v, 1, 3) .. string.sub(v, 12) end
+  return redis.sha1hex(v)
+end
+`
+
+// undoSetScript deletes the value a Set stored, if it is still there: a
+// SetTagged whose tag step failed undoes its value, but not a later
+// writer's (whose store it would turn into a miss). The lock and the
+// waiters are left alone: the Set took the lock already, and a later
+// holder's is not ours to take. KEYS: value. ARGV: the entry the Set sent.
+var undoSetScript = redis.NewScript(identLua + `
+local v = redis.call('GET', KEYS[1])
+if not v or ident(v) ~= ident(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
 
 // Replies of fetchScript (the first element of its array reply).
 const (
