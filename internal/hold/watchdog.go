@@ -5,9 +5,16 @@ import (
 	"time"
 )
 
-// A watchRun is one run of the watchdog: cancel stops it, done closes when
-// it has stopped.
+// A watchRun is one run of the watchdog: its goroutine starts from an
+// alarm when the first renewal is due (see alarms), cancel stops it, done
+// closes when it has stopped, or once the alarm is cancelled before it.
+//
+// The goroutine waits for the alarm, not the other way round: most leases
+// end long before their first renewal (a cache's compute, a short critical
+// section), and a goroutine started at the grant would cost each of them a
+// thread's wake-up on the path from the lock's reply to the caller's work.
 type watchRun struct {
+	start  alarm
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -18,7 +25,13 @@ func (k *Clock) startWatchdog() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &watchRun{cancel: cancel, done: make(chan struct{})}
 	k.run = r
-	go k.watch(ctx, r.done)
+	interval := max(k.ttl/3, time.Millisecond)
+	// Due an interval after the last renewal (or the grant): a run resumed
+	// after a pause, or started for a grant whose reply was slow, does not
+	// wait a whole interval more.
+	// The last request confirmed was sent TTL-Drift before safeUntil.
+	r.start = alarm{due: k.safeUntil.Add(interval - k.ttl + Drift(k.ttl)), f: func() { k.watch(ctx, r.done, interval) }}
+	schedule.add(&r.start)
 }
 
 // StopWatchdog stops the watchdog, if any, for good, and waits until it
@@ -59,13 +72,17 @@ func (k *Clock) ResumeWatchdog() {
 }
 
 // halt records why the watchdog stops (mark runs with k.mu held), stops the
-// run on, and waits for it.
+// run on, and waits for it. A run whose goroutine never started is over
+// once its alarm is cancelled; the halt that cancels it closes its done.
 func (k *Clock) halt(mark func()) {
 	k.mu.Lock()
 	mark()
 	r := k.run
 	k.mu.Unlock()
 	r.cancel()
+	if schedule.cancel(&r.start) {
+		close(r.done)
+	}
 	<-r.done
 }
 
@@ -81,37 +98,30 @@ const (
 // capped is renew's outcome once MaxHold is reached: stop renewing.
 const capped Outcome = -1
 
-// watch extends the lease every third of its TTL until ctx ends or the lease
-// ends. A failed round trip (a lost reply, a timeout, a broken connection)
-// is retried promptly with backoff, so a blip or two costs nothing; only
-// when none succeeds before the safe deadline does the lease end as lost.
-// A refusal from the store (the token is gone) ends it at once.
-func (k *Clock) watch(ctx context.Context, done chan<- struct{}) {
+// watch extends the lease every interval (a third of its TTL) until ctx
+// ends or the lease ends; it runs from the run's timer, when the first
+// renewal is due. A failed round trip (a lost reply, a timeout, a broken
+// connection) is retried promptly with backoff, so a blip or two costs
+// nothing; only when none succeeds before the safe deadline does the lease
+// end as lost. A refusal from the store (the token is gone) ends it at
+// once.
+func (k *Clock) watch(ctx context.Context, done chan<- struct{}, interval time.Duration) {
 	defer close(done)
-	k.mu.Lock()
-	interval := max(k.ttl/3, time.Millisecond)
-	// Due an interval after the last renewal (or the grant): a run resumed
-	// after a pause, or started for a grant whose reply was slow, does not
-	// wait a whole interval more.
-	// The last request confirmed was sent TTL-Drift before safeUntil.
-	first := time.Until(k.safeUntil.Add(interval - k.ttl + Drift(k.ttl)))
-	k.mu.Unlock()
-	t := time.NewTimer(first)
-	defer t.Stop()
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	backoff := time.Duration(0)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if k.Ended() {
+		if ctx.Err() != nil || k.Ended() {
 			return
 		}
+		next := interval
 		switch k.renew(ctx, interval) {
 		case Renewed:
 			backoff = 0
-			t.Reset(interval)
 		case Refused:
 			k.End(k.lost)
 			return
@@ -119,7 +129,17 @@ func (k *Clock) watch(ctx context.Context, done chan<- struct{}) {
 			return // let the lease run out at its safe deadline
 		case Failed:
 			backoff = min(max(2*backoff, retryMin), max(interval/10, retryMin))
-			t.Reset(backoff)
+			next = backoff
+		}
+		if t == nil {
+			t = time.NewTimer(next)
+		} else {
+			t.Reset(next)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
