@@ -65,13 +65,25 @@ func (l *life) done() bool { return l.closed.Load() }
 
 // goBackground runs f on a goroutine that Close waits for, and reports
 // whether it did: not once the Cache is closed.
-func (l *life) goBackground(f func()) bool {
+func (l *life) goBackground(f func()) bool { return l.run(false, f) }
+
+// run runs f as goBackground does, in the caller's goroutine if here is
+// true: Close waits for it as for a goroutine of its own.
+func (l *life) run(here bool, f func()) bool {
 	l.mu.RLock()
-	defer l.mu.RUnlock()
 	if l.closed.Load() {
+		l.mu.RUnlock()
 		return false
 	}
-	l.wg.Go(f)
+	if !here {
+		l.wg.Go(f)
+		l.mu.RUnlock()
+		return true
+	}
+	l.wg.Add(1)
+	l.mu.RUnlock() // not held while f runs: Close takes it to mark the Cache closed
+	defer l.wg.Done()
+	f()
 	return true
 }
 

@@ -128,7 +128,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.flights.end(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down})
+	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
 	return c.await(ctx, key, id, cl)
 }
 
@@ -196,7 +196,16 @@ func answered(err error) bool {
 // startFlight runs the miss path of j in its own goroutine, on a context
 // detached from the leader's, so that the leader may leave on its own ctx
 // like the other callers (see Fetch).
-func (c *Cache[T]) startFlight(ctx context.Context, j *job[T]) {
+//
+// A leader whose ctx can never end (no Done channel: Background, TODO,
+// WithoutCancel) runs it in its own goroutine instead, if here is true:
+// it waits for the flight's end whatever happens, so a goroutine to leave
+// it behind would buy it nothing, and the hand-off costs a cold miss a
+// thread's wake-up (about a tenth of its time to compute, see
+// bench/README.md). The other callers still join and leave as they
+// like. Callers that start several flights at once pass false.
+func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
+	here = here && ctx.Done() == nil
 	base, stop := c.life.detach(ctx)
 	var wctx context.Context
 	var cancel context.CancelFunc
@@ -206,7 +215,7 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T]) {
 		wctx, cancel = context.WithCancel(base)
 	}
 	c.flights.detach(j.cl, cancel)
-	started := c.life.goBackground(func() {
+	started := c.life.run(here, func() {
 		defer stop()
 		defer cancel()
 		r := c.runMiss(base, wctx, j)

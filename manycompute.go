@@ -158,7 +158,7 @@ func (c *Cache[T]) restartMany(ctx context.Context, js []*job[T], token string, 
 	c.releaseMany(ctx, js, token)
 	for _, j := range js {
 		j.first, j.compute, j.bad = nil, one(j.key, compute), ""
-		c.startFlight(ctx, j)
+		c.startFlight(ctx, j, false)
 	}
 }
 

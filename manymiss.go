@@ -187,7 +187,7 @@ func (c *Cache[T]) runBatch(ctx context.Context, b *batch[T]) {
 		// Busy, failed, or a value that does not decode: Fetch's miss path
 		// takes it from this reply, and computes it alone if it takes over.
 		j.first, j.compute = res, one(j.key, b.compute)
-		c.startFlight(ctx, j)
+		c.startFlight(ctx, j, false)
 	}
 	if len(failed) > 0 {
 		c.lockFailed(ctx, failed, errs, token, b.compute)

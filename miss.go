@@ -170,8 +170,11 @@ func (m *miss[T]) try(wctx context.Context) ([]any, error) {
 	}
 	defer m.c.attempts.give()
 	m.sent = time.Now()
-	return m.c.run(wctx, fetchScript, []string{m.ks.value, m.ks.lock, m.ks.errs},
-		m.token, redisutil.Millis(m.c.opts.lease), m.seen, m.bad, m.force).Slice()
+	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
+	if m.seen == "" && m.bad == "" && m.force == "" {
+		return m.c.run(wctx, fetchScript, keys, m.token, lease).Slice() // its common call
+	}
+	return m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 }
 
 // failed handles a fetchScript call that got no reply.

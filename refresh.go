@@ -127,7 +127,7 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		c.stats.shared.Add(1)
 	} else {
 		j := &job[T]{flight: flight, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, down: down, force: true}
-		c.startFlight(ctx, j)
+		c.startFlight(ctx, j, true)
 	}
 	v, err, _ := c.await(ctx, key, flight, cl)
 	c.forget(vk) // this process reads its own refresh at once
