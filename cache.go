@@ -78,6 +78,7 @@ type Cache[T any] struct {
 	stats   counters
 
 	attempts turns            // bounds the lock attempts in flight
+	looks    looks            // picks a Fetch's first look (see look.go)
 	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 	near     *nearTier[T]     // WithNearCache; nil: none

@@ -26,6 +26,7 @@ type job[T any] struct {
 	cl      *call // the flight the result goes to
 	refresh bool  // a background refresh (see refreshLater)
 	first   []any // FetchMany's lock reply for key (never "locked"), to start the miss from
+	look    bool  // the miss is Fetch's first look (see looks): scored, and a value it finds is a hit
 
 	// How the miss starts (see Cache.runMiss).
 	bad   string // SHA1 of stored bytes that did not decode, or ""

@@ -90,6 +90,10 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, id, cl)
 	}
+	if c.fresh == nil && c.looks.script() { // most first looks miss: the lock script looks
+		c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, look: true}, true)
+		return c.await(ctx, key, id, cl)
+	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
@@ -101,6 +105,9 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case err == nil:
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
+			if c.fresh == nil {
+				c.looks.saw(true)
+			}
 			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
@@ -118,6 +125,9 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.decodeError(ctx, key, derr)
 		bad = sha1hex(b)
 	case err == redis.Nil:
+		if c.fresh == nil {
+			c.looks.saw(false)
+		}
 	case ctx.Err() != nil:
 		c.flights.end(id, cl, outcome{err: errRetry})
 		return v, ctx.Err(), false
@@ -288,13 +298,13 @@ func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 		return c.computeLocal(ctx, j)
 	}
 	m := c.newMiss(j.key, j.ks, j.bad, j.force)
-	m.first = j.first
+	m.first, m.look = j.first, j.look
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)
 		switch {
 		case err != nil || end == missValue:
-			return outcome{b: b, err: err}
+			return outcome{b: b, err: err, hit: m.hit}
 		case end == missDown:
 			return c.computeLocal(ctx, j)
 		}

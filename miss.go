@@ -31,13 +31,16 @@ type miss[T any] struct {
 	c  *Cache[T]
 	ks keys
 
-	key   string
-	token string    // ours: the lock holds it once we win
-	first []any     // a reply to start from, not yet handled (FetchMany's fetchManyScript)
-	sent  time.Time // when the request that won the lock was sent
-	seen  string    // the holder we wait for, or ""
-	bad   string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
-	force string    // "force": pass over a value (Refresh), or ""
+	key    string
+	token  string    // ours: the lock holds it once we win
+	first  []any     // a reply to start from, not yet handled (FetchMany's fetchManyScript)
+	look   bool      // the next try is Fetch's first look (see looks)
+	hit    bool      // the value was found by that first look
+	looked bool      // the last reply is the first look's
+	sent   time.Time // when the request that won the lock was sent
+	seen   string    // the holder we wait for, or ""
+	bad    string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
+	force  string    // "force": pass over a value (Refresh), or ""
 
 	// Subscribe only once the fetch script says another process computes:
 	// the winner, whose compute the whole fleet waits for, must not spend a
@@ -133,6 +136,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 				m.bad = sha1hex([]byte(s))
 				continue
 			}
+			m.hit = m.looked
 			return missValue, []byte(s), nil
 		case replyLocked:
 			// The script found no value in the same atomic step that took
@@ -159,8 +163,10 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 }
 
 // try runs fetchScript once, in its turn among the Cache's lock attempts;
-// or, the first time, returns the reply the miss was started from.
+// or, the first time, returns the reply the miss was started from. The
+// answer of a first look is scored (see looks).
 func (m *miss[T]) try(wctx context.Context) ([]any, error) {
+	m.looked, m.look = m.look, false
 	if res := m.first; res != nil {
 		m.first = nil
 		return res, nil
@@ -171,10 +177,18 @@ func (m *miss[T]) try(wctx context.Context) ([]any, error) {
 	defer m.c.attempts.give()
 	m.sent = time.Now()
 	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
+	var res []any
+	var err error
 	if m.seen == "" && m.bad == "" && m.force == "" {
-		return m.c.run(wctx, fetchScript, keys, m.token, lease).Slice() // its common call
+		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease).Slice() // its common call
+	} else {
+		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
-	return m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
+	if m.looked && err == nil {
+		kind, _ := at[int64](res, 0)
+		m.c.looks.saw(kind == replyValue)
+	}
+	return res, err
 }
 
 // failed handles a fetchScript call that got no reply.

@@ -1,0 +1,47 @@
+package dogpile
+
+import "sync/atomic"
+
+// How a Fetch looks for a key first. A GET is what a hit needs; a miss
+// then sends the lock script (fetchScript, GET-or-lock), so its compute
+// starts two round trips after the call. The lock script alone returns a
+// value that is there as a GET would, so looking with it costs a hit the
+// same one round trip (and the server a script's run: about 1 µs more than
+// a GET), and starts a miss's compute one round trip sooner.
+//
+// So a Cache looks with a GET while most of its first looks hit, and with
+// the lock script while most miss: a cold start, a Redis that was flushed
+// or failed over, keys read once. A new Cache starts with GETs: most
+// processes start against a warm Redis. Only a Cache without freshness
+// options or a near tier looks with the script: their hits need the
+// value's TTL, or a tracked read, which the script does not give.
+
+// looks keeps the score that picks the first look: a first look that
+// misses raises it, one that hits lowers it, within [0, lookMax]. Above
+// lookScript, Fetch looks with the script. A Cache starts at 0 (GETs);
+// lookScript+1 more misses than hits in a row move it to the script, and
+// as many more hits than misses move it back. A score at the floor costs
+// a hit one atomic load, no write.
+type looks struct{ score atomic.Int32 }
+
+const (
+	lookMax    = 16
+	lookScript = lookMax / 2
+)
+
+// script reports whether the next first look should be the lock script.
+func (l *looks) script() bool { return l.score.Load() > lookScript }
+
+// saw records a first look's answer: a value (hit), or none.
+func (l *looks) saw(hit bool) {
+	for {
+		s := l.score.Load()
+		n := s + 1
+		if hit {
+			n = s - 1
+		}
+		if n < 0 || n > lookMax || l.score.CompareAndSwap(s, n) {
+			return
+		}
+	}
+}
