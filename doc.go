@@ -14,7 +14,11 @@
 //
 //   - A hit is one GET and a decode. With WithStale, WithEarlyRefresh or
 //     WithNearCache too: the value's expiry is stamped in its entry in the
-//     server's clock (see below).
+//     server's clock (see below). Without them, a Cache whose first looks
+//     mostly miss (a cold start, a flushed Redis) looks with the lock
+//     script instead, which returns a value that is there as a GET would:
+//     a hit is still one round trip, and a miss's compute starts after one
+//     round trip instead of two.
 //   - A call that starts after Set, Delete or Refresh of its key returned
 //     in this process (or, with the near tier, after the write's
 //     invalidation arrived) never returns the value that write replaced.

@@ -21,8 +21,9 @@ import (
 // compute once; the other callers wait for the stored value and are woken
 // by Redis the moment it is stored.
 //
-// A hit costs one round trip (a GET), or none from the near tier (see
-// [WithNearCache]). Concurrent Fetch calls for one key in one process share
+// A hit costs one round trip (a GET, or the lock script while most of the
+// Cache's first looks miss, see the package doc), or none from the near
+// tier (see [WithNearCache]). Concurrent Fetch calls for one key in one process share
 // a single flight: one GET, and on a miss one lock attempt and one compute
 // or one wait. Every caller receives its own copy of the value, decoded
 // from the stored bytes, except near hits, which share one.
@@ -38,6 +39,9 @@ import (
 // its own goroutine (no extra goroutine on the hit path), so its deadline
 // bounds the round trip only if the client was created with
 // redis.Options.ContextTimeoutEnabled (else go-redis's read timeout does).
+// A first caller whose ctx can never end (context.Background) runs the
+// miss in its own goroutine too, compute included: it would wait for it
+// anyway.
 //
 // When compute returns an error or panics, nothing is stored and the lock
 // is released at once. Callers in this process receive compute's error
