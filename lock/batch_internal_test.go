@@ -181,3 +181,75 @@ func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
 		t.Fatalf("%d calls in progress after %v; want %d", b.calls.Load(), redistest.EventuallyWithin, n)
 	}
 }
+
+// TestBatchSecondPipeline: while a lane's pipeline is in flight, a second
+// one goes out once pipelineMin calls wait, not before, and never a third.
+func TestBatchSecondPipeline(t *testing.T) {
+	defer directCalls.Store(directCalls.Load())
+	directCalls.Store(1) // all but the first call queue
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	var mu sync.Mutex
+	var sizes []int // of the pipelines in flight
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		if !redistest.IsHandshake(cmds[0]) {
+			mu.Lock()
+			sizes = append(sizes, len(cmds))
+			mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}})
+	inFlight := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}
+	ctx := t.Context()
+	l, err := NewMutex(rdb, "load").Lock(ctx) // loads the scripts
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock(ctx)
+	srv.Pause()
+	var wg sync.WaitGroup
+	lock := func(name string) {
+		wg.Go(func() {
+			if l, err := NewMutex(rdb, name).Lock(ctx); err != nil {
+				t.Errorf("Lock(%s) = %v", name, err)
+			} else {
+				l.Unlock(ctx)
+			}
+		})
+	}
+	b := batcherFor(rdb)
+	queued := func() int {
+		v, _ := b.lanes.Load(nil)
+		ln := v.(*lane)
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return len(ln.queue)
+	}
+	lock("direct")
+	waitCalls(t, rdb, 1)
+	lock("first")
+	redistest.Eventually(t, "the first pipeline", func() bool { return len(inFlight()) == 1 })
+	for i := range pipelineMin - 1 {
+		lock(fmt.Sprint("wait", i))
+	}
+	redistest.Eventually(t, "calls queued", func() bool { return queued() == pipelineMin-1 })
+	if got := inFlight(); len(got) != 1 {
+		t.Fatalf("pipelines %v with %d calls waiting; want 1", got, pipelineMin-1)
+	}
+	lock("more")
+	redistest.Eventually(t, "a second pipeline", func() bool { return len(inFlight()) == 2 })
+	for i := range 3 * pipelineMin {
+		lock(fmt.Sprint("later", i))
+	}
+	redistest.Eventually(t, "calls queued", func() bool { return queued() == 3*pipelineMin })
+	if got := inFlight(); !slices.Equal(got, []int{1, pipelineMin}) {
+		t.Errorf("pipelines %v in flight; want [1 %d]: a second one once %d calls waited, no third", got, pipelineMin, pipelineMin)
+	}
+	srv.Resume()
+	wg.Wait()
+}
