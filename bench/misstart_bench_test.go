@@ -16,8 +16,8 @@ import (
 )
 
 // missStartLibs are the libraries of BenchmarkMissToCompute: those of the
-// cache benchmarks, dogpile with WithStale (its hit is a GET and a PTTL,
-// pipelined) and rockscache.
+// cache benchmarks, dogpile with WithStale (its first look is always a
+// GET), on a context with a deadline, and Refresh, and rockscache.
 func missStartLibs() []cacheLib {
 	var libs []cacheLib
 	for _, l := range cacheLibs {
@@ -28,10 +28,24 @@ func missStartLibs() []cacheLib {
 	return rotated(append(libs,
 		cacheLib{
 			name: "dogpile+stale",
-			how:  "dogpile.New with WithStale(5s): the first look is a GET and a PTTL, pipelined",
+			how:  "dogpile.New with WithStale(5s): the first look is always a GET (its hits need the expiry)",
 			newFetcher: func(rdb *redis.Client) fetcher {
 				c := dogpile.New[item](rdb, dogpile.WithStale(rollingStale))
 				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+					return c.Fetch(ctx, key, cacheTTL, compute)
+				}
+			},
+		},
+		cacheLib{
+			// A request handler's call: its context can end, so the miss
+			// runs in a goroutine of its own (see dogpile's startFlight).
+			name: "dogpile+deadline",
+			how:  "dogpile.New defaults, each Fetch on a context with a 10 s deadline, as a request handler's: the miss runs in a goroutine of its own",
+			newFetcher: func(rdb *redis.Client) fetcher {
+				c := dogpile.New[item](rdb)
+				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+					ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
 					return c.Fetch(ctx, key, cacheTTL, compute)
 				}
 			},
@@ -92,8 +106,11 @@ func rocksFetch[T any](rdb *redis.Client, ttl time.Duration) func(ctx context.Co
 // compute started.
 //
 //   - warm: one cache for all ops (scripts already loaded by the first op).
+//     Its first looks all miss, so dogpile's looks with the lock script
+//     after the warm-up's first few ops (see look.go).
 //   - new-cache: a new cache per op on the same warm client, so the first
-//     script call of each op is the cache's first.
+//     script call of each op is the cache's first, and dogpile's first
+//     look is a GET, as in a process whose looks mostly hit.
 func BenchmarkMissToCompute(b *testing.B) {
 	srv := redistest.StartServer(b)
 	for _, lib := range missStartLibs() {
