@@ -159,9 +159,19 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		if c.state.CompareAndSwap(callQueued, callLeft) || c.state.Load() == callLeft {
 			return failed(ctx, fmt.Errorf("%w: %w", ctx.Err(), redisutil.ErrNotSent))
 		}
-		return failed(ctx, ctx.Err()) // sent: it may run
+		return failed(ctx, &inFlight{ctx.Err(), c.done}) // sent: it may run
 	}
 }
+
+// An inFlight is the error of a batched call whose caller left after it
+// was sent: it may still run. done closes once its batch is answered (see
+// releaseAfter).
+type inFlight struct {
+	error
+	done <-chan struct{}
+}
+
+func (e *inFlight) Unwrap() error { return e.error }
 
 // flush sends l's queue, batch after batch, until it finds it empty.
 func (b *batcher) flush(l *lane) {

@@ -253,3 +253,65 @@ func TestBatchSecondPipeline(t *testing.T) {
 	srv.Resume()
 	wg.Wait()
 }
+
+// TestBatchUndoWaitsForItsAcquire: an acquire whose caller left while its
+// batch was in flight (here, resent as EVAL after a SCRIPT FLUSH) is
+// released once that batch is answered, not sooner: on the lane's second
+// pipeline, the release reached Redis first, found nothing, and the
+// acquire then left the lock held for its TTL.
+func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
+	defer directCalls.Store(directCalls.Load())
+	directCalls.Store(0) // every call queues
+	srv := redistest.StartServer(t)
+	raw := srv.Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	a := NewMutex(rdb, "a", WithTTL(time.Minute))
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		for _, c := range cmds {
+			if args := c.Args(); args[0] == "eval" && fmt.Sprint(args[2]) == "2" && args[3] == a.lock {
+				once.Do(func() { close(held) })
+				<-release // a's acquire, resent as EVAL, waits here
+			}
+		}
+		return next(ctx, cmds)
+	}})
+	if err := raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	actx, leave := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(actx)
+		failed <- err
+	}()
+	<-held
+	leave()
+	if err := <-failed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock left in flight = %v; want context.Canceled", err)
+	}
+	var wg sync.WaitGroup
+	for _, name := range []string{"b", "c", "d"} { // with a's release, enough for a second pipeline
+		wg.Go(func() {
+			l, err := NewMutex(rdb, name).Lock(ctx)
+			if err != nil {
+				t.Errorf("Lock(%s) = %v", name, err)
+				return
+			}
+			l.Unlock(ctx)
+		})
+	}
+	redistest.Eventually(t, "a's release run, or waiting behind the others", func() bool {
+		v, _ := batcherFor(rdb).lanes.Load(nil)
+		ln := v.(*lane)
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return Rollbacks() == 0 || Rollbacks() == 1 && len(ln.queue) == 3
+	})
+	close(release)
+	wg.Wait()
+	redistest.Eventually(t, "a's lock released", func() bool { return raw.Exists(ctx, a.lock).Val() == 0 })
+}

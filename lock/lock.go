@@ -136,7 +136,7 @@ func (a *ask) grant(ctx context.Context, r reply) (*Lease, time.Duration, error)
 	}
 	if r.err != nil {
 		if redisutil.MayHaveRun(r.err) {
-			releaseLater(ctx, a.h, a.token)
+			releaseAfter(ctx, a.h, a.token, r.err)
 		}
 		return nil, 0, a.o.failed(ctx, "acquire", r.err)
 	}

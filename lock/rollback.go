@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
@@ -10,6 +11,28 @@ import (
 // redisutil.Rollback: the cache undoes its lost requests the same way).
 func releaseLater(ctx context.Context, h holder, token string) {
 	redisutil.Rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token) })
+}
+
+// releaseAfter is releaseLater for an acquire that failed with err. One
+// whose caller left it in flight in a batch (see inFlight) is released
+// once its batch has been answered: sent meanwhile, on the other pipeline
+// of its lane or on a connection of its own, the release could reach Redis
+// first, find nothing, and leave the lock the acquire then took held for a
+// whole TTL. A batch still unanswered when the rollback's time is up is
+// left to the TTL.
+func releaseAfter(ctx context.Context, h holder, token string, err error) {
+	var f *inFlight
+	if !errors.As(err, &f) {
+		releaseLater(ctx, h, token)
+		return
+	}
+	redisutil.Rollback(ctx, func(ctx context.Context) {
+		select {
+		case <-f.done:
+			_, _ = h.release(ctx, token)
+		case <-ctx.Done():
+		}
+	})
 }
 
 // leftBehind reports whether an acquire that failed with err may have left
