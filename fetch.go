@@ -23,8 +23,9 @@ import (
 //
 // A hit costs one round trip (a GET, or the lock script while most of the
 // Cache's first looks miss, see the package doc), or none from the near
-// tier (see [WithNearCache]). Concurrent Fetch calls for one key in one process share
-// a single flight: one GET, and on a miss one lock attempt and one compute
+// tier (see [WithNearCache]). Concurrent Fetch calls for one key in one
+// process share a single flight: one first look, and on a miss one lock
+// attempt (the look itself, when it was the lock script) and one compute
 // or one wait. Every caller receives its own copy of the value, decoded
 // from the stored bytes, except near hits, which share one.
 //
@@ -40,8 +41,8 @@ import (
 // bounds the round trip only if the client was created with
 // redis.Options.ContextTimeoutEnabled (else go-redis's read timeout does).
 // A first caller whose ctx can never end (context.Background) runs the
-// miss in its own goroutine too, compute included: it would wait for it
-// anyway.
+// whole miss, compute included, in the goroutine that called Fetch: it
+// would wait for it anyway.
 //
 // When compute returns an error or panics, nothing is stored and the lock
 // is released at once. Callers in this process receive compute's error
@@ -212,7 +213,7 @@ func answered(err error) bool {
 // like the other callers (see Fetch).
 //
 // A leader whose ctx can never end (no Done channel: Background, TODO,
-// WithoutCancel) runs it in its own goroutine instead, if here is true:
+// WithoutCancel) runs it in the calling goroutine instead, if here is true:
 // it waits for the flight's end whatever happens, so a goroutine to leave
 // it behind would buy it nothing, and the hand-off costs a cold miss a
 // thread's wake-up (about a tenth of its time to compute, see

@@ -29,7 +29,7 @@ type outcome struct {
 	b     []byte // the encoded entry, if any
 	v     any    // a computed T that could not be encoded (with err), else nil
 	err   error
-	hit   bool // found by the first GET
+	hit   bool // found by the first look (a GET, or the lock script: see looks)
 	stale bool // past its TTL: served while a refresh runs (WithStale)
 }
 

@@ -15,13 +15,21 @@ import "sync/atomic"
 // processes start against a warm Redis. Only a Cache without freshness
 // options or a near tier looks with the script: their hits need the
 // value's TTL, or a tracked read, which the script does not give.
+//
+// While it looks with the script, a hit is a lock attempt as a miss is:
+// it takes a turn among the Cache's lock attempts (see turns), goes
+// through the circuit breaker as a GET does, and, for a caller whose
+// context can end, runs in the flight's goroutine (a goroutine more per
+// hit; bounded by WithWaitTimeout). That is the price of the mode, paid
+// only while most looks miss.
 
 // looks keeps the score that picks the first look: a first look that
 // misses raises it, one that hits lowers it, within [0, lookMax]. Above
-// lookScript, Fetch looks with the script. A Cache starts at 0 (GETs);
-// lookScript+1 more misses than hits in a row move it to the script, and
-// as many more hits than misses move it back. A score at the floor costs
-// a hit one atomic load, no write.
+// lookScript, Fetch looks with the script. A Cache starts at 0 (GETs),
+// from where lookScript+1 more misses than hits move it to the script;
+// from the top, lookScript more hits than misses move it back. A first
+// look whose value does not decode, or that failed, is not scored. A score
+// at the floor costs a hit one atomic load, no write.
 type looks struct{ score atomic.Int32 }
 
 const (

@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -27,7 +28,12 @@ func TestFirstLookAdapts(t *testing.T) {
 		if _, err := c.Fetch(ctx, key, time.Minute, constant("v")); err != nil {
 			t.Fatal(err)
 		}
-		return cmds.take()[0]
+		for _, cmd := range cmds.take() {
+			if cmd == "get" || cmd == "eval" || cmd == "evalsha" { // not a WithStale Cache's clock probes
+				return cmd
+			}
+		}
+		return ""
 	}
 	c := New[string](rdb, prefix(t))
 	defer c.Close()
@@ -57,5 +63,38 @@ func TestFirstLookAdapts(t *testing.T) {
 		if cmd := first(stale, fmt.Sprint("cold", i)); cmd != "get" {
 			t.Fatalf("miss %d of a Cache WithStale looked with %s; want get (its hits need the TTL)", i, cmd)
 		}
+	}
+}
+
+// TestFirstLookThroughBreaker: a Cache that looks with the lock script
+// goes through the client's circuit breaker as its GETs do: with the
+// server frozen, its timeouts open the circuit, and later calls fail at
+// once with ErrUnavailable instead of each waiting out the read timeout.
+func TestFirstLookThroughBreaker(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	defer rdb.Close()
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	ctx := context.Background()
+	for i := range lookScript + 1 {
+		if _, err := c.Fetch(ctx, fmt.Sprint("cold", i), time.Minute, constant("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !c.looks.script() {
+		t.Fatal("the Cache looks with GETs after a run of misses")
+	}
+	s.Pause()
+	defer s.Resume()
+	var last error
+	for i := range 8 {
+		_, last = c.Fetch(ctx, fmt.Sprint("frozen", i), time.Minute, constant("v"))
+	}
+	if !errors.Is(last, ErrUnavailable) {
+		t.Errorf("the 8th Fetch with the server frozen = %v; want ErrUnavailable (the circuit open)", last)
+	}
+	if n := c.Stats().Unavailable; n == 0 {
+		t.Error("no call was turned away by the circuit")
 	}
 }

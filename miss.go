@@ -136,7 +136,9 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 				m.bad = sha1hex([]byte(s))
 				continue
 			}
-			m.hit = m.looked
+			if m.hit = m.looked; m.hit {
+				m.c.looks.saw(true)
+			}
 			return missValue, []byte(s), nil
 		case replyLocked:
 			// The script found no value in the same atomic step that took
@@ -163,9 +165,11 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 }
 
 // try runs fetchScript once, in its turn among the Cache's lock attempts;
-// or, the first time, returns the reply the miss was started from. The
-// answer of a first look is scored (see looks).
-func (m *miss[T]) try(wctx context.Context) ([]any, error) {
+// or, the first time, returns the reply the miss was started from. Fetch's
+// first look (see looks) goes through the client's circuit breaker, as
+// its GET would, and a miss it finds is scored (a hit once it decodes, see
+// resolve).
+func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	m.looked, m.look = m.look, false
 	if res := m.first; res != nil {
 		m.first = nil
@@ -175,18 +179,22 @@ func (m *miss[T]) try(wctx context.Context) ([]any, error) {
 		return nil, err
 	}
 	defer m.c.attempts.give()
+	if m.looked {
+		done, aerr := m.c.allow()
+		if aerr != nil {
+			return nil, aerr
+		}
+		defer func() { m.c.report(done, err) }()
+	}
 	m.sent = time.Now()
 	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
-	var res []any
-	var err error
 	if m.seen == "" && m.bad == "" && m.force == "" {
 		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease).Slice() // its common call
 	} else {
 		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
-	if m.looked && err == nil {
-		kind, _ := at[int64](res, 0)
-		m.c.looks.saw(kind == replyValue)
+	if kind, _ := at[int64](res, 0); m.looked && err == nil && kind != replyValue {
+		m.c.looks.saw(false)
 	}
 	return res, err
 }
