@@ -99,7 +99,7 @@ const (
 const capped Outcome = -1
 
 // watch extends the lease every interval (a third of its TTL) until ctx
-// ends or the lease ends; it runs from the run's timer, when the first
+// ends or the lease ends; it runs from the run's alarm, when the first
 // renewal is due. A failed round trip (a lost reply, a timeout, a broken
 // connection) is retried promptly with backoff, so a blip or two costs
 // nothing; only when none succeeds before the safe deadline does the lease
