@@ -95,7 +95,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, id, cl)
 	}
-	if c.fresh == nil && c.looks.script() { // most first looks miss: the lock script looks
+	if c.looks.script() { // most first looks miss: the lock script looks
 		c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, look: true}, true)
 		return c.await(ctx, key, id, cl)
 	}
@@ -110,9 +110,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	case err == nil:
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
-			if c.fresh == nil {
-				c.looks.saw(true)
-			}
+			c.looks.saw(true)
 			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
@@ -130,9 +128,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.decodeError(ctx, key, derr)
 		bad = sha1hex(b)
 	case err == redis.Nil:
-		if c.fresh == nil {
-			c.looks.saw(false)
-		}
+		c.looks.saw(false)
 	case ctx.Err() != nil:
 		c.flights.end(id, cl, outcome{err: errRetry})
 		return v, ctx.Err(), false

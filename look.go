@@ -6,8 +6,9 @@ import "sync/atomic"
 // then sends the lock script (fetchScript, GET-or-lock), so its compute
 // starts two round trips after the call. The lock script alone returns a
 // value that is there as a GET would, so looking with it costs a hit the
-// same one round trip (and the server a script's run: about 1 µs more than
-// a GET), and starts a miss's compute one round trip sooner.
+// same one round trip (and the server a script's run: 1.9 µs against a
+// GET's 0.1, commandstats of 20,000 script hits of a 200-byte value), and
+// starts a miss's compute one round trip sooner.
 //
 // So a Cache looks with a GET while most of its first looks hit, and with
 // the lock script while most miss: a cold start, a Redis that was flushed
@@ -28,9 +29,14 @@ import "sync/atomic"
 // lookScript, Fetch looks with the script. A Cache starts at 0 (GETs),
 // from where lookScript+1 more misses than hits move it to the script;
 // from the top, lookScript more hits than misses move it back. A first
-// look whose value does not decode, or that failed, is not scored. A score
-// at the floor costs a hit one atomic load, no write.
-type looks struct{ score atomic.Int32 }
+// look whose value does not decode, or that failed, is not scored. A
+// hit's GET costs two atomic loads (script, then saw at the floor), no
+// write. off (set by New, then read-only) keeps a Cache with freshness
+// options or a near tier on GETs.
+type looks struct {
+	score atomic.Int32
+	off   bool
+}
 
 const (
 	lookMax    = 16
@@ -38,11 +44,11 @@ const (
 )
 
 // script reports whether the next first look should be the lock script.
-func (l *looks) script() bool { return l.score.Load() > lookScript }
+func (l *looks) script() bool { return !l.off && l.score.Load() > lookScript }
 
 // saw records a first look's answer: a value (hit), or none.
 func (l *looks) saw(hit bool) {
-	for {
+	for !l.off {
 		s := l.score.Load()
 		n := s + 1
 		if hit {

@@ -193,8 +193,10 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	} else {
 		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
-	if kind, _ := at[int64](res, 0); m.looked && err == nil && kind != replyValue {
-		m.c.looks.saw(false)
+	if m.looked && err == nil {
+		if kind, _ := at[int64](res, 0); kind != replyValue {
+			m.c.looks.saw(false) // a value is scored once it decodes (see resolve)
+		}
 	}
 	return res, err
 }
