@@ -9,9 +9,7 @@ import (
 
 // releaseLater rolls back token's acquire of h in the background (see
 // redisutil.Rollback: the cache undoes its lost requests the same way).
-func releaseLater(ctx context.Context, h holder, token string) {
-	redisutil.Rollback(ctx, func(ctx context.Context) { _, _ = h.release(ctx, token) })
-}
+func releaseLater(ctx context.Context, h holder, token string) { releaseAfter(ctx, h, token, nil) }
 
 // releaseAfter is releaseLater for an acquire that failed with err. One
 // whose caller left it in flight in a batch (see inFlight) is released
@@ -22,16 +20,16 @@ func releaseLater(ctx context.Context, h holder, token string) {
 // left to the TTL.
 func releaseAfter(ctx context.Context, h holder, token string, err error) {
 	var f *inFlight
-	if !errors.As(err, &f) {
-		releaseLater(ctx, h, token)
-		return
-	}
+	errors.As(err, &f)
 	redisutil.Rollback(ctx, func(ctx context.Context) {
-		select {
-		case <-f.done:
-			_, _ = h.release(ctx, token)
-		case <-ctx.Done():
+		if f != nil {
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return
+			}
 		}
+		_, _ = h.release(ctx, token)
 	})
 }
 
