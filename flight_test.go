@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -27,8 +25,7 @@ func goid() string {
 // with a deadline leaves at that deadline while the leader computes on.
 func TestLeaderRunsItsFlight(t *testing.T) {
 	s := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	defer rdb.Close()
+	rdb := s.Client(t)
 	c := New[string](rdb, prefix(t))
 	defer c.Close()
 	cancelled, cancel := context.WithCancel(context.Background())

@@ -18,9 +18,7 @@ import (
 // hit, as a new Cache does. A Cache with a freshness option always looks
 // with a GET.
 func TestFirstLookAdapts(t *testing.T) {
-	s := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	defer rdb.Close()
+	rdb := redistest.StartServer(t).Client(t)
 	cmds := countCommands(rdb)
 	ctx := context.Background()
 	first := func(c *Cache[string], key string) string {

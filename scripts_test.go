@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -16,21 +14,31 @@ import (
 // and no value passed over does, in every state a first look may find.
 func TestFetchScriptCommonCall(t *testing.T) {
 	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
+	rdb := srv.Client(t)
 	ctx := context.Background()
 	ks := keysFor("{fsc}:v")
 	const lease = 50 * time.Second
-	states := map[string]func(){
-		"empty":           func() {},
-		"value":           func() { rdb.Set(ctx, ks.value, "stored", 0) },
-		"other holder":    func() { rdb.Set(ctx, ks.lock, "other", lease) },
-		"ours":            func() { rdb.Set(ctx, ks.lock, "tok", lease) },
-		"value and other": func() { rdb.Set(ctx, ks.value, "stored", 0); rdb.Set(ctx, ks.lock, "other", lease) },
+	states := map[string]struct{ value, holder string }{ // "": absent
+		"empty":           {"", ""},
+		"value":           {"stored", ""},
+		"other holder":    {"", "other"},
+		"ours":            {"", "tok"},
+		"value and other": {"stored", "other"},
 	}
-	look := func(setup func(), args ...any) (reply, after string) {
-		rdb.Del(ctx, ks.value, ks.lock, ks.errs)
-		setup()
+	look := func(state struct{ value, holder string }, args ...any) (reply, after string) {
+		if err := rdb.Del(ctx, ks.value, ks.lock, ks.errs).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if state.value != "" {
+			if err := rdb.Set(ctx, ks.value, state.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if state.holder != "" {
+			if err := rdb.Set(ctx, ks.lock, state.holder, lease).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		res, err := fetchScript.Run(ctx, rdb, []string{ks.value, ks.lock, ks.errs}, args...).Slice()
 		if err != nil {
 			t.Fatal(err)
@@ -43,9 +51,9 @@ func TestFetchScriptCommonCall(t *testing.T) {
 		val, _ := rdb.Get(ctx, ks.value).Result()
 		return fmt.Sprint(res), fmt.Sprintf("lock %q (PTTL > 40 s: %v), value %q", lock, pttl.Seconds() > 40, val)
 	}
-	for name, setup := range states {
-		common, commonAfter := look(setup, "tok", 50000)
-		full, fullAfter := look(setup, "tok", 50000, "", "", "")
+	for name, state := range states {
+		common, commonAfter := look(state, "tok", 50000)
+		full, fullAfter := look(state, "tok", 50000, "", "", "")
 		if common != full || commonAfter != fullAfter {
 			t.Errorf("%s: common call %s, then %s; full call %s, then %s", name, common, commonAfter, full, fullAfter)
 		}

@@ -191,7 +191,7 @@ func TestBatchSecondPipeline(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
 	var mu sync.Mutex
-	var sizes []int // of the pipelines in flight
+	var sizes []int // of the pipelines sent: all in flight, the server stopped
 	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 		if !redistest.IsHandshake(cmds[0]) {
 			mu.Lock()
@@ -200,7 +200,7 @@ func TestBatchSecondPipeline(t *testing.T) {
 		}
 		return next(ctx, cmds)
 	}})
-	inFlight := func() []int {
+	sent := func() []int {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(sizes)
@@ -233,21 +233,21 @@ func TestBatchSecondPipeline(t *testing.T) {
 	lock("direct")
 	waitCalls(t, rdb, 1)
 	lock("first")
-	redistest.Eventually(t, "the first pipeline", func() bool { return len(inFlight()) == 1 })
+	redistest.Eventually(t, "the first pipeline", func() bool { return len(sent()) == 1 })
 	for i := range pipelineMin - 1 {
 		lock(fmt.Sprint("wait", i))
 	}
 	redistest.Eventually(t, "calls queued", func() bool { return queued() == pipelineMin-1 })
-	if got := inFlight(); len(got) != 1 {
+	if got := sent(); len(got) != 1 {
 		t.Fatalf("pipelines %v with %d calls waiting; want 1", got, pipelineMin-1)
 	}
 	lock("more")
-	redistest.Eventually(t, "a second pipeline", func() bool { return len(inFlight()) == 2 })
+	redistest.Eventually(t, "a second pipeline", func() bool { return len(sent()) == 2 })
 	for i := range 3 * pipelineMin {
 		lock(fmt.Sprint("later", i))
 	}
 	redistest.Eventually(t, "calls queued", func() bool { return queued() == 3*pipelineMin })
-	if got := inFlight(); !slices.Equal(got, []int{1, pipelineMin}) {
+	if got := sent(); !slices.Equal(got, []int{1, pipelineMin}) {
 		t.Errorf("pipelines %v in flight; want [1 %d]: a second one once %d calls waited, no third", got, pipelineMin, pipelineMin)
 	}
 	srv.Resume()
