@@ -23,10 +23,10 @@ type job[T any] struct {
 	ks      keys
 	ttl     time.Duration
 	compute func(context.Context) (T, error)
-	cl      *call // the flight the result goes to
-	refresh bool  // a background refresh (see refreshLater)
-	first   []any // FetchMany's lock reply for key (never "locked"), to start the miss from
-	look    bool  // the miss is Fetch's first look (see looks): scored, and a value it finds is a hit
+	cl      *call    // the flight the result goes to
+	refresh bool     // a background refresh (see refreshLater)
+	first   []any    // FetchMany's lock reply for key (never "locked"), to start the miss from
+	m       *miss[T] // the miss begun by Fetch's first look, with its reply (see lookWithScript)
 
 	// How the miss starts (see Cache.runMiss).
 	bad   string // SHA1 of stored bytes that did not decode, or ""

@@ -36,10 +36,11 @@ import (
 // when this process loses the compute lock (it could not renew the lease,
 // or the key was Set or Deleted meanwhile); compute should bound its own
 // work otherwise. If ctx is done first, Fetch returns ctx.Err() at once;
-// the one exception is the first caller's GET, which runs on its own ctx in
-// its own goroutine (no extra goroutine on the hit path), so its deadline
-// bounds the round trip only if the client was created with
-// redis.Options.ContextTimeoutEnabled (else go-redis's read timeout does).
+// the one exception is the first caller's first look (its GET, or the lock
+// script), which runs on its own ctx in its own goroutine (no extra
+// goroutine on the hit path), so its deadline bounds the round trip only
+// if the client was created with redis.Options.ContextTimeoutEnabled (else
+// go-redis's read timeout does).
 // A first caller whose ctx can never end (context.Background) runs the
 // whole miss, compute included, in the goroutine that called Fetch: it
 // would wait for it anyway.
@@ -96,8 +97,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		return c.await(ctx, key, id, cl)
 	}
 	if c.looks.script() { // most first looks miss: the lock script looks
-		c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, look: true}, true)
-		return c.await(ctx, key, id, cl)
+		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl})
 	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
@@ -238,6 +238,9 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 	if !started {
 		cancel()
 		stop()
+		if j.m != nil {
+			j.m.abandon(ctx)
+		}
 		c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
 	}
 }
@@ -298,8 +301,11 @@ func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 	if j.down {
 		return c.computeLocal(ctx, j)
 	}
-	m := c.newMiss(j.key, j.ks, j.bad, j.force)
-	m.first, m.look = j.first, j.look
+	m := j.m
+	if m == nil {
+		m = c.newMiss(j.key, j.ks, j.bad, j.force)
+		m.first = j.first
+	}
 	defer m.close()
 	for {
 		end, b, err := m.resolve(ctx, wctx)

@@ -1,6 +1,12 @@
 package dogpile
 
-import "sync/atomic"
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+)
 
 // How a Fetch looks for a key first. A GET is what a hit needs; a miss
 // then sends the lock script (fetchScript, GET-or-lock), so its compute
@@ -18,11 +24,13 @@ import "sync/atomic"
 // value's TTL, or a tracked read, which the script does not give.
 //
 // While it looks with the script, a hit is a lock attempt as a miss is:
-// it takes a turn among the Cache's lock attempts (see turns), goes
-// through the circuit breaker as a GET does, and, for a caller whose
-// context can end, runs in the flight's goroutine (a goroutine more per
-// hit; bounded by WithWaitTimeout). That is the price of the mode, paid
-// only while most looks miss.
+// it takes a turn among the Cache's lock attempts (see turns), and goes
+// through the circuit breaker as a GET does. Like the GET, the look is
+// sent by the first caller, on its own context, from its own goroutine:
+// a hit needs no other goroutine, and a miss's lock attempt leaves at
+// once, not after a goroutine started for the flight was scheduled (in a
+// herd of callers woken together, that one waited behind the herd: 0.4 to
+// 2 ms of a stampede's compute start, see bench/README.md).
 
 // looks keeps the score that picks the first look: a first look that
 // misses raises it, one that hits lowers it, within [0, lookMax]. Above
@@ -58,4 +66,60 @@ func (l *looks) saw(hit bool) {
 			return
 		}
 	}
+}
+
+// lookWithScript is Fetch's first look with the lock script, for the
+// flight j that the caller leads. A value that decodes is a hit, answered
+// here. Any other reply (the lock, now ours; a holder to wait for; a value
+// that does not decode) goes on in the flight's miss (see startFlight),
+// which starts from it.
+func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
+	m := c.newMiss(j.key, j.ks, "", false)
+	m.look = true
+	res, err := m.try(ctx)
+	if err != nil {
+		return c.lookFailed(ctx, j, m, err)
+	}
+	if kind, _ := at[int64](res, 0); kind == replyValue {
+		s, _ := at[string](res, 1)
+		b := []byte(s)
+		if v, meta, derr := c.decodeEntry(b); derr == nil {
+			m.close()
+			c.looks.saw(true)
+			r := outcome{b: b, hit: true}
+			c.flights.end(j.flight, j.cl, r)
+			c.count(ctx, j.key, r, meta.notFound)
+			if meta.notFound {
+				return v, notFound(j.key), false
+			}
+			return v, nil, false
+		}
+	}
+	m.first, j.m = res, m
+	c.startFlight(ctx, j, true)
+	return c.await(ctx, j.key, j.flight, j.cl)
+}
+
+// lookFailed ends the flight j whose first look, with the lock script,
+// got no reply, as a failed GET would: its callers start over if the
+// first caller's ctx ended, else they get the error, unless Redis is
+// unreachable and WithComputeWhenDown is set. A lock the script may have
+// taken is released first.
+func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
+	m.close()
+	if redisutil.MayHaveRun(err) {
+		c.rollback(ctx, releaseCall(m.ks, m.token, c.publish))
+	}
+	switch {
+	case ctx.Err() != nil:
+		c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+		return v, ctx.Err(), false
+	case c.opts.computeIfDown && unreachable(err):
+		j.down = true
+		c.startFlight(ctx, j, true)
+		return c.await(ctx, j.key, j.flight, j.cl)
+	}
+	err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
+	c.flights.end(j.flight, j.cl, outcome{err: err})
+	return v, err, false
 }

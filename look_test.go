@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,5 +95,95 @@ func TestFirstLookThroughBreaker(t *testing.T) {
 	}
 	if n := c.Stats().Unavailable; n == 0 {
 		t.Error("no call was turned away by the circuit")
+	}
+}
+
+// TestScriptLookOnCallersContext: the lock script's first look is sent by
+// the first caller, on its own context, as its GET would be, for a hit and
+// for a miss alike, not by a goroutine started for the flight (on a
+// context detached from the caller's): a herd of callers woken together
+// would make that goroutine wait its turn behind them.
+func TestScriptLookOnCallersContext(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	var mu sync.Mutex
+	var deadlines []time.Time // of each Fetch's first script, while armed
+	armed := false
+	rdb.AddHook(redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				mu.Lock()
+				if armed {
+					d, _ := ctx.Deadline()
+					deadlines, armed = append(deadlines, d), false
+				}
+				mu.Unlock()
+			}
+			return next(ctx, cmd)
+		},
+	})
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	c.looks.score.Store(lookMax) // most looks missed: the script looks
+	deadline := time.Now().Add(time.Hour)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for _, what := range []string{"miss", "hit"} {
+		mu.Lock()
+		armed = true
+		mu.Unlock()
+		if v, err := c.Fetch(ctx, "k", time.Minute, constant("v")); err != nil || v != "v" {
+			t.Fatalf("%s: Fetch = %q, %v", what, v, err)
+		}
+		if !c.looks.script() {
+			t.Fatalf("%s: the Cache left the script look", what)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deadlines) != 2 {
+		t.Fatalf("saw %d first looks; want 2", len(deadlines))
+	}
+	for i, d := range deadlines {
+		if !d.Equal(deadline) {
+			t.Errorf("look %d ran with deadline %v; want the caller's, %v", i, d, deadline)
+		}
+	}
+}
+
+// TestScriptLookLockReleasedAtClose: a first look that took the compute
+// lock for a Cache closed before its flight could start releases that
+// lock, so that other processes need not wait a lease for a compute that
+// will not come.
+func TestScriptLookLockReleasedAtClose(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	c.looks.score.Store(lookMax)
+	rdb.AddHook(redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			err := next(ctx, cmd)
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				c.Close() // after the look took the lock, before the flight starts
+			}
+			return err
+		},
+	})
+	ctx := context.Background()
+	if _, err := c.Fetch(ctx, "k", time.Minute, constant("v")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Fetch = %v; want ErrClosed", err)
+	}
+	lock := keysFor(c.valueKey("k")).lock
+	for end := time.Now().Add(2 * time.Second); ; {
+		n, err := rdb.Exists(ctx, lock).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the lock %s is still held after Close", lock)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -83,6 +83,16 @@ const (
 // close releases the miss's subscription and timer.
 func (m *miss[T]) close() { m.w.Close() }
 
+// abandon closes a miss that will not run (the Cache was closed before
+// its flight started), releasing the lock that its first reply says it
+// took: no process is to wait a lease for a compute that will not come.
+func (m *miss[T]) abandon(ctx context.Context) {
+	if kind, _ := at[int64](m.first, 0); kind == replyLocked {
+		m.c.rollback(ctx, releaseCall(m.ks, m.token, m.c.publish))
+	}
+	m.close()
+}
+
 // restart makes m look again as a newcomer, after the lock it won was lost.
 func (m *miss[T]) restart() {
 	m.token, m.seen, m.bad = redisutil.Token(), "", ""
