@@ -265,6 +265,7 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 		}
 		return v, cl.err, false
 	}
+	growStack(0) // before the codec's deep frames (see growStack)
 	v, m, derr := c.decodeEntry(cl.b)
 	c.count(ctx, key, cl.outcome, m.notFound)
 	switch {

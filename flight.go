@@ -217,3 +217,26 @@ func (g *group) end(key flightID, cl *call, r outcome) {
 		g.onEnd(key)
 	}
 }
+
+// growStack makes room on the calling goroutine's stack for a decode, in
+// one copy made while few frames are on it. A caller that waited for a
+// flight is often a goroutine started for this request, whose stack
+// begins at 2 KiB; a codec's decode (msgpack's reflection) needs more, and
+// the runtime grows a stack by copying it and fixing up every frame on it,
+// which deep in the codec's frames was the dearest work a woken waiter did:
+// a herd of 50 new goroutines on one absent key cost the process 27-32 µs
+// of CPU per caller without this, 21-24 with it (go-redis/cache's: 20-25;
+// BenchmarkHerd, bench/README.md). A stack already this deep pays only
+// the zeroing of the frame (about 50 ns).
+//
+//go:noinline
+func growStack(i int) byte {
+	var frame [waiterFrame]byte
+	frame[i] = 1 // i is 0: a frame the compiler cannot drop
+	return frame[len(frame)-1-i]
+}
+
+// waiterFrame is growStack's frame: with the frames of Fetch and its caller
+// below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's decode of a
+// struct fits in.
+const waiterFrame = 4 << 10

@@ -26,6 +26,7 @@ groups='
 ^BenchmarkRWMutex$                      1000x
 ^BenchmarkFetchHit$                     20000x
 ^BenchmarkStampede$                     10x
+^BenchmarkHerd$                         300x
 ^BenchmarkRollingExpiry$                1x
 ^BenchmarkMissToCompute$                2000x
 ^BenchmarkStoreLag$                     3x
