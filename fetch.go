@@ -96,6 +96,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.stats.shared.Add(1)
 		return c.await(ctx, key, id, cl)
 	}
+	defer c.endIfPanic(id, cl)
 	if c.looks.script() { // most first looks miss: the lock script looks
 		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl})
 	}
@@ -312,7 +313,7 @@ func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 		end, b, err := m.resolve(ctx, wctx)
 		switch {
 		case err != nil || end == missValue:
-			return outcome{b: b, err: err, hit: m.hit}
+			return outcome{b: b, err: err}
 		case end == missDown:
 			return c.computeLocal(ctx, j)
 		}

@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -218,6 +219,17 @@ func (g *group) end(key flightID, cl *call, r outcome) {
 	}
 }
 
+// endIfPanic, deferred by a flight's leader, ends the flight cl (named
+// id) if the leader is panicking (in a client hook, say) before it handed
+// the flight on, and panics on: a program that recovers (net/http does)
+// must not find the key's later callers joining a flight nobody ends.
+func (c *Cache[T]) endIfPanic(id flightID, cl *call) {
+	if p := recover(); p != nil {
+		c.flights.end(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
+		panic(p)
+	}
+}
+
 // growStack makes room on the calling goroutine's stack for a decode, in
 // one copy made while few frames are on it. A caller that waited for a
 // flight is often a goroutine started for this request, whose stack
@@ -236,7 +248,7 @@ func growStack(i int) byte {
 	return frame[len(frame)-1-i]
 }
 
-// waiterFrame is growStack's frame: with the frames of Fetch and its caller
-// below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's decode of a
-// struct fits in.
+// waiterFrame is growStack's frame: with the frames of Fetch and a shallow
+// caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
+// decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
 const waiterFrame = 4 << 10

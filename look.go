@@ -29,8 +29,8 @@ import (
 // sent by the first caller, on its own context, from its own goroutine:
 // a hit needs no other goroutine, and a miss's lock attempt leaves at
 // once, not after a goroutine started for the flight was scheduled (in a
-// herd of callers woken together, that one waited behind the herd: 0.4 to
-// 2 ms of a stampede's compute start, see bench/README.md).
+// herd of callers woken together, that one waited behind the herd, 0.1 to
+// 2 ms; see bench/README.md for what that did and did not change).
 
 // looks keeps the score that picks the first look: a first look that
 // misses raises it, one that hits lowers it, within [0, lookMax]. Above
@@ -70,9 +70,10 @@ func (l *looks) saw(hit bool) {
 
 // lookWithScript is Fetch's first look with the lock script, for the
 // flight j that the caller leads. A value that decodes is a hit, answered
-// here. Any other reply (the lock, now ours; a holder to wait for; a value
-// that does not decode) goes on in the flight's miss (see startFlight),
-// which starts from it.
+// here. Any other reply (the lock, now ours; a holder to wait for; a
+// holder's failure) goes on in the flight's miss (see startFlight), which
+// starts from it; bytes that do not decode, as after a GET, in a miss
+// whose first try passes over them.
 func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
 	m := c.newMiss(j.key, j.ks, "", false)
 	m.look = true
@@ -83,7 +84,8 @@ func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err erro
 	if kind, _ := at[int64](res, 0); kind == replyValue {
 		s, _ := at[string](res, 1)
 		b := []byte(s)
-		if v, meta, derr := c.decodeEntry(b); derr == nil {
+		v, meta, derr := c.decodeEntry(b)
+		if derr == nil {
 			m.close()
 			c.looks.saw(true)
 			r := outcome{b: b, hit: true}
@@ -94,6 +96,8 @@ func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err erro
 			}
 			return v, nil, false
 		}
+		c.decodeError(ctx, j.key, derr)
+		m.bad, res = sha1hex(b), nil
 	}
 	m.first, j.m = res, m
 	c.startFlight(ctx, j, true)
@@ -104,17 +108,32 @@ func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err erro
 // got no reply, as a failed GET would: its callers start over if the
 // first caller's ctx ended, else they get the error, unless Redis is
 // unreachable and WithComputeWhenDown is set. A lock the script may have
-// taken is released first.
+// taken is released first; callers that start over wait for that release
+// (the Cache's background work, see Close), or the look one of them leads
+// would find this one's lock and wait for it as for another process's
+// compute.
 func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
 	m.close()
-	if redisutil.MayHaveRun(err) {
-		c.rollback(ctx, releaseCall(m.ks, m.token, c.publish))
-	}
-	switch {
-	case ctx.Err() != nil:
-		c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+	mayHold := redisutil.MayHaveRun(err)
+	release := releaseCall(m.ks, m.token, c.publish)
+	if ctx.Err() != nil {
+		if !mayHold || !c.life.goBackground(func() {
+			rctx, cancel := redisutil.Detached(ctx)
+			defer cancel()
+			c.runPipelined(rctx, []scriptCall{release})
+			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+		}) {
+			if mayHold {
+				c.rollback(ctx, release) // closed: as other undos
+			}
+			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+		}
 		return v, ctx.Err(), false
-	case c.opts.computeIfDown && unreachable(err):
+	}
+	if mayHold {
+		c.rollback(ctx, release)
+	}
+	if c.opts.computeIfDown && unreachable(err) {
 		j.down = true
 		c.startFlight(ctx, j, true)
 		return c.await(ctx, j.key, j.flight, j.cl)

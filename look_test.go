@@ -2,9 +2,13 @@ package dogpile
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,7 +167,13 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 			err := next(ctx, cmd)
 			if n := cmd.Name(); n == "evalsha" || n == "eval" {
-				c.Close() // after the look took the lock, before the flight starts
+				// After the look took the lock, before the flight starts.
+				// Not in this goroutine: were the look part of the
+				// Cache's work, Close would wait for it here.
+				go c.Close()
+				for !c.life.done() {
+					runtime.Gosched()
+				}
 			}
 			return err
 		},
@@ -186,4 +196,136 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestScriptLookLeaderLeavesHoldingLock: when the first caller's context
+// ends as its look takes the lock (the reply lost with it), the callers
+// that joined it start over only once that lock is released: the look one
+// of them leads then finds the key free, not this process's own lock to
+// wait for as if another process computed (a false takeover).
+func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	c.looks.score.Store(lookMax)
+	leaderCtx, leave := context.WithCancel(context.Background())
+	defer leave()
+	var looks atomic.Int32
+	retried := make(chan struct{}) // closed once the second look was answered
+	var retriedKind atomic.Int64
+	holdRelease := func(cmds ...redis.Cmder) {
+		for _, cmd := range cmds {
+			if scriptOf(cmd) == releaseScript.Hash() {
+				// Held until the follower looked again, for a while: a
+				// release that waits for nothing comes first.
+				select {
+				case <-retried:
+				case <-time.After(300 * time.Millisecond):
+				}
+				return
+			}
+		}
+	}
+	rdb.AddHook(redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			switch scriptOf(cmd) {
+			case fetchScript.Hash():
+				n := looks.Add(1)
+				err := next(ctx, cmd)
+				switch n {
+				case 1: // the leader's: its lock taken, its caller leaves
+					for end := time.Now().Add(5 * time.Second); c.stats.shared.Load() == 0 && time.Now().Before(end); {
+						runtime.Gosched() // until the follower joined
+					}
+					leave()
+					cmd.SetErr(context.Canceled)
+					return context.Canceled
+				case 2:
+					if res, ok := cmd.(*redis.Cmd).Val().([]any); ok {
+						kind, _ := at[int64](res, 0)
+						retriedKind.Store(kind)
+					}
+					close(retried)
+				}
+				return err
+			}
+			holdRelease(cmd)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			holdRelease(cmds...)
+			return next(ctx, cmds)
+		},
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(leaderCtx, "k", time.Minute, constant("v"))
+		done <- err
+	}()
+	for c.stats.shared.Load() == 0 && looks.Load() == 0 {
+		runtime.Gosched() // the leader first
+	}
+	v, err := c.Fetch(context.Background(), "k", time.Minute, constant("v"))
+	if err != nil || v != "v" {
+		t.Fatalf("follower: Fetch = %q, %v; want v", v, err)
+	}
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("leader: Fetch = %v; want context.Canceled", err)
+	}
+	if k := retriedKind.Load(); k != replyLocked {
+		t.Errorf("the follower's look got reply %d; want %d (the lock, free)", k, replyLocked)
+	}
+	if n := c.Stats().Takeovers; n != 0 {
+		t.Errorf("%d takeovers of this process's own lock", n)
+	}
+}
+
+// TestLeaderPanicEndsFlight: a panic in the first caller's look (a client
+// hook's) ends its flight before it goes on up, so that a program that
+// recovers finds the key's next Fetch answered, not joined to a flight
+// that nobody ends.
+func TestLeaderPanicEndsFlight(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	var armed atomic.Bool
+	armed.Store(true)
+	rdb.AddHook(redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if cmd.Name() == "get" && armed.CompareAndSwap(true, false) {
+				panic("hook")
+			}
+			return next(ctx, cmd)
+		},
+	})
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	func() {
+		defer func() {
+			if p := recover(); p != "hook" {
+				t.Errorf("recovered %v; want the hook's panic", p)
+			}
+		}()
+		_, _ = c.Fetch(context.Background(), "k", time.Minute, constant("v"))
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if v, err := c.Fetch(ctx, "k", time.Minute, constant("v")); err != nil || v != "v" {
+		t.Errorf("the next Fetch = %q, %v; want v", v, err)
+	}
+}
+
+// scriptOf returns the SHA1 of the script cmd runs (EVAL or EVALSHA), or "".
+func scriptOf(cmd redis.Cmder) string {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	s, _ := args[1].(string)
+	switch cmd.Name() {
+	case "evalsha":
+		return s
+	case "eval":
+		h := sha1.Sum([]byte(s))
+		return hex.EncodeToString(h[:])
+	}
+	return ""
 }

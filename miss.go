@@ -31,16 +31,14 @@ type miss[T any] struct {
 	c  *Cache[T]
 	ks keys
 
-	key    string
-	token  string    // ours: the lock holds it once we win
-	first  []any     // a reply to start from, not yet handled (FetchMany's fetchManyScript)
-	look   bool      // the next try is Fetch's first look (see looks)
-	hit    bool      // the value was found by that first look
-	looked bool      // the last reply is the first look's
-	sent   time.Time // when the request that won the lock was sent
-	seen   string    // the holder we wait for, or ""
-	bad    string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
-	force  string    // "force": pass over a value (Refresh), or ""
+	key   string
+	token string    // ours: the lock holds it once we win
+	first []any     // a reply to start from, not yet handled: Fetch's first look's, or FetchMany's fetchManyScript's
+	look  bool      // the next try is Fetch's first look (see lookWithScript)
+	sent  time.Time // when the request that won the lock was sent
+	seen  string    // the holder we wait for, or ""
+	bad   string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
+	force string    // "force": pass over a value (Refresh), or ""
 
 	// Subscribe only once the fetch script says another process computes:
 	// the winner, whose compute the whole fleet waits for, must not spend a
@@ -146,9 +144,6 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 				m.bad = sha1hex([]byte(s))
 				continue
 			}
-			if m.hit = m.looked; m.hit {
-				m.c.looks.saw(true)
-			}
 			return missValue, []byte(s), nil
 		case replyLocked:
 			// The script found no value in the same atomic step that took
@@ -177,19 +172,20 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 // try runs fetchScript once, in its turn among the Cache's lock attempts;
 // or, the first time, returns the reply the miss was started from. Fetch's
 // first look (see looks) goes through the client's circuit breaker, as
-// its GET would, and a miss it finds is scored (a hit once it decodes, see
-// resolve).
+// its GET would, and a miss it finds is scored (a hit is scored by
+// lookWithScript, once it decodes).
 func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
-	m.looked, m.look = m.look, false
+	look := m.look
+	m.look = false
 	if res := m.first; res != nil {
 		m.first = nil
 		return res, nil
 	}
 	if err := m.c.attempts.take(wctx); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", redisutil.ErrNotSent, err) // no rollback: nothing was sent
 	}
 	defer m.c.attempts.give()
-	if m.looked {
+	if look {
 		done, aerr := m.c.allow()
 		if aerr != nil {
 			return nil, aerr
@@ -203,9 +199,9 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	} else {
 		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
-	if m.looked && err == nil {
+	if look && err == nil {
 		if kind, _ := at[int64](res, 0); kind != replyValue {
-			m.c.looks.saw(false) // a value is scored once it decodes (see resolve)
+			m.c.looks.saw(false)
 		}
 	}
 	return res, err
