@@ -194,6 +194,17 @@ func (g *group) forgetAll() {
 	}
 }
 
+// endUnlessDetached ends cl with r unless it runs without its leader (see
+// detach): its leader, which alone detaches it, gave up on it.
+func (g *group) endUnlessDetached(key flightID, cl *call, r outcome) {
+	g.mu.Lock()
+	detached := cl.cancel != nil
+	g.mu.Unlock()
+	if !detached {
+		g.end(key, cl, r)
+	}
+}
+
 // end ends the flight cl with r and wakes its waiting callers. Only the
 // first end counts: after a recovered panic, FetchMany ends every flight
 // of its batch, some of which may be ended later by their own goroutine.
@@ -221,11 +232,12 @@ func (g *group) end(key flightID, cl *call, r outcome) {
 
 // endIfPanic, deferred by a flight's leader, ends the flight cl (named
 // id) if the leader is panicking (in a client hook, say) before it handed
-// the flight on, and panics on: a program that recovers (net/http does)
-// must not find the key's later callers joining a flight nobody ends.
+// the flight to a goroutine of its own, and panics on: a program that
+// recovers (net/http does) must not find the key's later callers joining a
+// flight nobody ends.
 func (c *Cache[T]) endIfPanic(id flightID, cl *call) {
 	if p := recover(); p != nil {
-		c.flights.end(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
+		c.flights.endUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
 		panic(p)
 	}
 }
