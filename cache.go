@@ -79,7 +79,7 @@ type Cache[T any] struct {
 
 	attempts turns            // bounds the lock attempts in flight
 	looks    looks            // picks a Fetch's first look (see look.go)
-	loaded   *sync.Map        // *redis.Script → true once run on this client (see run)
+	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 	near     *nearTier[T]     // WithNearCache; nil: none
 	fresh    *freshRead       // with freshness options or a near tier; nil: none
@@ -110,7 +110,6 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		publish:  wake.PublishCommand(client),
 		attempts: newTurns(client),
 		breaker:  breaker.For(client),
-		loaded:   loadedOn(client),
 	}
 	c.flights.m = map[flightID]*call{}
 	c.life.init()

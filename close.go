@@ -20,8 +20,7 @@ var ErrClosed = errors.New("dogpile: cache closed")
 //
 // Close does not close the client, which the program owns. What is kept
 // per client, for every Cache and lock on it, outlives Close: the circuit
-// breaker, which scripts were run on it (a later Cache sends only their
-// SHAs), and the wake-up connection, which closes 250 ms after its last
+// breaker, and the wake-up connection, which closes 250 ms after its last
 // waiter leaves; so does a rollback in flight (an undo of a request whose
 // reply was lost), bounded by 3 s, and a sample of the servers' clock in
 // flight (a TIME per server, see WithStale), until its reply. Close may be

@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -262,13 +261,11 @@ redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
 return 1
 `)
 
-// run runs script s on the Cache's client. The first time a Cache on this
-// client runs s, it sends the script's body (EVAL), which loads it on the
-// server as it runs; after that every Cache on the client sends only its
-// SHA (EVALSHA), and go-redis falls back to EVAL on a NOSCRIPT error
-// (another cluster node, a restarted server). So the first miss on a fresh
-// server costs one round trip, not two, and a Cache made for a request
-// does not send the bodies again.
+// run runs script s on the Cache's client. The first time this Cache runs
+// s, it sends the script's body (EVAL), which loads it on the server as it
+// runs; after that it sends only its SHA (EVALSHA), and go-redis falls back
+// to EVAL on a NOSCRIPT error (another cluster node, a restarted server). So
+// the first miss on a fresh server costs one round trip, not two.
 func (c *Cache[T]) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if _, loaded := c.loaded.LoadOrStore(s, true); !loaded {
 		return s.Eval(ctx, c.client, keys, args...)
@@ -306,17 +303,4 @@ func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
 // releaseCall is the script call of release.
 func releaseCall(ks keys, token, publish string) scriptCall {
 	return scriptCall{releaseScript, []string{ks.lock, ks.channel}, []any{token, publish}}
-}
-
-// loadedScripts keeps, per client, the scripts that a Cache has run on it
-// (see run).
-var loadedScripts sync.Map // redis.UniversalClient → *sync.Map
-
-// loadedOn returns the scripts run on client so far.
-func loadedOn(client redis.UniversalClient) *sync.Map {
-	if m, ok := loadedScripts.Load(client); ok {
-		return m.(*sync.Map)
-	}
-	m, _ := loadedScripts.LoadOrStore(client, &sync.Map{})
-	return m.(*sync.Map)
 }

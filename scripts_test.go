@@ -59,35 +59,3 @@ func TestFetchScriptCommonCall(t *testing.T) {
 		}
 	}
 }
-
-// TestScriptBodySentOncePerClient: a script's body goes to Redis (EVAL)
-// the first time a Cache on the client runs it; a Cache made later on the
-// same client sends its SHA (EVALSHA) from its first miss, as one made for
-// a request would otherwise send every body again.
-func TestScriptBodySentOncePerClient(t *testing.T) {
-	rdb := redistest.StartServer(t).Client(t)
-	cmds := countCommands(rdb)
-	ctx := context.Background()
-	firstScript := func(c *Cache[string], key string) string {
-		cmds.take()
-		if _, err := c.Fetch(ctx, key, time.Minute, constant("v")); err != nil {
-			t.Fatal(err)
-		}
-		for _, cmd := range cmds.take() {
-			if cmd == "eval" || cmd == "evalsha" {
-				return cmd
-			}
-		}
-		return ""
-	}
-	a := New[string](rdb, prefix(t))
-	defer a.Close()
-	if cmd := firstScript(a, "a"); cmd != "eval" {
-		t.Errorf("the first Cache's first miss sent %q; want eval (the body, on a new server)", cmd)
-	}
-	b := New[string](rdb, prefix(t))
-	defer b.Close()
-	if cmd := firstScript(b, "b"); cmd != "evalsha" {
-		t.Errorf("a second Cache on the client sent %q at its first miss; want evalsha", cmd)
-	}
-}
