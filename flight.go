@@ -251,7 +251,8 @@ func (c *Cache[T]) endIfPanic(id flightID, cl *call) {
 // a herd of 50 new goroutines on one absent key cost the process 27-32 µs
 // of CPU per caller without this, 21-24 with it (go-redis/cache's: 20-25;
 // BenchmarkHerd, bench/README.md). A stack already this deep pays only
-// the zeroing of the frame (about 50 ns).
+// the zeroing of the frame: 83-103 ns a call on this machine (5 runs of a
+// loop over growStack), once per waiting caller, never on a hit.
 //
 //go:noinline
 func growStack(i int) byte {
