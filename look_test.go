@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,9 +170,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 				// Not in this goroutine: were the look part of the
 				// Cache's work, Close would wait for it here.
 				go c.Close()
-				for !c.life.done() {
-					runtime.Gosched()
-				}
+				redistest.Within(5*time.Second, c.life.done)
 			}
 			return err
 		},
@@ -183,19 +180,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 		t.Fatalf("Fetch = %v; want ErrClosed", err)
 	}
 	lock := keysFor(c.valueKey("k")).lock
-	for end := time.Now().Add(2 * time.Second); ; {
-		n, err := rdb.Exists(ctx, lock).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("the lock %s is still held after Close", lock)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Eventually(t, "the lock released after Close", func() bool { return rdb.Exists(ctx, lock).Val() == 0 })
 }
 
 // TestScriptLookLeaderLeavesHoldingLock: when the first caller's context
@@ -234,9 +219,7 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 				err := next(ctx, cmd)
 				switch n {
 				case 1: // the leader's: its lock taken, its caller leaves
-					for end := time.Now().Add(5 * time.Second); c.stats.shared.Load() == 0 && time.Now().Before(end); {
-						runtime.Gosched() // until the follower joined
-					}
+					redistest.Within(5*time.Second, func() bool { return c.stats.shared.Load() > 0 }) // the follower joined
 					leave()
 					cmd.SetErr(context.Canceled)
 					return context.Canceled
@@ -262,9 +245,7 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 		_, err := c.Fetch(leaderCtx, "k", time.Minute, constant("v"))
 		done <- err
 	}()
-	for c.stats.shared.Load() == 0 && looks.Load() == 0 {
-		runtime.Gosched() // the leader first
-	}
+	redistest.Eventually(t, "the leader's look", func() bool { return looks.Load() > 0 })
 	v, err := c.Fetch(context.Background(), "k", time.Minute, constant("v"))
 	if err != nil || v != "v" {
 		t.Fatalf("follower: Fetch = %q, %v; want v", v, err)
