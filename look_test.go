@@ -310,3 +310,31 @@ func scriptOf(cmd redis.Cmder) string {
 	}
 	return ""
 }
+
+// TestScriptLookRedisKilled: with the server dead, a first look with the
+// lock script fails as a GET would: an error and no compute, or, with
+// WithComputeWhenDown, a compute of its own.
+func TestScriptLookRedisKilled(t *testing.T) {
+	s := redistest.StartServer(t)
+	c := New[int](noRetryClient(t, s))
+	defer c.Close()
+	open := New[int](noRetryClient(t, s), WithComputeWhenDown())
+	defer open.Close()
+	c.looks.score.Store(lookMax)
+	open.looks.score.Store(lookMax)
+	s.Kill()
+	computed := false
+	_, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) {
+		computed = true
+		return 5, nil
+	})
+	if err == nil || computed {
+		t.Errorf("Fetch with Redis down: err = %v, computed = %v; want an error, no compute", err, computed)
+	}
+	if v, err := open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 6, nil }); err != nil || v != 6 {
+		t.Errorf("Fetch WithComputeWhenDown = %v, %v; want 6, nil", v, err)
+	}
+	if !c.looks.script() || !open.looks.script() {
+		t.Error("a failed look moved the Cache off the script look (it is not scored)")
+	}
+}
