@@ -37,10 +37,11 @@ func missStartLibs() []cacheLib {
 			},
 		},
 		cacheLib{
-			// A request handler's call: its context can end, so the miss
-			// runs in a goroutine of its own (see dogpile's startFlight).
+			// A request handler's call: its context can end, so the miss,
+			// after its first look, runs in a goroutine of its own (see
+			// dogpile's startFlight).
 			name: "dogpile+deadline",
-			how:  "dogpile.New defaults, each Fetch on a context with a 10 s deadline, as a request handler's: the miss runs in a goroutine of its own",
+			how:  "dogpile.New defaults, each Fetch on a context with a 10 s deadline, as a request handler's: the miss, after its first look, runs in a goroutine of its own",
 			newFetcher: func(rdb *redis.Client) fetcher {
 				c := dogpile.New[item](rdb)
 				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
