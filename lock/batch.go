@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/perclient"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -30,14 +31,15 @@ import (
 // detached from its callers' cancellation, bounded by the latest of
 // their deadlines; a caller whose context is done before its batch is
 // sent is dropped from it, and has nothing to roll back.
+//
+// A batcher does not refer to its client (see perclient.Map): each call
+// brings it.
 type batcher struct {
-	client redis.UniversalClient
-	calls  atomic.Int32 // calls in progress on the client, direct or queued
-	// node names the server a key lives on (a Cluster's master, a Ring's
-	// shard), nil for a client of one server: each server has a lane of
-	// its own, so that a stopped master holds up only its own calls.
-	node  func(ctx context.Context, key string) any
-	lanes sync.Map // node → *lane
+	calls atomic.Int32 // calls in progress on the client, direct or queued
+	// Each server (a Cluster's master, a Ring's shard; see serverOf) has a
+	// lane of its own, so that a stopped master holds up only its own
+	// calls.
+	lanes sync.Map // server address → *lane
 }
 
 // A lane is the queue of one server's batched calls.
@@ -64,6 +66,7 @@ const (
 // A batched call waits in a queue for its pipeline.
 type batched struct {
 	ctx    context.Context
+	client redis.UniversalClient
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -84,7 +87,7 @@ const (
 // redisutil.ErrNotSent: it never reached Redis, so there is nothing to roll
 // back (and no rollback slot to hold while Redis is stalled).
 
-var batchers sync.Map // redis.UniversalClient → *batcher
+var batchers perclient.Map[*batcher]
 
 // directCalls is how many calls in progress on one client go straight to
 // Redis: up to that many, each keeps its own round trip, since a batch
@@ -100,48 +103,45 @@ func init() { directCalls.Store(int32(2 * runtime.GOMAXPROCS(0))) }
 // batcherFor returns client's batcher, shared by every mutex on it.
 func batcherFor(client redis.UniversalClient) *batcher {
 	if b, ok := batchers.Load(client); ok {
-		return b.(*batcher)
+		return b
 	}
-	b := &batcher{client: client}
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		b.node = func(ctx context.Context, key string) any {
-			if n, err := c.MasterForKey(ctx, key); err == nil {
-				return n
-			}
-			return nil // no slot map yet: the lane of unknown servers
-		}
-	case *redis.Ring:
-		b.node = func(_ context.Context, key string) any {
-			if n, err := c.GetShardClientForKey(key); err == nil {
-				return n
-			}
-			return nil
-		}
-	}
-	v, _ := batchers.LoadOrStore(client, b)
-	return v.(*batcher)
+	b, _ := batchers.LoadOrStore(client, &batcher{})
+	return b
 }
 
-// run runs script as Script.Run does: on its own while at most
-// directCalls calls are in progress, else in the next batch of the lane
-// of the server its first key lives on.
-func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// serverOf names the server key lives on: a Cluster's master, a Ring's
+// shard, "" for a client of one server, or for a Cluster with no slot map
+// yet (the lane of unknown servers).
+func serverOf(ctx context.Context, client redis.UniversalClient, key string) string {
+	var n *redis.Client
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		n, _ = c.MasterForKey(ctx, key)
+	case *redis.Ring:
+		n, _ = c.GetShardClientForKey(key)
+	}
+	if n == nil {
+		return ""
+	}
+	return n.Options().Addr
+}
+
+// run runs script on client, b's, as Script.Run does: on its own while at
+// most directCalls calls are in progress, else in the next batch of the
+// lane of the server its first key lives on.
+func (b *batcher) run(ctx context.Context, client redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	n := b.calls.Add(1)
 	defer b.calls.Add(-1)
 	if n <= directCalls.Load() {
-		return script.Run(ctx, b.client, keys, args...)
+		return script.Run(ctx, client, keys, args...)
 	}
-	var node any
-	if b.node != nil {
-		node = b.node(ctx, keys[0])
-	}
-	v, ok := b.lanes.Load(node)
+	server := serverOf(ctx, client, keys[0])
+	v, ok := b.lanes.Load(server)
 	if !ok {
-		v, _ = b.lanes.LoadOrStore(node, &lane{})
+		v, _ = b.lanes.LoadOrStore(server, &lane{})
 	}
 	l := v.(*lane)
-	c := &batched{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	c := &batched{ctx: ctx, client: client, script: script, keys: keys, args: args, done: make(chan struct{})}
 	l.mu.Lock()
 	l.queue = append(l.queue, c)
 	start := l.pipelines == 0 || l.pipelines < maxPipelines && len(l.queue) >= pipelineMin
@@ -225,9 +225,10 @@ func (b *batcher) send(q []*batched) {
 	}
 }
 
-// pipeline sends q's calls with send (EvalSha or Eval) in one pipeline.
+// pipeline sends q's calls with send (EvalSha or Eval) in one pipeline, on
+// their client (one batcher's calls share it).
 func (b *batcher) pipeline(ctx context.Context, q []*batched, send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = q[0].client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range q {
 			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
 		}

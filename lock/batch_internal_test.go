@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -224,7 +226,7 @@ func TestBatchSecondPipeline(t *testing.T) {
 	}
 	b := batcherFor(rdb)
 	queued := func() int {
-		v, _ := b.lanes.Load(nil)
+		v, _ := b.lanes.Load("")
 		ln := v.(*lane)
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
@@ -305,7 +307,7 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 		})
 	}
 	redistest.Eventually(t, "a's release run, or waiting behind the others", func() bool {
-		v, _ := batcherFor(rdb).lanes.Load(nil)
+		v, _ := batcherFor(rdb).lanes.Load("")
 		ln := v.(*lane)
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
@@ -314,4 +316,51 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 	close(release)
 	wg.Wait()
 	redistest.Eventually(t, "a's lock released", func() bool { return raw.Exists(ctx, a.lock).Val() == 0 })
+}
+
+// TestBatcherGoesWithItsClient: a client's batcher, lanes and all, goes
+// once the program drops the client, as its breaker does: a program that
+// makes a client per tenant, or per test, does not keep every one.
+func TestBatcherGoesWithItsClient(t *testing.T) {
+	defer directCalls.Store(directCalls.Load())
+	directCalls.Store(1) // calls beyond the first go through a lane
+	srv := redistest.StartServer(t)
+	var clients []weak.Pointer[redis.Client]
+	func() {
+		for range 3 {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			clients = append(clients, weak.Make(rdb))
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Go(func() {
+					l, err := NewMutex(rdb, fmt.Sprint("m", i)).Lock(t.Context())
+					if err != nil {
+						t.Errorf("Lock = %v", err)
+						return
+					}
+					l.Unlock(t.Context())
+				})
+			}
+			wg.Wait()
+			if b, ok := batchers.Load(rdb); !ok {
+				t.Error("no batcher for the client")
+			} else if _, ok := b.lanes.Load(""); !ok {
+				t.Error("no lane: the calls did not batch")
+			}
+			_ = rdb.Close()
+		}
+	}()
+	WaitRollbacks()
+	gone := func() bool {
+		runtime.GC()
+		for _, c := range clients {
+			if c.Value() != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if !redistest.Within(10*time.Second, gone) {
+		t.Fatal("closed clients still alive after 10 s of GCs: their batchers keep them")
+	}
 }

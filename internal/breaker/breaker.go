@@ -37,8 +37,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -47,6 +45,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/dogpile-go/dogpile/internal/perclient"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -98,18 +97,14 @@ type Breaker struct {
 	doneClosed func(error)
 }
 
-// breakers holds one Breaker per client, as long as the client lives: the
-// key is a weak pointer to it, and the entry goes once the client is
-// garbage (a program that makes a client per tenant, or per test, and
-// closes it does not keep every one, with its pools, for ever).
-var breakers sync.Map // weak.Pointer to the client -> *Breaker
+// breakers holds one Breaker per client, as long as the client lives.
+var breakers perclient.Map[*Breaker]
 
 // For returns client's breaker, creating it on first use and hooking it
 // into the client's dials (see hook.go).
 func For(client redis.UniversalClient) *Breaker {
-	key, forget := keyOf(client)
-	if b, ok := breakers.Load(key); ok {
-		return b.(*Breaker)
+	if b, ok := breakers.Load(client); ok {
+		return b
 	}
 	var onOpen func()
 	if cc, ok := client.(*redis.ClusterClient); ok {
@@ -129,32 +124,11 @@ func For(client redis.UniversalClient) *Breaker {
 	}
 	nb := newBreaker(onOpen)
 	nb.log.client = describe(client)
-	b, loaded := breakers.LoadOrStore(key, nb)
+	b, loaded := breakers.LoadOrStore(client, nb)
 	if !loaded {
 		hookInto(client, nb)
-		forget()
 	}
-	return b.(*Breaker)
-}
-
-// keyOf is client's key in breakers, and a function that arranges for the
-// entry to go with the client. A client of a type go-redis does not make
-// is its own key, kept for the life of the process.
-func keyOf(client redis.UniversalClient) (key any, forget func()) {
-	switch c := client.(type) {
-	case *redis.Client:
-		return weakKey(c)
-	case *redis.ClusterClient:
-		return weakKey(c)
-	case *redis.Ring:
-		return weakKey(c)
-	}
-	return client, func() {}
-}
-
-func weakKey[C any](c *C) (any, func()) {
-	key := weak.Make(c)
-	return key, func() { runtime.AddCleanup(c, func(key weak.Pointer[C]) { breakers.Delete(key) }, key) }
+	return b
 }
 
 // New returns a closed breaker of its own (For shares one per client).

@@ -108,11 +108,7 @@ func TestClosedCostsNoAllocation(t *testing.T) {
 // (issue 20: every client ever made stayed, with its pools, for the
 // process's life).
 func TestBreakerGoesWithItsClient(t *testing.T) {
-	count := func() int {
-		n := 0
-		breakers.Range(func(any, any) bool { n++; return true })
-		return n
-	}
+	count := breakers.Len
 	before := count()
 	for _, client := range []redis.UniversalClient{
 		redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),

@@ -1,0 +1,72 @@
+// Package perclient keeps state per go-redis client (a breaker, a batcher)
+// for as long as the client lives, and no longer.
+package perclient
+
+import (
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Map holds one V per client. Its key is a weak pointer to the client,
+// and an entry goes once the client is garbage: a program that makes a
+// client per tenant, or per test, and drops it does not keep every one,
+// with its pools, for ever.
+//
+// A V must not refer to its client: the entry would keep the client
+// alive, and so itself. What needs the client is handed it by the caller.
+//
+// A client of a type go-redis does not make is its own key, kept for the
+// life of the process.
+type Map[V any] struct {
+	m sync.Map // weak.Pointer to the client, or the client -> V
+}
+
+// Load returns client's value, if it has one.
+func (p *Map[V]) Load(client redis.UniversalClient) (v V, ok bool) {
+	key, _ := p.keyOf(client)
+	x, ok := p.m.Load(key)
+	if !ok {
+		return v, false
+	}
+	return x.(V), true
+}
+
+// LoadOrStore returns client's value if it has one (loaded), or else
+// stores and returns v.
+func (p *Map[V]) LoadOrStore(client redis.UniversalClient, v V) (actual V, loaded bool) {
+	key, forget := p.keyOf(client)
+	x, loaded := p.m.LoadOrStore(key, v)
+	if !loaded {
+		forget()
+	}
+	return x.(V), loaded
+}
+
+// Len returns how many clients have a value.
+func (p *Map[V]) Len() int {
+	n := 0
+	p.m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// keyOf is client's key, and a function that arranges for its entry to
+// go with the client (called once, when the entry is stored).
+func (p *Map[V]) keyOf(client redis.UniversalClient) (key any, forget func()) {
+	switch c := client.(type) {
+	case *redis.Client:
+		return weakKey(p, c)
+	case *redis.ClusterClient:
+		return weakKey(p, c)
+	case *redis.Ring:
+		return weakKey(p, c)
+	}
+	return client, func() {}
+}
+
+func weakKey[V, C any](p *Map[V], c *C) (any, func()) {
+	key := weak.Make(c)
+	return key, func() { runtime.AddCleanup(c, func(key weak.Pointer[C]) { p.m.Delete(key) }, key) }
+}

@@ -1,0 +1,59 @@
+package perclient
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestEntryGoesWithItsClient: each client of the three go-redis types has
+// one entry, found again while the client lives and gone once it is
+// garbage; a client of another type is its own key.
+func TestEntryGoesWithItsClient(t *testing.T) {
+	var m Map[*int]
+	for i, client := range []redis.UniversalClient{
+		redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}),
+		redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}),
+		redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}),
+	} {
+		v := new(int)
+		if got, loaded := m.LoadOrStore(client, v); loaded || got != v {
+			t.Fatalf("%T: first LoadOrStore = %p, %v; want %p, false", client, got, loaded, v)
+		}
+		if got, loaded := m.LoadOrStore(client, new(int)); !loaded || got != v {
+			t.Fatalf("%T: second LoadOrStore = %p, %v; want the first value, true", client, got, loaded)
+		}
+		if got, ok := m.Load(client); !ok || got != v {
+			t.Fatalf("%T: Load = %p, %v", client, got, ok)
+		}
+		if m.Len() != i+1 {
+			t.Fatalf("Len = %d after %d clients", m.Len(), i+1)
+		}
+		_ = client.Close()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries of dropped clients left after 10 s of GCs", m.Len())
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// other is a client of a type go-redis does not make.
+type other struct{ redis.UniversalClient }
+
+func TestOtherClientIsItsOwnKey(t *testing.T) {
+	var m Map[int]
+	c := &other{}
+	m.LoadOrStore(c, 1)
+	if v, ok := m.Load(c); !ok || v != 1 {
+		t.Fatalf("Load = %d, %v; want 1, true", v, ok)
+	}
+	if _, ok := m.Load(&other{}); ok {
+		t.Fatal("another client of the same type found the entry")
+	}
+}
