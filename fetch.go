@@ -234,7 +234,11 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 		if r.err != nil && c.life.done() {
 			r = outcome{err: ErrClosed} // whatever the cancellation made of it
 		}
+		if !here {
+			r = withCopies[T](r, c.flights.waiting(j.cl))
+		}
 		c.flights.end(j.flight, j.cl, r)
+		c.fill(r)
 	})
 	if !started {
 		cancel()
@@ -266,8 +270,7 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 		}
 		return v, cl.err, false
 	}
-	growStack(0) // before the codec's deep frames (see growStack)
-	v, m, derr := c.decodeEntry(cl.b)
+	v, m, derr := c.decodeWaited(cl.outcome)
 	c.count(ctx, key, cl.outcome, m.notFound)
 	switch {
 	case derr != nil: // cannot happen: the flight decoded b already
@@ -278,6 +281,19 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 		return v, notFound(key), false
 	}
 	return v, cl.err, false
+}
+
+// decodeWaited decodes the value of a flight a caller waited for: a copy
+// its goroutine decoded, if there is one left (see copies.go), else its
+// own.
+func (c *Cache[T]) decodeWaited(r outcome) (v T, m meta, err error) {
+	if cs, ok := r.copies.(*copies[T]); ok {
+		if v, m, ok := cs.take(); ok {
+			return v, m, nil
+		}
+	}
+	growStack(0) // before the codec's deep frames (see growStack)
+	return c.decodeEntry(r.b)
 }
 
 // count reports a caller's answer: a hit, stale or not, or a miss; either
