@@ -98,7 +98,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	}
 	defer c.endIfPanic(id, cl)
 	if c.looks.script() { // most first looks miss: the lock script looks
-		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl})
+		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}, true)
 	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
@@ -140,8 +140,12 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.flights.end(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
-	return c.await(ctx, key, id, cl)
+	j := &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}
+	if down {
+		c.startFlight(ctx, j, true)
+		return c.await(ctx, key, id, cl)
+	}
+	return c.lookWithScript(ctx, j, false)
 }
 
 // read is the hit path's round trip: a GET, which tells the value's

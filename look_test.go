@@ -338,3 +338,71 @@ func TestScriptLookRedisKilled(t *testing.T) {
 		t.Error("a failed look moved the Cache off the script look (it is not scored)")
 	}
 }
+
+// TestScriptAfterGetOnCallersContext: after a GET that finds no value, the
+// lock script goes from the caller's goroutine, on its context, with no
+// hand-off between the cold miss's two round trips. A value stored between
+// the two is answered as a miss that found a value: no compute, no hit.
+func TestScriptAfterGetOnCallersContext(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	other := New[string](rdb, prefix(t))
+	defer other.Close()
+	var mu sync.Mutex
+	var sent []string // "command goroutine deadline" of each GET and script
+	storeBetween := false
+	rdb.AddHook(redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			n := cmd.Name()
+			if n != "get" && n != "evalsha" && n != "eval" {
+				return next(ctx, cmd)
+			}
+			d, _ := ctx.Deadline()
+			if n != "get" {
+				n = "script" // EVAL the first time on this client, EVALSHA after
+			}
+			mu.Lock()
+			sent = append(sent, fmt.Sprint(n, " ", goid(), " ", d.UnixNano()))
+			store := storeBetween && n == "get"
+			mu.Unlock()
+			err := next(ctx, cmd)
+			if store {
+				if err := other.Set(context.Background(), "stored", "theirs", time.Minute); err != nil {
+					t.Error(err)
+				}
+			}
+			return err
+		},
+	})
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	if c.looks.script() {
+		t.Fatal("a new Cache looks with the script; want a GET")
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Hour))
+	defer cancel()
+	me, deadline := goid(), func() int64 { d, _ := ctx.Deadline(); return d.UnixNano() }()
+	if v, err := c.Fetch(ctx, "cold", time.Minute, constant("v")); err != nil || v != "v" {
+		t.Fatalf("Fetch = %q, %v", v, err)
+	}
+	mu.Lock()
+	got := sent[:2]
+	sent, storeBetween = nil, true
+	mu.Unlock()
+	for i, want := range []string{"get", "script"} {
+		if w := fmt.Sprint(want, " ", me, " ", deadline); got[i] != w {
+			t.Errorf("command %d: %q; want %q (the caller's goroutine and deadline)", i, got[i], w)
+		}
+	}
+
+	before := c.Stats()
+	v, err := c.Fetch(ctx, "stored", time.Minute, func(context.Context) (string, error) {
+		t.Error("computed a value stored between the GET and the script")
+		return "mine", nil
+	})
+	if err != nil || v != "theirs" {
+		t.Fatalf("Fetch of a value stored after its GET = %q, %v; want theirs", v, err)
+	}
+	if s := c.Stats(); s.Hits != before.Hits || s.Misses != before.Misses+1 {
+		t.Errorf("hits %d -> %d, misses %d -> %d; want one more miss", before.Hits, s.Hits, before.Misses, s.Misses)
+	}
+}
