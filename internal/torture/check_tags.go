@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // invalidated returns an InvalidateTag of Cache cfg (returned or not: one
@@ -146,12 +148,17 @@ func (c *checker) checkVoided(ck ckey, r *Op, v int64) {
 	}
 }
 
-// storedBy returns the latest time compute b's value may have been stored:
-// when its call returned, or it returned itself (a background refresh).
+// storedBy returns the latest time compute b's value, and its tags, may
+// have been stored: when its call returned, after the store. A call that
+// returned first (a caller that left, the Fetch that started a background
+// refresh) does not bound it: the compute's goroutine stores after compute
+// returns, on a context of its own that ends redisutil.CleanupTimeout
+// later (and on a Cluster it adds the key to its tags' sets first, a step
+// no lock fences).
 func (c *checker) storedBy(b *Op) int64 {
 	t := c.end(b)
-	if via := c.byID[b.Via]; via != nil {
-		t = max(t, c.end(via))
+	if via := c.byID[b.Via]; via != nil && c.end(via) >= t {
+		return c.end(via)
 	}
-	return t
+	return t + int64(redisutil.CleanupTimeout)
 }

@@ -173,6 +173,21 @@ func TestRules(t *testing.T) {
 		{"compute-fresh/excused by FLUSHALL", func() *History {
 			return history(computeFresh(), fault(FFlushAll, 0, 25, 26))
 		}, nil},
+		{"compute-fresh/excused by a tag kept from a compute that outlived its call", func() *History {
+			// Process 1's call leaves at 5; its compute, tagged "t", returns
+			// at 20 and stores (its key into "t"'s set first) after an
+			// invalidation of "t" began at 20.01. Process 2's Set then
+			// writes version 2 with no tag, and the next invalidation of
+			// "t" voids it: the key stayed in the set, as documented.
+			a := cache(KFetch, 1, 0, 0, 0, 5)
+			a.Err = "context deadline exceeded"
+			c := compute(a, 1, 1, 20)
+			c.Tags, c.Tagged = []string{"t"}, at(2)
+			w1, w2 := newOp(KInval, 3, 1, 0, nil, 20.01, 21), newOp(KInval, 3, 1, 0, nil, 40, 41)
+			w1.Tags, w2.Tags = []string{"t"}, []string{"t"}
+			b := cache(KFetch, 2, 0, 3, 50, 60)
+			return history([]*Op{a, c, w1, cache(KSet, 2, 0, 2, 30, 31), w2, cache(KGet, 3, 0, 2, 35, 36), b, compute(b, 3, 51, 55)})
+		}, nil},
 		{"compute-fresh/not shown stored", func() *History {
 			ops := computeFresh()
 			return history(slices.Delete(ops, 2, 3))
