@@ -98,7 +98,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	}
 	defer c.endIfPanic(id, cl)
 	if c.looks.script() { // most first looks miss: the lock script looks
-		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl}, true)
+		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl})
 	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
@@ -140,12 +140,8 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 		c.flights.end(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	j := &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}
-	if down {
-		c.startFlight(ctx, j, true)
-		return c.await(ctx, key, id, cl)
-	}
-	return c.lookWithScript(ctx, j, false)
+	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
+	return c.await(ctx, key, id, cl)
 }
 
 // read is the hit path's round trip: a GET, which tells the value's
@@ -238,11 +234,7 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 		if r.err != nil && c.life.done() {
 			r = outcome{err: ErrClosed} // whatever the cancellation made of it
 		}
-		if !here {
-			r = withCopies[T](r, c.flights.waiting(j.cl))
-		}
 		c.flights.end(j.flight, j.cl, r)
-		c.fill(r)
 	})
 	if !started {
 		cancel()
@@ -274,7 +266,8 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 		}
 		return v, cl.err, false
 	}
-	v, m, derr := c.decodeWaited(cl.outcome)
+	growStack(0) // before the codec's deep frames (see growStack)
+	v, m, derr := c.decodeEntry(cl.b)
 	c.count(ctx, key, cl.outcome, m.notFound)
 	switch {
 	case derr != nil: // cannot happen: the flight decoded b already
@@ -285,19 +278,6 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 		return v, notFound(key), false
 	}
 	return v, cl.err, false
-}
-
-// decodeWaited decodes the value of a flight a caller waited for: a copy
-// its goroutine decoded, if there is one left (see copies.go), else its
-// own.
-func (c *Cache[T]) decodeWaited(r outcome) (v T, m meta, err error) {
-	if cs, ok := r.copies.(*copies[T]); ok {
-		if v, m, ok := cs.take(); ok {
-			return v, m, nil
-		}
-	}
-	growStack(0) // before the codec's deep frames (see growStack)
-	return c.decodeEntry(r.b)
 }
 
 // count reports a caller's answer: a hit, stale or not, or a miss; either

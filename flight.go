@@ -32,10 +32,6 @@ type outcome struct {
 	err   error
 	hit   bool // found by the first look (a GET, or the lock script: see looks)
 	stale bool // past its TTL: served while a refresh runs (WithStale)
-
-	// copies (a *copies[T]), if not nil, has slots for values of b decoded
-	// for the waiters by the flight's goroutine (see copies.go).
-	copies any
 }
 
 // A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
@@ -92,13 +88,6 @@ func (g *group) join(key flightID, heard bool) (cl *call, lead bool) {
 	cl = &call{refs: 1}
 	g.m[key] = cl
 	return cl, true
-}
-
-// waiting returns how many callers wait for cl.
-func (g *group) waiting(cl *call) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return cl.refs
 }
 
 // unheard forgets cl, which reads Redis on no tracked connection: the

@@ -68,19 +68,15 @@ func (l *looks) saw(hit bool) {
 	}
 }
 
-// lookWithScript looks with the lock script for the flight j that the
-// caller leads, in the caller's goroutine and on its ctx: as Fetch's first
-// look (first), or after a GET that found no value, or bytes that do not
-// decode (j.bad), so that a cold miss reaches its compute without a
-// goroutine's hand-off between its two round trips. A value that decodes
-// is answered here: a hit if first, else a value stored since the GET.
-// Any other reply (the lock, now ours; a holder to wait for; a holder's
-// failure) goes on in the flight's miss (see startFlight), which starts
-// from it; bytes that do not decode, as after a GET, in a miss whose first
-// try passes over them.
-func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T], first bool) (v T, err error, retry bool) {
-	m := c.newMiss(j.key, j.ks, j.bad, false)
-	m.look = first
+// lookWithScript is Fetch's first look with the lock script, for the
+// flight j that the caller leads. A value that decodes is a hit, answered
+// here. Any other reply (the lock, now ours; a holder to wait for; a
+// holder's failure) goes on in the flight's miss (see startFlight), which
+// starts from it; bytes that do not decode, as after a GET, in a miss
+// whose first try passes over them.
+func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
+	m := c.newMiss(j.key, j.ks, "", false)
+	m.look = true
 	res, err := m.try(ctx)
 	if err != nil {
 		return c.lookFailed(ctx, j, m, err)
@@ -91,10 +87,8 @@ func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T], first bool) (v
 		v, meta, derr := c.decodeEntry(b)
 		if derr == nil {
 			m.close()
-			if first {
-				c.looks.saw(true)
-			}
-			r := outcome{b: b, hit: first}
+			c.looks.saw(true)
+			r := outcome{b: b, hit: true}
 			c.flights.end(j.flight, j.cl, r)
 			c.count(ctx, j.key, r, meta.notFound)
 			if meta.notFound {
