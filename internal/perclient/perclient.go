@@ -26,8 +26,7 @@ type Map[V any] struct {
 
 // Load returns client's value, if it has one.
 func (p *Map[V]) Load(client redis.UniversalClient) (v V, ok bool) {
-	key, _ := p.keyOf(client)
-	x, ok := p.m.Load(key)
+	x, ok := p.m.Load(keyOf(client))
 	if !ok {
 		return v, false
 	}
@@ -37,10 +36,9 @@ func (p *Map[V]) Load(client redis.UniversalClient) (v V, ok bool) {
 // LoadOrStore returns client's value if it has one (loaded), or else
 // stores and returns v.
 func (p *Map[V]) LoadOrStore(client redis.UniversalClient, v V) (actual V, loaded bool) {
-	key, forget := p.keyOf(client)
-	x, loaded := p.m.LoadOrStore(key, v)
+	x, loaded := p.m.LoadOrStore(keyOf(client), v)
 	if !loaded {
-		forget()
+		p.forgetWith(client)
 	}
 	return x.(V), loaded
 }
@@ -52,21 +50,34 @@ func (p *Map[V]) Len() int {
 	return n
 }
 
-// keyOf is client's key, and a function that arranges for its entry to
-// go with the client (called once, when the entry is stored).
-func (p *Map[V]) keyOf(client redis.UniversalClient) (key any, forget func()) {
+// keyOf is client's key: a weak pointer to it, or the client itself if
+// go-redis did not make its type. It allocates nothing: Load runs on
+// every NewMutex.
+func keyOf(client redis.UniversalClient) any {
 	switch c := client.(type) {
 	case *redis.Client:
-		return weakKey(p, c)
+		return weak.Make(c)
 	case *redis.ClusterClient:
-		return weakKey(p, c)
+		return weak.Make(c)
 	case *redis.Ring:
-		return weakKey(p, c)
+		return weak.Make(c)
 	}
-	return client, func() {}
+	return client
 }
 
-func weakKey[V, C any](p *Map[V], c *C) (any, func()) {
-	key := weak.Make(c)
-	return key, func() { runtime.AddCleanup(c, func(key weak.Pointer[C]) { p.m.Delete(key) }, key) }
+// forgetWith arranges for client's entry to go with the client (called
+// once, when the entry is stored).
+func (p *Map[V]) forgetWith(client redis.UniversalClient) {
+	switch c := client.(type) {
+	case *redis.Client:
+		forget(p, c)
+	case *redis.ClusterClient:
+		forget(p, c)
+	case *redis.Ring:
+		forget(p, c)
+	}
+}
+
+func forget[V, C any](p *Map[V], c *C) {
+	runtime.AddCleanup(c, func(key weak.Pointer[C]) { p.m.Delete(key) }, weak.Make(c))
 }

@@ -57,3 +57,14 @@ func TestOtherClientIsItsOwnKey(t *testing.T) {
 		t.Fatal("another client of the same type found the entry")
 	}
 }
+
+// TestLoadAllocatesNothing: Load runs on every NewMutex (its batcher).
+func TestLoadAllocatesNothing(t *testing.T) {
+	var m Map[int]
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	m.LoadOrStore(client, 1)
+	if n := testing.AllocsPerRun(1000, func() { m.Load(client) }); n != 0 {
+		t.Errorf("Load: %v allocations; want 0", n)
+	}
+}
