@@ -110,8 +110,8 @@ func batcherFor(client redis.UniversalClient) *batcher {
 }
 
 // serverOf names the server key lives on: a Cluster's master, a Ring's
-// shard, "" for a client of one server, or for a Cluster with no slot map
-// yet (the lane of unknown servers).
+// shard; "" for a client of one server, a Cluster with no slot map yet or
+// a Ring with no live shard (the lane of unknown servers).
 func serverOf(ctx context.Context, client redis.UniversalClient, key string) string {
 	var n *redis.Client
 	switch c := client.(type) {
