@@ -200,3 +200,90 @@ func TestTryGrantSlowerThanTTL(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitGrantSlowerThanTTLThenLeave: a waiting call granted too late
+// (see TestGrantSlowerThanTTL) comes back at once with the same token to
+// renew what it was granted; one whose context ends before it comes back
+// undoes it, as after any attempt whose reply it did not wait for. Left
+// in place, it would keep the lock from everyone for a TTL.
+func TestWaitGrantSlowerThanTTLThenLeave(t *testing.T) {
+	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
+	type acquire = func(context.Context) (*lock.Lease, error)
+	type try = func(context.Context) (*lock.Lease, bool, error)
+	for _, tc := range []struct {
+		name string
+		// wait is the blocking call; free, a single attempt that what the
+		// late grant left behind would bar.
+		make func(rdb *redis.Client) (wait acquire, free try)
+	}{
+		{"MultiMutex", func(rdb *redis.Client) (acquire, try) {
+			mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b"}, lock.WithTTL(ttl))
+			return mm.Lock, mm.TryLock
+		}},
+		{"RWMutex.RLock", func(rdb *redis.Client) (acquire, try) {
+			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
+			return rw.RLock, rw.TryLock
+		}},
+		{"RWMutex.Lock", func(rdb *redis.Client) (acquire, try) {
+			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
+			return rw.Lock, rw.TryLock
+		}},
+		{"Semaphore", func(rdb *redis.Client) (acquire, try) {
+			s := lock.NewSemaphore(rdb, "slow", 1, lock.WithTTL(ttl))
+			return func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) },
+				func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }
+		}},
+		{"FairMutex", func(rdb *redis.Client) (acquire, try) {
+			m := lock.NewMutex(rdb, "slow", lock.WithTTL(ttl), lock.WithFair())
+			return m.Lock, m.TryLock
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redistest.StartServer(t).Client(t)
+			wait, free := tc.make(rdb)
+			warm, err := wait(t.Context()) // loads the scripts, opens the connection
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm.Unlock(t.Context())
+			ctx, leave := context.WithCancel(context.WithValue(t.Context(), lateKey{}, true))
+			defer leave()
+			var stall atomic.Bool
+			stall.Store(true)
+			rdb.AddHook(redistest.Hook{
+				Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+					if hctx.Value(lateKey{}) == nil || !stall.CompareAndSwap(true, false) {
+						return next(hctx, cmd)
+					}
+					time.Sleep(delay) // before the request leaves: granted fresh, late
+					err := next(hctx, cmd)
+					leave() // before the next attempt
+					return err
+				},
+			})
+			if l, err := wait(ctx); !errors.Is(err, context.Canceled) {
+				if l != nil {
+					l.Unlock(t.Context())
+				}
+				t.Fatalf("a call that left after a late grant = %v; want context.Canceled", err)
+			}
+			if stall.Load() {
+				t.Fatal("no request of the call was stalled")
+			}
+			undone := redistest.Within(ttl/2, func() bool {
+				l, ok, err := free(t.Context())
+				if ok {
+					l.Unlock(t.Context())
+				}
+				return err == nil && ok
+			})
+			if !undone {
+				t.Errorf("the late grant still holds the lock %v later; want it undone at once", ttl/2)
+			}
+		})
+	}
+}
+
+// lateKey marks the context of the call whose request is stalled.
+type lateKey struct{}

@@ -101,11 +101,19 @@ func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 	}
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
-	return acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	late := false // the last attempt was granted too late: token holds every name
+	l, err := acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		l, retry, b, err := mm.try(ctx, token, false)
-		busy = b
+		busy, late = b, l == nil && err == nil && b == "" // neither busy nor failed (see try)
 		return l, retry, err
 	})
+	if late && err != nil {
+		// The next attempt would have renewed token's locks (see try); a
+		// caller that leaves before it undoes them, or they would keep
+		// every name from everyone for a TTL.
+		mm.releaseLater(ctx, token, mm.groups)
+	}
+	return l, err
 }
 
 // TryLock makes one attempt to lock every name. It reports false, with a
