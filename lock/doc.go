@@ -31,7 +31,10 @@
 //
 // A lease is timed from when its request was sent. A grant whose reply
 // comes after the lease's safe deadline (a network slower than the TTL) is
-// not handed out: the lock is taken again, or the wait goes on.
+// not handed out: the lock is taken again, or the wait goes on. A waiting
+// call whose every reply is that slow retries until its context ends (or
+// the wait timeout passes), then fails with [ErrNotObtained]; what a late
+// grant left in Redis is undone when it gives up.
 //
 // The fencing counter is the one key that outlives a lock's leases. It is
 // kept for a retention ([WithRetention], 7 days by default) and then
