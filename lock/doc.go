@@ -32,9 +32,12 @@
 // A lease is timed from when its request was sent. A grant whose reply
 // comes after the lease's safe deadline (a network slower than the TTL) is
 // not handed out: the lock is taken again, or the wait goes on. A waiting
-// call whose every reply is that slow retries until its context ends (or
-// the wait timeout passes), then fails with [ErrNotObtained]; what a late
-// grant left in Redis is undone when it gives up.
+// call granted too late tries again at once, with the same token, to
+// renew what it was granted; one whose context ends first, or whose next
+// attempt fails, undoes it (with Redis unreachable, it expires within the
+// TTL). A reply that slow usually meets the client's read timeout first:
+// the call then fails with that error, and its request is undone. A
+// Redlock counts a server that slow as failed.
 //
 // The fencing counter is the one key that outlives a lock's leases. It is
 // kept for a retention ([WithRetention], 7 days by default) and then

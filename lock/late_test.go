@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,67 +198,96 @@ func TestTryGrantSlowerThanTTL(t *testing.T) {
 // (see TestGrantSlowerThanTTL) comes back at once with the same token to
 // renew what it was granted; one whose context ends before it comes back
 // undoes it, as after any attempt whose reply it did not wait for. Left
-// in place, it would keep the lock from everyone for a TTL.
+// in place, it would keep the lock from everyone for a TTL. The call waits
+// for a holder first, so that it is subscribed when its late reply comes
+// and does not try again at once (that attempt, on a cancelled context,
+// would undo the grant by another path).
 func TestWaitGrantSlowerThanTTLThenLeave(t *testing.T) {
 	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
 	type acquire = func(context.Context) (*lock.Lease, error)
 	type try = func(context.Context) (*lock.Lease, bool, error)
+	server := func(t *testing.T) redis.UniversalClient { return redistest.StartServer(t).Client(t) }
+	ring := func(t *testing.T) redis.UniversalClient { return redistest.StartRing(t, 3).Client(t) }
+	names := []string{"slow-a", "slow-b", "slow-c", "slow-d"} // on a Ring of 3, a group per name
 	for _, tc := range []struct {
-		name string
+		name   string
+		client func(*testing.T) redis.UniversalClient
 		// wait is the blocking call; free, a single attempt that what the
-		// late grant left behind would bar.
-		make func(rdb *redis.Client) (wait acquire, free try)
+		// late grant left behind would bar, and which holds what wait needs.
+		make func(rdb redis.UniversalClient) (wait acquire, free try)
 	}{
-		{"MultiMutex", func(rdb *redis.Client) (acquire, try) {
-			mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b"}, lock.WithTTL(ttl))
+		{"MultiMutex", server, func(rdb redis.UniversalClient) (acquire, try) {
+			mm := lock.NewMultiMutex(rdb, names, lock.WithTTL(ttl))
 			return mm.Lock, mm.TryLock
 		}},
-		{"RWMutex.RLock", func(rdb *redis.Client) (acquire, try) {
+		{"MultiMutex/Ring", ring, func(rdb redis.UniversalClient) (acquire, try) {
+			mm := lock.NewMultiMutex(rdb, names, lock.WithTTL(ttl))
+			return mm.Lock, mm.TryLock
+		}},
+		{"RWMutex.RLock", server, func(rdb redis.UniversalClient) (acquire, try) {
 			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
 			return rw.RLock, rw.TryLock
 		}},
-		{"RWMutex.Lock", func(rdb *redis.Client) (acquire, try) {
+		{"RWMutex.Lock", server, func(rdb redis.UniversalClient) (acquire, try) {
 			rw := lock.NewRWMutex(rdb, "slow", lock.WithTTL(ttl))
 			return rw.Lock, rw.TryLock
 		}},
-		{"Semaphore", func(rdb *redis.Client) (acquire, try) {
+		{"Semaphore", server, func(rdb redis.UniversalClient) (acquire, try) {
 			s := lock.NewSemaphore(rdb, "slow", 1, lock.WithTTL(ttl))
 			return func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) },
 				func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }
 		}},
-		{"FairMutex", func(rdb *redis.Client) (acquire, try) {
+		{"FairMutex", server, func(rdb redis.UniversalClient) (acquire, try) {
 			m := lock.NewMutex(rdb, "slow", lock.WithTTL(ttl), lock.WithFair())
 			return m.Lock, m.TryLock
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rdb := redistest.StartServer(t).Client(t)
+			rdb := tc.client(t)
 			wait, free := tc.make(rdb)
-			warm, err := wait(t.Context()) // loads the scripts, opens the connection
+			warm, err := wait(t.Context()) // loads the scripts, opens the connections
 			if err != nil {
 				t.Fatal(err)
 			}
 			warm.Unlock(t.Context())
+			holder, ok, err := free(t.Context())
+			if err != nil || !ok {
+				t.Fatalf("the holder's attempt = %v, %v", ok, err)
+			}
 			ctx, leave := context.WithCancel(context.WithValue(t.Context(), lateKey{}, true))
 			defer leave()
-			var stall atomic.Bool
+			var armed, stall atomic.Bool
 			stall.Store(true)
+			refused, once := make(chan struct{}), sync.Once{}
 			rdb.AddHook(redistest.Hook{
 				Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-					if hctx.Value(lateKey{}) == nil || !stall.CompareAndSwap(true, false) {
+					if hctx.Value(lateKey{}) == nil || redistest.IsHandshake(cmd) {
 						return next(hctx, cmd)
 					}
-					time.Sleep(delay) // before the request leaves: granted fresh, late
+					if armed.Load() && stall.CompareAndSwap(true, false) {
+						time.Sleep(delay) // before the request leaves: granted fresh, late
+						err := next(hctx, cmd)
+						leave() // before the next attempt
+						return err
+					}
 					err := next(hctx, cmd)
-					leave() // before the next attempt
+					once.Do(func() { close(refused) })
 					return err
 				},
 			})
-			if l, err := wait(ctx); !errors.Is(err, context.Canceled) {
+			left := make(chan error, 1)
+			go func() {
+				l, err := wait(ctx)
 				if l != nil {
 					l.Unlock(t.Context())
 				}
+				left <- err
+			}()
+			<-refused // its first attempt met the holder: it subscribes before the next
+			armed.Store(true)
+			holder.Unlock(t.Context())
+			if err := <-left; !errors.Is(err, context.Canceled) {
 				t.Fatalf("a call that left after a late grant = %v; want context.Canceled", err)
 			}
 			if stall.Load() {
@@ -285,3 +316,65 @@ func wantUndone(t *testing.T, free func(context.Context) (*lock.Lease, bool, err
 
 // lateKey marks the context of the call whose request is stalled.
 type lateKey struct{}
+
+// TestMultiMutexLateGrantThenFailure: on a Ring, every name of a
+// MultiMutex is a group of its own. After an attempt granted too late,
+// which holds every group, the next attempt fails at the first group: it
+// undoes every group, not only the ones it took itself, or the names
+// after the first would stay held for a TTL by a call that returned an
+// error.
+func TestMultiMutexLateGrantThenFailure(t *testing.T) {
+	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
+	rdb := redistest.StartRing(t, 3).Client(t)
+	mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b", "slow-c", "slow-d"}, lock.WithTTL(ttl))
+	warm, err := mm.Lock(t.Context()) // loads the scripts, opens the connections
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+	holder, ok, err := mm.TryLock(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("the holder's attempt = %v, %v", ok, err)
+	}
+	ctx := context.WithValue(t.Context(), lateKey{}, true)
+	injected := errors.New("injected failure")
+	var armed, stall, fail atomic.Bool
+	stall.Store(true)
+	refused, once := make(chan struct{}), sync.Once{}
+	rdb.AddHook(redistest.Hook{
+		Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			switch {
+			case hctx.Value(lateKey{}) == nil || redistest.IsHandshake(cmd):
+				return next(hctx, cmd)
+			case fail.Load() && slices.Contains(cmd.Args(), any("dogpile:mutex:{slow-a}")) && fail.CompareAndSwap(true, false):
+				return injected // the next attempt's first group
+			case armed.Load() && stall.CompareAndSwap(true, false):
+				time.Sleep(delay) // before the first group's request leaves: every group granted fresh, late
+				err := next(hctx, cmd)
+				fail.Store(true)
+				return err
+			}
+			err := next(hctx, cmd)
+			once.Do(func() { close(refused) })
+			return err
+		},
+	})
+	failed := make(chan error, 1)
+	go func() {
+		l, err := mm.Lock(ctx)
+		if l != nil {
+			l.Unlock(t.Context())
+		}
+		failed <- err
+	}()
+	<-refused // its first attempt met the holder: it subscribes before the next
+	armed.Store(true)
+	holder.Unlock(t.Context())
+	if err := <-failed; !errors.Is(err, injected) {
+		t.Fatalf("Lock = %v; want the injected failure", err)
+	}
+	if stall.Load() || fail.Load() {
+		t.Fatal("the late grant or the failure did not happen")
+	}
+	wantUndone(t, mm.TryLock, ttl/2)
+}

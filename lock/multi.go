@@ -101,10 +101,10 @@ func (mm *MultiMutex) Lock(ctx context.Context) (*Lease, error) {
 	}
 	token := redisutil.Token()
 	busy := mm.mutexes[0].channel
-	late := false // the last attempt was granted too late: token holds every name
+	late := false // the last attempt was granted too late: token may hold every name
 	l, err := acquireOn(ctx, mm.client, func() string { return busy }, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
-		l, retry, b, err := mm.try(ctx, token, false)
-		busy, late = b, l == nil && err == nil && b == "" // neither busy nor failed (see try)
+		l, retry, b, lt, err := mm.try(ctx, token, false, late)
+		busy, late = b, lt
 		return l, retry, err
 	})
 	if late && err != nil {
@@ -123,15 +123,25 @@ func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 		return nil, false, mm.invalid
 	}
 	return tryOnce(ctx, mm.client, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
-		l, retry, _, err := mm.try(ctx, redisutil.Token(), true)
+		l, retry, _, _, err := mm.try(ctx, redisutil.Token(), true, false)
 		return l, retry, err
 	})
 }
 
 // try takes the groups in order. When one is busy it releases the groups
 // taken before it and reports the busy name's wake-up channel. once says
-// that no attempt with token follows (TryLock).
-func (mm *MultiMutex) try(ctx context.Context, token string, once bool) (*Lease, time.Duration, string, error) {
+// that no attempt with token follows (TryLock). late says that token's
+// last attempt was granted too late: it may hold every group, so a busy
+// or failed group releases them all, not just those taken before it (a
+// waiter never holds some names while it waits for others). It reports
+// whether this attempt was granted too late in turn.
+func (mm *MultiMutex) try(ctx context.Context, token string, once, late bool) (l *Lease, retry time.Duration, busy string, grantedLate bool, err error) {
+	taken := func(n int) [][]int { // what token may hold with groups[:n] taken by this attempt
+		if late {
+			return mm.groups
+		}
+		return mm.groups[:n]
+	}
 	sent := time.Now()
 	fences := make(map[string]int64, len(mm.names))
 	var top int64
@@ -151,30 +161,29 @@ func (mm *MultiMutex) try(ctx context.Context, token string, once bool) (*Lease,
 			// was written, or by a counter holding foreign data after this
 			// group's earlier locks were set. Undo this group with the
 			// groups before it.
-			mm.releaseLater(ctx, token, mm.groups[:gi+1])
-			return nil, 0, "", mm.opts.foreign("acquire", mm, err)
+			mm.releaseLater(ctx, token, taken(gi+1))
+			return nil, 0, "", false, mm.opts.foreign("acquire", mm, err)
 		}
 		if err != nil {
 			// This group's script may have run: undo it with the others.
-			mm.releaseLater(ctx, token, mm.groups[:gi+1])
-			return nil, 0, "", mm.opts.failed(ctx, "acquire", err)
+			mm.releaseLater(ctx, token, taken(gi+1))
+			return nil, 0, "", false, mm.opts.failed(ctx, "acquire", err)
 		}
 		if len(res) > 0 && res[0] == multiForeign {
-			mm.releaseLater(ctx, token, mm.groups[:gi])
-			return nil, 0, "", mm.opts.foreign("acquire", mm.mutexes[g[res[1]-1]], errNoTTL)
+			mm.releaseLater(ctx, token, taken(gi))
+			return nil, 0, "", false, mm.opts.foreign("acquire", mm.mutexes[g[res[1]-1]], errNoTTL)
 		}
 		if res[0] == 0 {
 			// Back off before waiting. If that fails, the next attempt
 			// must not meet a late release of its own token: the caller
 			// gets the error, and the rollback runs in the background.
-			if gi > 0 {
-				if err := mm.releaseGroups(ctx, token, mm.groups[:gi]); err != nil {
-					mm.releaseLater(ctx, token, mm.groups[:gi])
-					return nil, 0, "", mm.opts.failed(ctx, "back off", err)
+			if held := taken(gi); len(held) > 0 {
+				if err := mm.releaseGroups(ctx, token, held); err != nil {
+					mm.releaseLater(ctx, token, held)
+					return nil, 0, "", false, mm.opts.failed(ctx, "back off", err)
 				}
 			}
-			busy := mm.mutexes[g[res[1]-1]]
-			return nil, retryAfter(res[2], &mm.opts), busy.channel, nil
+			return nil, retryAfter(res[2], &mm.opts), mm.mutexes[g[res[1]-1]].channel, false, nil
 		}
 		for j, i := range g {
 			fences[mm.names[i]] = res[j+1]
@@ -188,11 +197,11 @@ func (mm *MultiMutex) try(ctx context.Context, token string, once bool) (*Lease,
 		if once {
 			mm.releaseLater(ctx, token, mm.groups)
 		}
-		return nil, time.Millisecond, "", nil
+		return nil, time.Millisecond, "", true, nil
 	}
-	l := newLease(mm, mm.label, token, top, sent, &mm.opts)
+	l = newLease(mm, mm.label, token, top, sent, &mm.opts)
 	l.fences = fences
-	return l, 0, "", nil
+	return l, 0, "", false, nil
 }
 
 // releaseLater rolls back token's hold on groups in the background.

@@ -86,8 +86,11 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 		return rw.tryRead(ctx, token, "wait")
 	})
 	if leftBehind(err) {
+		// Withdraw token's place among the waiting readers, and its read
+		// if one was granted too late (see ask.grant) and not renewed.
 		redisutil.Rollback(ctx, func(ctx context.Context) {
 			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
+			_, _ = reader{rw}.release(ctx, token)
 		})
 	}
 	return l, err
