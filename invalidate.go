@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
@@ -29,6 +30,11 @@ const tagBatch = 256
 // with [WithStale] it makes them stale instead: served while one process
 // refreshes each in the background. A compute of such a value in progress
 // loses its lock, as after [Cache.Delete].
+//
+// With a near tier, InvalidateTag returns once the tier has applied the
+// invalidations of values another process's InvalidateTag of the tags
+// voided first (this call finds them gone from the tags' sets): at the
+// tracker's next beat, within 100 ms, past which the tier is emptied.
 //
 // A compute that called Tag with one of tags before InvalidateTag began
 // does not leave its value served after InvalidateTag returned, whenever
@@ -54,7 +60,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if slices.Contains(tags, "") {
 		return fmt.Errorf("%w: empty tag", ErrInvalid)
 	}
-	start := time.Now()
+	start, since := time.Now(), near.Now()
 	// After the voids, as Set forgets after its write: a compute that
 	// tagged before them will not keep its value (see forgetTagged).
 	defer c.flights.forgetTagged(tags)
@@ -63,6 +69,10 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
 		}
 	}
+	// The values another process's InvalidateTag of these tags voided
+	// first are gone from the tags' sets, and from this tier only once
+	// their invalidations arrive: wait for them.
+	c.nearSync(ctx, since)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }

@@ -142,13 +142,18 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 // Heard reports whether every tracked node has proven, by answering a
 // ping sent at most MaxLag before now, that the tier has applied every
 // invalidation sent before then (see Beat).
-func (t *Tracker) Heard(now int64) bool {
+func (t *Tracker) Heard(now int64) bool { return t.HeardAfter(now - int64(MaxLag)) }
+
+// HeardAfter reports whether every tracked node has answered a ping sent
+// at or after since: the tier has applied every invalidation sent before
+// then.
+func (t *Tracker) HeardAfter(since int64) bool {
 	p := t.heard.Load()
 	if p == nil {
 		return false
 	}
 	for i := range *p {
-		if now-(*p)[i].Load() > int64(MaxLag) {
+		if (*p)[i].Load() < since {
 			return false
 		}
 	}
