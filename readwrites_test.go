@@ -113,7 +113,13 @@ var writes = []write{
 		_, err := c.Refresh(ctx, key, time.Minute, constant("new"))
 		return err
 	}, "new"},
+	{"InvalidateTag", func(ctx context.Context, c *Cache[string], key string) error {
+		return c.InvalidateTag(ctx, heldTag) // "old" carries it (see startHeldFetch)
+	}, "fresh"},
 }
+
+// heldTag is the tag of the value "old" that startHeldFetch's Fetch reads.
+const heldTag = "held"
 
 // ryw runs f on a single server and on a cluster, each with and without a
 // near tier.
@@ -160,7 +166,7 @@ func startHeldFetch(t *testing.T, rdb redis.UniversalClient, c *Cache[string], k
 	t.Helper()
 	ctx := t.Context()
 	before := c.Stats().NearInvalidations
-	if err := c.Set(ctx, key, "old", time.Minute); err != nil {
+	if err := c.SetTagged(ctx, key, "old", time.Minute, heldTag); err != nil {
 		t.Fatal(err)
 	}
 	if c.near != nil && near.Broadcast { // else Redis reports only keys the tier read
@@ -211,8 +217,10 @@ func afterEachWrite(t *testing.T, read func(t *testing.T, c *Cache[string], w wr
 }
 
 // TestFetchAfterWrite: a Fetch that starts after Set, Delete or Refresh of
-// its key returned does not join the flight of a Fetch whose GET read the
-// key before the write (before the fix, it returned "old").
+// its key, or InvalidateTag of its value's tag, returned does not join the
+// flight of a Fetch whose GET read the key before the write (before the
+// fix, it returned "old"; for InvalidateTag, found by the torture run, seed
+// 12742486827157056321).
 func TestFetchAfterWrite(t *testing.T) {
 	afterEachWrite(t, func(t *testing.T, c *Cache[string], w write) {
 		v, err := c.Fetch(t.Context(), "k", time.Minute, constant("fresh"))
