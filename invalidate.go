@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
@@ -31,10 +30,11 @@ const tagBatch = 256
 // refreshes each in the background. A compute of such a value in progress
 // loses its lock, as after [Cache.Delete].
 //
-// With a near tier, InvalidateTag returns once the tier has applied the
-// invalidations of values another process's InvalidateTag of the tags
-// voided first (this call finds them gone from the tags' sets): at the
-// tracker's next beat, within 100 ms, past which the tier is emptied.
+// With a near tier, InvalidateTag then waits until the tier has applied
+// the invalidations of values that another process's InvalidateTag of the
+// tags voided first (this call finds them gone from the tags' sets): until
+// the tier's next heartbeat is answered, about 20 ms and a round trip. If
+// that takes 100 ms, or ctx ends, this process's tier is emptied instead.
 //
 // A compute that called Tag with one of tags before InvalidateTag began
 // does not leave its value served after InvalidateTag returned, whenever
@@ -60,7 +60,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if slices.Contains(tags, "") {
 		return fmt.Errorf("%w: empty tag", ErrInvalid)
 	}
-	start, since := time.Now(), near.Now()
+	start := time.Now()
 	// After the voids, as Set forgets after its write: a compute that
 	// tagged before them will not keep its value (see forgetTagged).
 	defer c.flights.forgetTagged(tags)
@@ -72,7 +72,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// The values another process's InvalidateTag of these tags voided
 	// first are gone from the tags' sets, and from this tier only once
 	// their invalidations arrive: wait for them.
-	c.nearSync(ctx, since)
+	c.nearSync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }

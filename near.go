@@ -190,17 +190,19 @@ func (c *Cache[T]) nearForget(vk string) {
 }
 
 // nearSync returns once the near tier has applied every invalidation Redis
-// sent before since (a near.Now()): every tracked node has answered a ping
-// sent after it (see near.Tracker.HeardAfter), at the tracker's next beat.
-// If that takes longer than near.MaxLag, or ctx ends, it empties the tier
-// instead. A tier that is down serves nothing and needs neither.
-func (c *Cache[T]) nearSync(ctx context.Context, since int64) {
-	if c.near == nil || !c.near.x.Up() {
+// sent before the call: every tracked node has answered a ping sent after
+// it (see near.Tracker.HeardAfter), at the tracker's next beat. If that
+// takes longer than near.MaxLag, or ctx ends, it empties the tier instead.
+// A tier that is down, or goes down meanwhile, was emptied already and
+// serves nothing.
+func (c *Cache[T]) nearSync(ctx context.Context) {
+	if c.near == nil {
 		return
 	}
+	since := near.Now()
 	poll := time.NewTicker(nearSyncPoll)
 	defer poll.Stop()
-	for !c.near.t.HeardAfter(since) {
+	for c.near.x.Up() && !c.near.t.HeardAfter(since) {
 		if near.Now()-since > int64(near.MaxLag) {
 			c.near.x.DropAll()
 			return
@@ -215,7 +217,7 @@ func (c *Cache[T]) nearSync(ctx context.Context, since int64) {
 }
 
 // nearSyncPoll is how often nearSync looks whether the beat it waits for
-// was answered: beats go out every near.MaxLag/2.
+// was answered: beats go out every near.Beat.
 const nearSyncPoll = time.Millisecond
 
 // nearOff records that the near tier cannot work here, and says so once.
