@@ -191,10 +191,11 @@ func (c *Cache[T]) nearForget(vk string) {
 
 // nearSync returns once the near tier has applied every invalidation Redis
 // sent before the call: every tracked node has answered a ping sent after
-// it (see near.Tracker.HeardAfter), at the tracker's next beat. If that
-// takes longer than near.MaxLag, or ctx ends, it empties the tier instead.
-// A tier that is down, or goes down meanwhile, was emptied already and
-// serves nothing.
+// it (see near.Tracker.HeardAfter), and every live reader too, so Redis
+// still tracked what they read (see near.Tracker.ReadersAfter), at the
+// tracker's next beat. If that takes longer than near.MaxLag, or ctx ends,
+// it empties the tier instead. A tier that is down, or goes down
+// meanwhile, was emptied already and serves nothing.
 func (c *Cache[T]) nearSync(ctx context.Context) {
 	if c.near == nil {
 		return
@@ -202,7 +203,7 @@ func (c *Cache[T]) nearSync(ctx context.Context) {
 	since := near.Now()
 	poll := time.NewTicker(nearSyncPoll)
 	defer poll.Stop()
-	for c.near.x.Up() && !c.near.t.HeardAfter(since) {
+	for c.near.x.Up() && !(c.near.t.HeardAfter(since) && c.near.t.ReadersAfter(since)) {
 		if near.Now()-since > int64(near.MaxLag) {
 			c.near.x.DropAll()
 			return

@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,6 +78,45 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 				t.Errorf("Fetch after this process's InvalidateTag returned = %q, %v; want v2, not the voided value", v, err)
 			}
 		})
+	}
+}
+
+// TestNearCacheInvalidateTagReaderKilled: the same when the invalidation
+// never comes: the connection that read the value was closed by Redis
+// without a word, which drops its tracking, and the tier learns it only at
+// that reader's next ping. Found by the torture run (seed
+// 2786331782042390570: a near hit 19 ms after its own process's
+// InvalidateTag returned, a proxy closing connections meanwhile).
+func TestNearCacheInvalidateTagReaderKilled(t *testing.T) {
+	s := redistest.StartServer(t)
+	admin := s.Client(t)
+	a := newNearCache[string](t, s.Client(t), 100)
+	b := New[string](s.Client(t), prefix(t))
+	ctx := t.Context()
+	if err := b.SetTagged(ctx, "k", "v1", time.Minute, "T"); err != nil {
+		t.Fatal(err)
+	}
+	fetchNear(t, a, "k")
+	killed := 0
+	for _, c := range tracked(t, admin) {
+		if !strings.Contains(c["flags"], "P") { // a reader, not the subscriber
+			if err := admin.ClientKillByFilter(ctx, "ID", c["id"]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatal("no reader to kill")
+	}
+	if err := b.InvalidateTag(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.InvalidateTag(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
+		t.Errorf("Fetch after this process's InvalidateTag returned, its reader killed = %q, %v; want v2", v, err)
 	}
 }
 

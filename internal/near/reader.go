@@ -56,6 +56,25 @@ func (o *Owner) Live(now int64) bool {
 	return !o.dead.Load() && now-o.heard.Load() <= int64(MaxLag)
 }
 
+// ReadersAfter reports whether every reader whose values the tier may
+// serve has answered a command sent at or after since, or is known dead:
+// Redis still tracked what it read then, so every invalidation of it sent
+// before since went to the subscriber. A reader's connection that Redis
+// closed without a word (a CLIENT KILL, a network failure) loses its
+// tracking at once, and the tier learns it only at its next ping.
+func (t *Tracker) ReadersAfter(since int64) bool {
+	t.rmu.RLock()
+	defer t.rmu.RUnlock()
+	for _, rd := range t.readers {
+		for _, r := range rd.rs {
+			if o := r.owner.Load(); o != nil && !o.dead.Load() && o.heard.Load() < since {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // A reader is one tracked connection of a session, of a client of its own
 // (a connection of the Cache's client's pool, held for good, would starve
 // a small pool; and closing its client ends a command in flight at once),

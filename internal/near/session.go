@@ -146,7 +146,7 @@ func (t *Tracker) Heard(now int64) bool { return t.HeardAfter(now - int64(MaxLag
 
 // HeardAfter reports whether every tracked node has answered a ping sent
 // at or after since: the tier has applied every invalidation sent before
-// then.
+// then. It says nothing of the readers: see ReadersAfter.
 func (t *Tracker) HeardAfter(since int64) bool {
 	p := t.heard.Load()
 	if p == nil {
