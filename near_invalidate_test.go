@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,18 +96,7 @@ func TestNearCacheInvalidateTagReaderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	fetchNear(t, a, "k")
-	killed := 0
-	for _, c := range tracked(t, admin) {
-		if !strings.Contains(c["flags"], "P") { // a reader, not the subscriber
-			if err := admin.ClientKillByFilter(ctx, "ID", c["id"]).Err(); err != nil {
-				t.Fatal(err)
-			}
-			killed++
-		}
-	}
-	if killed == 0 {
-		t.Fatal("no reader to kill")
-	}
+	killReaders(t, admin)
 	if err := b.InvalidateTag(ctx, "T"); err != nil {
 		t.Fatal(err)
 	}

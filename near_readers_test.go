@@ -63,6 +63,24 @@ func TestNearCacheReportsOnlyToHolders(t *testing.T) {
 	}
 }
 
+// killReaders closes every near-tier reader connection on admin's server
+// with CLIENT KILL (the subscribers stay), as Redis would without a word.
+func killReaders(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	killed := 0
+	for _, c := range tracked(t, admin) {
+		if !strings.Contains(c["flags"], "P") { // a reader, not the subscriber
+			if err := admin.ClientKillByFilter(t.Context(), "ID", c["id"]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatal("no reader to kill")
+	}
+}
+
 // TestNearCacheReaderKilled: a connection that read values into the tier
 // and that Redis closes without telling (a CLIENT KILL, the server's idle
 // timeout) takes with it the record of what it read, so later writes of
@@ -81,18 +99,7 @@ func TestNearCacheReaderKilled(t *testing.T) {
 		}
 	}
 	fetchNear(t, a, "k")
-	killed := 0
-	for _, c := range tracked(t, admin) {
-		if !strings.Contains(c["flags"], "P") { // a reader, not the subscriber
-			if err := admin.ClientKillByFilter(ctx, "ID", c["id"]).Err(); err != nil {
-				t.Fatal(err)
-			}
-			killed++
-		}
-	}
-	if killed == 0 {
-		t.Fatal("no reader to kill")
-	}
+	killReaders(t, admin)
 	// A read on the killed reader, before its ping finds it dead, goes
 	// through the client instead of failing the Fetch.
 	if v := fetchValue(t, a, "other"); v != "v1" {
