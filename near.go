@@ -201,6 +201,7 @@ func (c *Cache[T]) nearSync(ctx context.Context) {
 		return
 	}
 	since := near.Now()
+	c.near.t.PingReaders(ctx) // now, not at their next beat (every near.MaxLag/2)
 	poll := time.NewTicker(nearSyncPoll)
 	defer poll.Stop()
 	for c.near.x.Up() && !(c.near.t.HeardAfter(since) && c.near.t.ReadersAfter(since)) {

@@ -172,14 +172,35 @@ func (r *reader) end() {
 // process (see bench/README, "Near tiers across a fleet").
 func (r *reader) beat(ctx context.Context) {
 	every(ctx, MaxLag/2, func() bool {
-		if r.mu.TryLock() {
-			if r.conn != nil {
-				_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
-			}
-			r.mu.Unlock()
-		}
+		r.ping(ctx)
 		return true
 	})
+}
+
+// ping pings r's connection if it has one and is idle: a command in
+// flight answers for it.
+func (r *reader) ping(ctx context.Context) {
+	if r.mu.TryLock() {
+		if r.conn != nil {
+			_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
+		}
+		r.mu.Unlock()
+	}
+}
+
+// PingReaders pings every idle reader now, rather than at its next beat,
+// so that ReadersAfter of a time before the call holds a round trip later
+// (see Cache.nearSync).
+func (t *Tracker) PingReaders(ctx context.Context) {
+	t.rmu.RLock()
+	var rs []*reader
+	for _, rd := range t.readers {
+		rs = append(rs, rd.rs...)
+	}
+	t.rmu.RUnlock()
+	for _, r := range rs {
+		r.ping(ctx)
+	}
 }
 
 // readers are a session's readers on one node.
