@@ -33,7 +33,7 @@ import (
 )
 
 var (
-	libsFlag    = flag.String("libs", "dogpile/lock,dogpile/lock+fair,dogpile+near,dogpile+s2,dogpile.FetchMany,dogpile.Fetch-loop,dogpile,dogpile+stale,dogpile+early,dogpile+stale+early,dogpile+deadline,dogpile.Refresh,bsm/redislock,go-redsync/redsync,go-redis/cache,dtm-labs/rockscache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack,go-redis/mget+msgpack,go-redis/get,rueidis/DoCache", "comma-separated library names, as they end the benchmark names; longest match wins")
+	libsFlag    = flag.String("libs", "dogpile/lock,dogpile/lock+fair,dogpile+near,dogpile+s2,dogpile.FetchMany,dogpile.Fetch-loop,dogpile,dogpile+stale,dogpile+early,dogpile+stale+early,dogpile+deadline,dogpile.Refresh,dogpile-own-process,dogpile-script-look,bsm/redislock,go-redsync/redsync,go-redis/cache,dtm-labs/rockscache,naive-cache-aside,setnx-poll-100ms,go-redis/get+msgpack,go-redis/mget+msgpack,go-redis/get,rueidis/DoCache", "comma-separated library names, as they end the benchmark names; longest match wins")
 	metricsFlag = flag.String("metrics", "", "comma-separated metrics to show (default: all but ns/op, and fail/op when always 0)")
 	noAllocs    = flag.String("noallocs", "Stampede|FetchCommands|RollingExpiry|MissToCompute|misses-", "regexp of scenarios whose B/op and allocs/op are the harness's, not the library's: not shown")
 	baseFlag    = flag.String("base", "", "the library the others are compared with (default: in each scenario, the first library listed in -libs whose name starts with \"dogpile\")")
