@@ -24,7 +24,7 @@ groups='
 ^BenchmarkMutexProcs$                   1000x
 ^BenchmarkSemaphore$                    1000x
 ^BenchmarkRWMutex$                      1000x
-^BenchmarkFetchHit$                     20000x
+^BenchmarkFetchHit$                     200000x
 ^BenchmarkStampede$                     10x
 ^BenchmarkHerd$                         300x
 ^BenchmarkRollingExpiry$                1x
