@@ -192,24 +192,33 @@ func (c *Cache[T]) nearForget(vk string) {
 // nearSync returns once the near tier has applied every invalidation Redis
 // sent before the call: every tracked node has answered a ping sent after
 // it (see near.Tracker.HeardAfter), and every live reader too, so Redis
-// still tracked what they read (see near.Tracker.ReadersAfter), at the
-// tracker's next beat. If that takes longer than near.MaxLag, or ctx ends,
-// it empties the tier instead. A tier that is down, or goes down
-// meanwhile, was emptied already and serves nothing.
+// still tracked what they read (see near.Tracker.ReadersAfter). It has
+// them pinged now, not at their next beats, so that takes about a round
+// trip. If it takes longer than near.MaxLag, or ctx ends, it empties the
+// tier instead. A tier that is down, or goes down meanwhile, was emptied
+// already and serves nothing.
 func (c *Cache[T]) nearSync(ctx context.Context) {
 	if c.near == nil {
 		return
 	}
+	t := c.near.t
 	since := near.Now()
-	c.near.t.PingReaders(ctx) // now, not at their next beat (every near.MaxLag/2)
+	t.PingNow(ctx)
+	// A reader busy with a command sent before since answers for itself
+	// only with its next one, which tells nothing: hence the poll.
 	poll := time.NewTicker(nearSyncPoll)
 	defer poll.Stop()
-	for c.near.x.Up() && !(c.near.t.HeardAfter(since) && c.near.t.ReadersAfter(since)) {
+	for {
+		pong := t.Pong() // before the look: a pong just after it closes it
+		if !c.near.x.Up() || (t.HeardAfter(since) && t.ReadersAfter(since)) {
+			return
+		}
 		if near.Now()-since > int64(near.MaxLag) {
 			c.near.x.DropAll()
 			return
 		}
 		select {
+		case <-pong:
 		case <-poll.C:
 		case <-ctx.Done():
 			c.near.x.DropAll()
@@ -218,8 +227,8 @@ func (c *Cache[T]) nearSync(ctx context.Context) {
 	}
 }
 
-// nearSyncPoll is how often nearSync looks whether the beat it waits for
-// was answered: beats go out every near.Beat.
+// nearSyncPoll is how often nearSync looks whether the readers it waits
+// for have answered.
 const nearSyncPoll = time.Millisecond
 
 // nearOff records that the near tier cannot work here, and says so once.

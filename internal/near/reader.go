@@ -171,7 +171,7 @@ func (r *reader) end() {
 // sent before it were delivered, and each ping costs Redis CPU in every
 // process (see bench/README, "Near tiers across a fleet").
 func (r *reader) beat(ctx context.Context) {
-	every(ctx, MaxLag/2, func() bool {
+	every(ctx, MaxLag/2, nil, func() bool {
 		r.ping(ctx)
 		return true
 	})
@@ -188,10 +188,18 @@ func (r *reader) ping(ctx context.Context) {
 	}
 }
 
-// PingReaders pings every idle reader now, rather than at its next beat,
-// so that ReadersAfter of a time before the call holds a round trip later
-// (see Cache.nearSync).
-func (t *Tracker) PingReaders(ctx context.Context) {
+// PingNow has every session's subscriber send a ping, and pings every idle
+// reader, now rather than at their next beats, so that HeardAfter and
+// ReadersAfter of a time before the call hold about a round trip later
+// (see Cache.nearSync). The subscribers' pings leave from their beat
+// goroutines: PingNow does not wait for them.
+func (t *Tracker) PingNow(ctx context.Context) {
+	t.kicks.each(func(kick chan<- struct{}) {
+		select {
+		case kick <- struct{}{}:
+		default: // a ping is asked for already
+		}
+	})
 	t.rmu.RLock()
 	var rs []*reader
 	for _, rd := range t.readers {

@@ -100,3 +100,36 @@ func TestOwnerLive(t *testing.T) {
 		}
 	}
 }
+
+// TestPingNow: PingNow has the subscriber ping at once, not at its next
+// beat, and Pong tells when the answer came, so that a caller waiting for
+// HeardAfter of a time before the call (Cache.InvalidateTag with a near
+// tier) waits a round trip, not a beat. Beats here come once an hour:
+// without the kick, or without the news of the answer, the wait fails.
+func TestPingNow(t *testing.T) {
+	s := redistest.StartServer(t)
+	defer func(beat time.Duration) { Beat = beat }(Beat)
+	Beat = time.Hour
+	x := NewIndex(Handlers{Remove: func(string) {}, Purge: func() {}, Forget: func(string) {}})
+	tr := NewTracker(s.Client(t), "p:", x, func(reason string) { t.Errorf("tracking off: %s", reason) })
+	defer tr.Stop()
+	tr.Use(Now())
+	for deadline := time.Now().Add(5 * time.Second); !tr.HeardAfter(1); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("tracking did not start within 5 s")
+		}
+	}
+	for i := range 3 {
+		since := Now()
+		pong := tr.Pong()
+		tr.PingNow(t.Context())
+		select {
+		case <-pong:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("PingNow #%d: no news of an answer within 5 s", i+1)
+		}
+		if !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
+			t.Fatalf("PingNow #%d: after the news, HeardAfter = %v, ReadersAfter = %v; want both", i+1, tr.HeardAfter(since), tr.ReadersAfter(since))
+		}
+	}
+}

@@ -80,6 +80,8 @@ type Tracker struct {
 	// readers holds, per node address, the readers of its session up.
 	rmu     sync.RWMutex
 	readers map[string]*readers
+	kicks   kicks         // of the sessions' subscribers (see PingNow)
+	pongs   news          // of the answers to the subscribers' pings
 	quit    chan struct{} // closed by Stop
 
 	// BeforeSession, if set, is called before each session on a node but
@@ -357,3 +359,60 @@ func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
 
 // Wait waits until t's run, if any, has ended.
 func (t *Tracker) Wait() { t.wg.Wait() }
+
+// kicks is a set of channels, one per session, on which a send asks the
+// session's subscriber to ping now (see PingNow).
+type kicks struct {
+	mu sync.Mutex
+	m  map[chan<- struct{}]bool
+}
+
+func (k *kicks) add(c chan<- struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = make(map[chan<- struct{}]bool)
+	}
+	k.m[c] = true
+}
+
+func (k *kicks) remove(c chan<- struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, c)
+}
+
+// each calls f with every channel of the set, which is locked meanwhile: f
+// must not block.
+func (k *kicks) each(f func(chan<- struct{})) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for c := range k.m {
+		f(c)
+	}
+}
+
+// news lets goroutines wait for the next event of a kind: wait returns a
+// channel that the next announce closes.
+type news struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *news) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *news) announce() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}
