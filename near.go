@@ -203,33 +203,25 @@ func (c *Cache[T]) nearSync(ctx context.Context) {
 	}
 	t := c.near.t
 	since := near.Now()
-	t.PingNow(ctx)
-	// A reader busy with a command sent before since answers for itself
-	// only with its next one, which tells nothing: hence the poll.
-	poll := time.NewTicker(nearSyncPoll)
-	defer poll.Stop()
+	t.PingNow()
+	late := time.NewTimer(near.MaxLag)
+	defer late.Stop()
 	for {
-		pong := t.Pong() // before the look: a pong just after it closes it
+		answered := t.Answered() // before the look: an answer just after it closes it
 		if !c.near.x.Up() || (t.HeardAfter(since) && t.ReadersAfter(since)) {
 			return
 		}
-		if near.Now()-since > int64(near.MaxLag) {
+		select {
+		case <-answered:
+		case <-late.C:
 			c.near.x.DropAll()
 			return
-		}
-		select {
-		case <-pong:
-		case <-poll.C:
 		case <-ctx.Done():
 			c.near.x.DropAll()
 			return
 		}
 	}
 }
-
-// nearSyncPoll is how often nearSync looks whether the readers it waits
-// for have answered.
-const nearSyncPoll = time.Millisecond
 
 // nearOff records that the near tier cannot work here, and says so once.
 func (c *Cache[T]) nearOff(reason string) {

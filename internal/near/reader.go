@@ -166,49 +166,38 @@ func (r *reader) end() {
 }
 
 // beat pings r every MaxLag/2 while it is idle (a command in flight
-// answers for it), until ctx ends: less often than the subscriber (Beat),
-// for a reader's answer need only prove it alive, not that the messages
-// sent before it were delivered, and each ping costs Redis CPU in every
-// process (see bench/README, "Near tiers across a fleet").
-func (r *reader) beat(ctx context.Context) {
-	every(ctx, MaxLag/2, nil, func() bool {
-		r.ping(ctx)
+// answers for it), and when asked is announced (see PingNow), until ctx
+// ends, and announces answered at each answer: less often than the
+// subscriber (Beat), for a reader's answer need only prove it alive, not
+// that the messages sent before it were delivered, and each ping costs
+// Redis CPU in every process (see bench/README, "Near tiers across a
+// fleet").
+func (r *reader) beat(ctx context.Context, asked, answered *news) {
+	every(ctx, MaxLag/2, asked, func(now bool) bool {
+		if r.ping(ctx, now) {
+			answered.announce()
+		}
 		return true
 	})
 }
 
-// ping pings r's connection if it has one and is idle: a command in
-// flight answers for it.
-func (r *reader) ping(ctx context.Context) {
-	if r.mu.TryLock() {
-		if r.conn != nil {
-			_, _ = r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
-		}
-		r.mu.Unlock()
+// ping pings r's connection if it has one, and reports whether it
+// answered. Unless after is set it pings only an idle connection: a
+// command in flight answers for it. With after, it waits for that command,
+// which may have been sent before the ping was asked for, and pings after
+// it.
+func (r *reader) ping(ctx context.Context, after bool) bool {
+	if after {
+		r.mu.Lock()
+	} else if !r.mu.TryLock() {
+		return false
 	}
-}
-
-// PingNow has every session's subscriber send a ping, and pings every idle
-// reader, now rather than at their next beats, so that HeardAfter and
-// ReadersAfter of a time before the call hold about a round trip later
-// (see Cache.nearSync). The subscribers' pings leave from their beat
-// goroutines: PingNow does not wait for them.
-func (t *Tracker) PingNow(ctx context.Context) {
-	t.kicks.each(func(kick chan<- struct{}) {
-		select {
-		case kick <- struct{}{}:
-		default: // a ping is asked for already
-		}
-	})
-	t.rmu.RLock()
-	var rs []*reader
-	for _, rd := range t.readers {
-		rs = append(rs, rd.rs...)
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return false
 	}
-	t.rmu.RUnlock()
-	for _, r := range rs {
-		r.ping(ctx)
-	}
+	_, err := r.do(ctx, func(cn redis.Cmdable) error { return cn.Ping(ctx).Err() })
+	return err == nil
 }
 
 // readers are a session's readers on one node.
@@ -222,8 +211,9 @@ type readers struct {
 
 // startReaders starts the readers of a session on the node o, whose
 // subscriber is the connection id, or in Broadcast mode reads through all;
-// hook, if not nil, is added to their client. They run until stop.
-func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook) (rd *readers, stop func()) {
+// hook, if not nil, is added to their client; asked and answered are the
+// Tracker's (see reader.beat). They run until stop.
+func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook, asked, answered *news) (rd *readers, stop func()) {
 	if Broadcast {
 		return &readers{all: all}, func() {}
 	}
@@ -237,7 +227,7 @@ func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook
 	for i := range rd.rs {
 		r := &reader{node: cl, id: id}
 		rd.rs[i] = r
-		wg.Go(func() { r.beat(ctx) })
+		wg.Go(func() { r.beat(ctx, asked, answered) })
 	}
 	return rd, func() {
 		for _, r := range rd.rs {

@@ -31,7 +31,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 		}
 		wasUp := false
 		err := t.session(ctx, cl, heard, func() (stop func()) {
-			rd, end := startReaders(o, id.Load(), t.client, t.ReaderHook)
+			rd, end := startReaders(o, id.Load(), t.client, t.ReaderHook, &t.asked, &t.answered)
 			t.setReaders(o.Addr, rd)
 			if !wasUp {
 				wasUp = true
@@ -80,11 +80,6 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 		_ = ps.Close()
 		beats.Wait() // a ping in progress waits out its write timeout at most
 	}()
-	// A send on kick asks for a ping now, not at the next beat (see
-	// Tracker.PingNow).
-	kick := make(chan struct{}, 1)
-	t.kicks.add(kick)
-	defer t.kicks.remove(kick)
 	sent, beating := Now(), false
 	if err := ps.Subscribe(ctx, InvalidateChannel); err != nil {
 		return err
@@ -120,11 +115,11 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 			heard.Store(sent)
 			defer up()()
 			beating = true
-			beats.Go(func() { beat(sctx, ps, kick) })
+			beats.Go(func() { beat(sctx, ps, &t.asked) })
 		case *redis.Pong:
 			if at, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && at > heard.Load() {
 				heard.Store(at)
-				t.pongs.announce()
+				t.answered.announce()
 			}
 		case *redis.Message:
 			// Redis's invalidations are arrays of keys. A string payload
@@ -166,20 +161,17 @@ func (t *Tracker) HeardAfter(since int64) bool {
 	return true
 }
 
-// Pong returns a channel closed when a subscriber next has an answer to a
-// ping, which may make HeardAfter hold.
-func (t *Tracker) Pong() <-chan struct{} { return t.pongs.wait() }
-
 // errReplaced ends a session whose connection go-redis replaced.
 var errReplaced = errors.New("near: tracking connection replaced")
 
-// beat pings ps every Beat, and when kick receives, until ctx ends, each
-// ping carrying the Now() at which it was sent (see Tracker.Heard). A
-// failed ping closes ps, which ends the session: go-redis replaces the
-// connection of a PubSub whose write failed, and the session must not read
-// on from the new one as if nothing had been lost in between.
-func beat(ctx context.Context, ps *redis.PubSub, kick <-chan struct{}) {
-	every(ctx, Beat, kick, func() bool {
+// beat pings ps every Beat, and when asked is announced (see PingNow),
+// until ctx ends, each ping carrying the Now() at which it was sent (see
+// Tracker.Heard). A failed ping closes ps, which ends the session: go-redis
+// replaces the connection of a PubSub whose write failed, and the session
+// must not read on from the new one as if nothing had been lost in
+// between.
+func beat(ctx context.Context, ps *redis.PubSub, asked *news) {
+	every(ctx, Beat, asked, func(bool) bool {
 		if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
 			_ = ps.Close()
 			return false
@@ -188,20 +180,24 @@ func beat(ctx context.Context, ps *redis.PubSub, kick <-chan struct{}) {
 	})
 }
 
-// every calls f every d, and when kick receives (a nil kick never does),
-// until ctx ends or f returns false: the beats of the subscriber and of the
+// every calls f every d, and when asked is announced (asked true), until
+// ctx ends or f returns false: the beats of the subscriber and of the
 // readers.
-func every(ctx context.Context, d time.Duration, kick <-chan struct{}, f func() bool) {
+func every(ctx context.Context, d time.Duration, asked *news, f func(asked bool) bool) {
 	tick := time.NewTicker(d)
 	defer tick.Stop()
+	ask := asked.wait()
 	for {
+		now := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-kick:
+		case <-ask:
+			now = true
 		}
-		if !f() {
+		ask = asked.wait() // before f: an ask during f is for after it
+		if !f(now) {
 			return
 		}
 	}

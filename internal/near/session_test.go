@@ -2,7 +2,10 @@ package near
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,16 +104,23 @@ func TestOwnerLive(t *testing.T) {
 	}
 }
 
-// TestPingNow: PingNow has the subscriber ping at once, not at its next
-// beat, and Pong tells when the answer came, so that a caller waiting for
-// HeardAfter of a time before the call (Cache.InvalidateTag with a near
-// tier) waits a round trip, not a beat. Beats here come once an hour:
-// without the kick, or without the news of the answer, the wait fails.
+// TestPingNow: PingNow has the subscriber and the readers ping at once,
+// not at their next beats, and Answered tells when they answered, so that
+// a caller waiting for HeardAfter and ReadersAfter of a time before the
+// call (Cache.InvalidateTag with a near tier) waits a round trip, not a
+// beat; by then an invalidation sent before the call has been applied.
+// Beats here come once an hour: without the asks, or without the news of
+// the answers, the wait fails.
 func TestPingNow(t *testing.T) {
 	s := redistest.StartServer(t)
-	defer func(beat time.Duration) { Beat = beat }(Beat)
-	Beat = time.Hour
-	x := NewIndex(Handlers{Remove: func(string) {}, Purge: func() {}, Forget: func(string) {}})
+	defer func(beat, lag time.Duration) { Beat, MaxLag = beat, lag }(Beat, MaxLag)
+	Beat, MaxLag = time.Hour, time.Hour // a reader beats every MaxLag/2
+	var mu sync.Mutex
+	var removed []string
+	x := NewIndex(Handlers{
+		Remove: func(vk string) { mu.Lock(); removed = append(removed, vk); mu.Unlock() },
+		Purge:  func() {}, Forget: func(string) {},
+	})
 	tr := NewTracker(s.Client(t), "p:", x, func(reason string) { t.Errorf("tracking off: %s", reason) })
 	defer tr.Stop()
 	tr.Use(Now())
@@ -119,17 +129,31 @@ func TestPingNow(t *testing.T) {
 			t.Fatal("tracking did not start within 5 s")
 		}
 	}
+	ctx := t.Context()
 	for i := range 3 {
-		since := Now()
-		pong := tr.Pong()
-		tr.PingNow(t.Context())
-		select {
-		case <-pong:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("PingNow #%d: no news of an answer within 5 s", i+1)
+		key := fmt.Sprintf("p:{k%d}", i) // a value key (see IsValueKey)
+		if _, err, ok := tr.Read(ctx, tr.Node(key), func(cn redis.Cmdable) error { return cn.Get(ctx, key).Err() }); !ok || !IsReply(err) {
+			t.Fatalf("read of %s through a reader = %v, %v; want a tracked redis.Nil", key, ok, err)
 		}
-		if !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
-			t.Fatalf("PingNow #%d: after the news, HeardAfter = %v, ReadersAfter = %v; want both", i+1, tr.HeardAfter(since), tr.ReadersAfter(since))
+		if err := s.Client(t).Set(ctx, key, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		since := Now()
+		answered := tr.Answered()
+		tr.PingNow()
+		for !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
+			select {
+			case <-answered:
+				answered = tr.Answered()
+			case <-time.After(5 * time.Second):
+				t.Fatalf("PingNow #%d: 5 s later, HeardAfter = %v, ReadersAfter = %v; want both", i+1, tr.HeardAfter(since), tr.ReadersAfter(since))
+			}
+		}
+		mu.Lock()
+		got := slices.Contains(removed, key)
+		mu.Unlock()
+		if !got {
+			t.Fatalf("PingNow #%d: the answers came, and the invalidation of %s sent before them had not been applied", i+1, key)
 		}
 	}
 }

@@ -25,7 +25,8 @@ var (
 	Idle = time.Minute
 	// Backoff bounds the pause between attempts to restore tracking.
 	Backoff = time.Second
-	// Beat is how often a tracking connection is pinged while it is up.
+	// Beat is how often a tracking connection is pinged while it is up,
+	// and at once on demand (see PingNow).
 	// Redis answers a connection in order, so a ping's answer proves that
 	// every invalidation Redis sent it before the ping has arrived.
 	Beat = 20 * time.Millisecond
@@ -80,9 +81,11 @@ type Tracker struct {
 	// readers holds, per node address, the readers of its session up.
 	rmu     sync.RWMutex
 	readers map[string]*readers
-	kicks   kicks         // of the sessions' subscribers (see PingNow)
-	pongs   news          // of the answers to the subscribers' pings
-	quit    chan struct{} // closed by Stop
+	// asked is announced by PingNow: every beat pings at once. answered
+	// is announced when a beat's ping is answered, and when tracking goes
+	// up or down (see Answered).
+	asked, answered news
+	quit            chan struct{} // closed by Stop
 
 	// BeforeSession, if set, is called before each session on a node but
 	// the first (tests hold tracking down with it); BeforeApply, before an
@@ -350,6 +353,7 @@ func (t *Tracker) up(on bool, of int) {
 		t.ups--
 	}
 	t.x.SetUp(t.ups == of)
+	t.answered.announce()
 }
 
 // Idle makes t find the Cache idle at its next check, as if no Fetch had
@@ -359,38 +363,6 @@ func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
 
 // Wait waits until t's run, if any, has ended.
 func (t *Tracker) Wait() { t.wg.Wait() }
-
-// kicks is a set of channels, one per session, on which a send asks the
-// session's subscriber to ping now (see PingNow).
-type kicks struct {
-	mu sync.Mutex
-	m  map[chan<- struct{}]bool
-}
-
-func (k *kicks) add(c chan<- struct{}) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.m == nil {
-		k.m = make(map[chan<- struct{}]bool)
-	}
-	k.m[c] = true
-}
-
-func (k *kicks) remove(c chan<- struct{}) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.m, c)
-}
-
-// each calls f with every channel of the set, which is locked meanwhile: f
-// must not block.
-func (k *kicks) each(f func(chan<- struct{})) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for c := range k.m {
-		f(c)
-	}
-}
 
 // news lets goroutines wait for the next event of a kind: wait returns a
 // channel that the next announce closes.
@@ -416,3 +388,16 @@ func (n *news) announce() {
 		n.ch = nil
 	}
 }
+
+// PingNow has every tracking connection pinged now rather than at its next
+// beat: the subscribers, and the readers, each after the command it may be
+// running (sent, maybe, before the call), so that HeardAfter and
+// ReadersAfter of a time before the call hold about a round trip later
+// (see Cache.nearSync, and Answered). The pings leave from the beats'
+// goroutines, on their own contexts: PingNow does not wait.
+func (t *Tracker) PingNow() { t.asked.announce() }
+
+// Answered returns a channel closed at the next answer to a beat's ping,
+// which may make HeardAfter or ReadersAfter hold, or when tracking next
+// goes up or down.
+func (t *Tracker) Answered() <-chan struct{} { return t.answered.wait() }
