@@ -246,56 +246,87 @@ func TestWaitGrantSlowerThanTTLThenLeave(t *testing.T) {
 			t.Parallel()
 			rdb := tc.client(t)
 			wait, free := tc.make(rdb)
-			warm, err := wait(t.Context()) // loads the scripts, opens the connections
-			if err != nil {
-				t.Fatal(err)
-			}
-			warm.Unlock(t.Context())
-			holder, ok, err := free(t.Context())
-			if err != nil || !ok {
-				t.Fatalf("the holder's attempt = %v, %v", ok, err)
-			}
-			ctx, leave := context.WithCancel(context.WithValue(t.Context(), lateKey{}, true))
-			defer leave()
-			var armed, stall atomic.Bool
-			stall.Store(true)
-			refused, once := make(chan struct{}), sync.Once{}
-			rdb.AddHook(redistest.Hook{
-				Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-					if hctx.Value(lateKey{}) == nil || redistest.IsHandshake(cmd) {
-						return next(hctx, cmd)
-					}
-					if armed.Load() && stall.CompareAndSwap(true, false) {
-						time.Sleep(delay) // before the request leaves: granted fresh, late
-						err := next(hctx, cmd)
-						leave() // before the next attempt
-						return err
-					}
-					err := next(hctx, cmd)
-					once.Do(func() { close(refused) })
-					return err
-				},
-			})
-			left := make(chan error, 1)
-			go func() {
-				l, err := wait(ctx)
-				if l != nil {
-					l.Unlock(t.Context())
-				}
-				left <- err
-			}()
-			<-refused // its first attempt met the holder: it subscribes before the next
-			armed.Store(true)
-			holder.Unlock(t.Context())
-			if err := <-left; !errors.Is(err, context.Canceled) {
+			err := grantLate(t, rdb, wait, free, delay, late{after: func(leave context.CancelFunc) { leave() }})
+			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("a call that left after a late grant = %v; want context.Canceled", err)
-			}
-			if stall.Load() {
-				t.Fatal("no request of the call was stalled")
 			}
 			wantUndone(t, free, ttl/2)
 		})
 	}
+}
+
+// late says what grantLate does around the stalled request of its call.
+type late struct {
+	// intercept, if set, sees each request of the call before it is
+	// stalled or sent, and answers it in the server's place with an error
+	// other than nil.
+	intercept func(cmd redis.Cmder) error
+	// after, if set, is called once the stalled request's reply is in,
+	// before the call goes on, with what cancels the call's context.
+	after func(leave context.CancelFunc)
+}
+
+// grantLate runs wait on rdb (once first, to load the scripts and open the
+// connections) while a lease of free holds what it needs. The call's first
+// attempt meets that holder, so it subscribes; then the holder leaves, and
+// the call's next request is held back delay before it leaves: it is
+// granted fresh, and its reply comes late. grantLate returns the call's
+// error once it returned, having given back any lease it got.
+func grantLate(t *testing.T, rdb redis.UniversalClient, wait func(context.Context) (*lock.Lease, error), free func(context.Context) (*lock.Lease, bool, error), delay time.Duration, l late) error {
+	t.Helper()
+	warm, err := wait(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
+	holder, ok, err := free(t.Context())
+	if err != nil || !ok {
+		t.Fatalf("the holder's attempt = %v, %v", ok, err)
+	}
+	ctx, leave := context.WithCancel(context.WithValue(t.Context(), lateKey{}, true))
+	defer leave()
+	var armed, stall atomic.Bool
+	stall.Store(true)
+	refused, once := make(chan struct{}), sync.Once{}
+	rdb.AddHook(redistest.Hook{
+		Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if hctx.Value(lateKey{}) == nil || redistest.IsHandshake(cmd) {
+				return next(hctx, cmd)
+			}
+			if l.intercept != nil {
+				if err := l.intercept(cmd); err != nil {
+					return err
+				}
+			}
+			if armed.Load() && stall.CompareAndSwap(true, false) {
+				time.Sleep(delay) // before the request leaves: granted fresh, late
+				err := next(hctx, cmd)
+				if l.after != nil {
+					l.after(leave)
+				}
+				return err
+			}
+			err := next(hctx, cmd)
+			once.Do(func() { close(refused) })
+			return err
+		},
+	})
+	done := make(chan error, 1)
+	go func() {
+		lease, err := wait(ctx)
+		if lease != nil {
+			lease.Unlock(t.Context())
+		}
+		done <- err
+	}()
+	<-refused // its first attempt met the holder: it subscribes before the next
+	armed.Store(true)
+	holder.Unlock(t.Context())
+	err = <-done
+	if stall.Load() {
+		t.Fatal("no request of the call was stalled")
+	}
+	return err
 }
 
 // wantUndone fails t unless free, a single attempt that what a late grant
@@ -327,54 +358,22 @@ func TestMultiMutexLateGrantThenFailure(t *testing.T) {
 	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
 	rdb := redistest.StartRing(t, 3).Client(t)
 	mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b", "slow-c", "slow-d"}, lock.WithTTL(ttl))
-	warm, err := mm.Lock(t.Context()) // loads the scripts, opens the connections
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm.Unlock(t.Context())
-	holder, ok, err := mm.TryLock(t.Context())
-	if err != nil || !ok {
-		t.Fatalf("the holder's attempt = %v, %v", ok, err)
-	}
-	ctx := context.WithValue(t.Context(), lateKey{}, true)
 	injected := errors.New("injected failure")
-	var armed, stall, fail atomic.Bool
-	stall.Store(true)
-	refused, once := make(chan struct{}), sync.Once{}
-	rdb.AddHook(redistest.Hook{
-		Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			switch {
-			case hctx.Value(lateKey{}) == nil || redistest.IsHandshake(cmd):
-				return next(hctx, cmd)
-			case fail.Load() && slices.Contains(cmd.Args(), any("dogpile:mutex:{slow-a}")) && fail.CompareAndSwap(true, false):
+	var fail atomic.Bool
+	err := grantLate(t, rdb, mm.Lock, mm.TryLock, delay, late{
+		intercept: func(cmd redis.Cmder) error {
+			if fail.Load() && slices.Contains(cmd.Args(), any("dogpile:mutex:{slow-a}")) && fail.CompareAndSwap(true, false) {
 				return injected // the next attempt's first group
-			case armed.Load() && stall.CompareAndSwap(true, false):
-				time.Sleep(delay) // before the first group's request leaves: every group granted fresh, late
-				err := next(hctx, cmd)
-				fail.Store(true)
-				return err
 			}
-			err := next(hctx, cmd)
-			once.Do(func() { close(refused) })
-			return err
+			return nil
 		},
+		after: func(context.CancelFunc) { fail.Store(true) },
 	})
-	failed := make(chan error, 1)
-	go func() {
-		l, err := mm.Lock(ctx)
-		if l != nil {
-			l.Unlock(t.Context())
-		}
-		failed <- err
-	}()
-	<-refused // its first attempt met the holder: it subscribes before the next
-	armed.Store(true)
-	holder.Unlock(t.Context())
-	if err := <-failed; !errors.Is(err, injected) {
+	if !errors.Is(err, injected) {
 		t.Fatalf("Lock = %v; want the injected failure", err)
 	}
-	if stall.Load() || fail.Load() {
-		t.Fatal("the late grant or the failure did not happen")
+	if fail.Load() {
+		t.Fatal("the injected failure did not happen")
 	}
 	wantUndone(t, mm.TryLock, ttl/2)
 }
