@@ -33,8 +33,9 @@ const tagBatch = 256
 // With a near tier, InvalidateTag then waits until the tier has applied
 // the invalidations of values that another process's InvalidateTag of the
 // tags voided first (this call finds them gone from the tags' sets): until
-// its tracking connections answer a ping sent now, about a round trip. If
-// that takes 100 ms, or ctx ends, this process's tier is emptied instead.
+// its tracking connections answer a ping sent now (a reader busy with a
+// read, after that read): about a round trip. If that takes 100 ms, or
+// ctx ends, this process's tier is emptied instead.
 //
 // A compute that called Tag with one of tags before InvalidateTag began
 // does not leave its value served after InvalidateTag returned, whenever

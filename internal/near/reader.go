@@ -166,15 +166,17 @@ func (r *reader) end() {
 }
 
 // beat pings r every MaxLag/2 while it is idle (a command in flight
-// answers for it), and when asked is announced (see PingNow), until ctx
-// ends, and announces answered at each answer: less often than the
-// subscriber (Beat), for a reader's answer need only prove it alive, not
+// answers for it), and when asked is announced (see PingNow): then after
+// the command in flight, if any. It announces answered at each answer, and
+// after each asked ping, answered or not (a reader that failed is dead,
+// which ReadersAfter counts as done). Its beat is slower than the
+// subscriber's (Beat), for a reader's answer need only prove it alive, not
 // that the messages sent before it were delivered, and each ping costs
 // Redis CPU in every process (see bench/README, "Near tiers across a
 // fleet").
 func (r *reader) beat(ctx context.Context, asked, answered *news) {
 	every(ctx, MaxLag/2, asked, func(now bool) bool {
-		if r.ping(ctx, now) {
+		if r.ping(ctx, now) || now {
 			answered.announce()
 		}
 		return true

@@ -193,6 +193,11 @@ func every(ctx context.Context, d time.Duration, asked *news, f func(asked bool)
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			select { // both may be ready: the ask must not be lost
+			case <-ask:
+				now = true
+			default:
+			}
 		case <-ask:
 			now = true
 		}

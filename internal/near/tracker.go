@@ -25,7 +25,7 @@ var (
 	Idle = time.Minute
 	// Backoff bounds the pause between attempts to restore tracking.
 	Backoff = time.Second
-	// Beat is how often a tracking connection is pinged while it is up,
+	// Beat is how often a session's subscriber is pinged while it is up,
 	// and at once on demand (see PingNow).
 	// Redis answers a connection in order, so a ping's answer proves that
 	// every invalidation Redis sent it before the ping has arrived.
