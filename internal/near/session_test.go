@@ -112,23 +112,7 @@ func TestOwnerLive(t *testing.T) {
 // Beats here come once an hour: without the asks, or without the news of
 // the answers, the wait fails.
 func TestPingNow(t *testing.T) {
-	s := redistest.StartServer(t)
-	defer func(beat, lag time.Duration) { Beat, MaxLag = beat, lag }(Beat, MaxLag)
-	Beat, MaxLag = time.Hour, time.Hour // a reader beats every MaxLag/2
-	var mu sync.Mutex
-	var removed []string
-	x := NewIndex(Handlers{
-		Remove: func(vk string) { mu.Lock(); removed = append(removed, vk); mu.Unlock() },
-		Purge:  func() {}, Forget: func(string) {},
-	})
-	tr := NewTracker(s.Client(t), "p:", x, func(reason string) { t.Errorf("tracking off: %s", reason) })
-	defer tr.Stop()
-	tr.Use(Now())
-	for deadline := time.Now().Add(5 * time.Second); !tr.HeardAfter(1); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("tracking did not start within 5 s")
-		}
-	}
+	tr, s, removed := startPinged(t, nil)
 	ctx := t.Context()
 	for i := range 3 {
 		key := fmt.Sprintf("p:{k%d}", i) // a value key (see IsValueKey)
@@ -139,21 +123,85 @@ func TestPingNow(t *testing.T) {
 			t.Fatal(err)
 		}
 		since := Now()
-		answered := tr.Answered()
 		tr.PingNow()
-		for !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
-			select {
-			case <-answered:
-				answered = tr.Answered()
-			case <-time.After(5 * time.Second):
-				t.Fatalf("PingNow #%d: 5 s later, HeardAfter = %v, ReadersAfter = %v; want both", i+1, tr.HeardAfter(since), tr.ReadersAfter(since))
-			}
-		}
-		mu.Lock()
-		got := slices.Contains(removed, key)
-		mu.Unlock()
-		if !got {
+		awaitAnswers(t, tr, since)
+		if !slices.Contains(removed(), key) {
 			t.Fatalf("PingNow #%d: the answers came, and the invalidation of %s sent before them had not been applied", i+1, key)
+		}
+	}
+}
+
+// TestPingNowBusyReader: a reader busy with a read sent before PingNow
+// (which proves nothing about what Redis tracked after it) is pinged once
+// that read is over, not skipped as a busy reader's periodic beat is.
+func TestPingNowBusyReader(t *testing.T) {
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	tr, _, _ := startPinged(t, redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if slices.Contains(cmd.Args(), any("p:{slow}")) {
+				close(held)
+				<-hold
+			}
+			return next(ctx, cmd)
+		},
+	})
+	ctx := t.Context()
+	read := make(chan error, 1)
+	go func() {
+		_, err, _ := tr.Read(ctx, tr.Node("p:{slow}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{slow}").Err() })
+		read <- err
+	}()
+	<-held
+	since := Now()
+	tr.PingNow()
+	time.AfterFunc(50*time.Millisecond, func() { close(hold) })
+	awaitAnswers(t, tr, since)
+	if err := <-read; !IsReply(err) {
+		t.Fatalf("the held read = %v; want redis.Nil", err)
+	}
+}
+
+// startPinged starts a Tracker on a server of its own, with beats once an
+// hour (a reader beats every MaxLag/2), and hook on its readers' client if
+// not nil; removed lists the keys the tier was told to drop.
+func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Server, removed func() []string) {
+	t.Helper()
+	s = redistest.StartServer(t)
+	beat, lag := Beat, MaxLag
+	Beat, MaxLag = time.Hour, time.Hour
+	var mu sync.Mutex
+	var keys []string
+	x := NewIndex(Handlers{
+		Remove: func(vk string) { mu.Lock(); keys = append(keys, vk); mu.Unlock() },
+		Purge:  func() {}, Forget: func(string) {},
+	})
+	tr = NewTracker(s.Client(t), "p:", x, func(reason string) { t.Errorf("tracking off: %s", reason) })
+	tr.ReaderHook = hook
+	t.Cleanup(func() {
+		tr.Stop()
+		Beat, MaxLag = beat, lag
+	})
+	tr.Use(Now())
+	for deadline := time.Now().Add(5 * time.Second); !tr.HeardAfter(1); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("tracking did not start within 5 s")
+		}
+	}
+	return tr, s, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) }
+}
+
+// awaitAnswers waits, on tr's news of answers, until every node and every
+// live reader have answered a command sent at or after since.
+func awaitAnswers(t *testing.T, tr *Tracker, since int64) {
+	t.Helper()
+	answered := tr.Answered()
+	for !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
+		select {
+		case <-answered:
+			answered = tr.Answered()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("5 s after PingNow, HeardAfter = %v, ReadersAfter = %v; want both", tr.HeardAfter(since), tr.ReadersAfter(since))
 		}
 	}
 }
