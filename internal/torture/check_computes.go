@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
 // notFoundText is dogpile.ErrNotFound's message, as a compute op records it.
@@ -120,10 +122,16 @@ type fill struct {
 
 // fresh is how long after its store a value stored for d is certainly
 // served without a compute: d, or two thirds of it with WithEarlyRefresh
-// (whose refresh point is at most a third of the TTL before expiry).
+// (whose refresh point is at most a third of the TTL before expiry); with
+// WithStale or WithEarlyRefresh, less servertime.Slack, for a hit judges
+// the value's age by an estimate of the server's clock that errs early by
+// up to that much (the package doc's "at most 22 ms").
 func fresh(cfg CacheConfig, d time.Duration) int64 {
 	if cfg.Early > 0 {
-		return int64(d) * 2 / 3
+		d = d * 2 / 3
+	}
+	if cfg.Early > 0 || cfg.Stale > 0 {
+		d -= servertime.Slack
 	}
 	return int64(d)
 }

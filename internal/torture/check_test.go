@@ -188,6 +188,12 @@ func TestRules(t *testing.T) {
 			b := cache(KFetch, 2, 0, 3, 50, 60)
 			return history([]*Op{a, c, w1, cache(KSet, 2, 0, 2, 30, 31), w2, cache(KGet, 3, 0, 2, 35, 36), b, compute(b, 3, 51, 55)})
 		}, nil},
+		{"compute-fresh/WithStale, within the clock estimate's error", func() *History {
+			return history(staleRefresh(995)) // 15 ms before the TTL ends
+		}, nil},
+		{"compute-fresh/WithStale, before it", func() *History {
+			return history(staleRefresh(980))
+		}, []string{"compute-fresh"}},
 		{"compute-fresh/not shown stored", func() *History {
 			ops := computeFresh()
 			return history(slices.Delete(ops, 2, 3))
@@ -306,6 +312,15 @@ func overlap() []*Op {
 func computeFresh() []*Op {
 	a, b := cache(KFetch, 1, 0, 1, 0, 20), cache(KFetch, 2, 0, 2, 30, 50)
 	return []*Op{a, compute(a, 1, 1, 10), cache(KGet, 3, 0, 1, 21, 22), b, compute(b, 2, 31, 40)}
+}
+
+// staleRefresh: process 1 computes version 1 of a WithStale Cache's key
+// (stored by 10 ms, fresh for 1 s), and a Fetch of process 2 that starts
+// ms milliseconds in returns it and refreshes it in the background:
+// version 2.
+func staleRefresh(ms float64) []*Op {
+	a, b := cache(KFetch, 1, 3, 1, 0, 20), cache(KFetch, 2, 3, 1, ms, ms+1)
+	return []*Op{a, compute(a, 1, 1, 10), cache(KGet, 3, 3, 1, 21, 22), b, compute(b, 2, ms+1.5, ms+5)}
 }
 
 // invalidate: process 1 computes version 1 tagged "t", process 2

@@ -102,7 +102,9 @@
 //     expiry in the fleet".)
 //   - compute-fresh: no compute of a key, but a Refresh's, takes the
 //     compute lock while the key holds a value or tombstone stored less
-//     than its TTL ago (two thirds of it with WithEarlyRefresh): stored by
+//     than its TTL ago (two thirds of it with WithEarlyRefresh; less 22 ms
+//     with WithStale or WithEarlyRefresh, whose hits judge a value's age by
+//     an estimate of the server's clock that errs early by up to that): stored by
 //     a Set that returned, or by a compute whose value (seen in Redis) its
 //     call returned with no Set, Delete, InvalidateTag or fault that could
 //     have refused the store. Not a violation: a Delete, a compute that
