@@ -132,8 +132,11 @@ func TestPingNow(t *testing.T) {
 }
 
 // TestPingNowBusyReader: a reader busy with a read sent before PingNow
-// (which proves nothing about what Redis tracked after it) is pinged once
-// that read is over, not skipped as a busy reader's periodic beat is.
+// (which proves nothing about what Redis tracked after it) does not count
+// as answered while the read is held, and is pinged once that read is
+// over, not skipped as a busy reader's periodic beat is. The read is let
+// go only after the subscriber has answered its ping: the ask reached
+// every beat then.
 func TestPingNowBusyReader(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan struct{})
@@ -155,7 +158,17 @@ func TestPingNowBusyReader(t *testing.T) {
 	<-held
 	since := Now()
 	tr.PingNow()
-	time.AfterFunc(50*time.Millisecond, func() { close(hold) })
+	for answered := tr.Answered(); !tr.HeardAfter(since); answered = tr.Answered() {
+		select {
+		case <-answered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("5 s after PingNow, the subscriber has not answered")
+		}
+	}
+	if tr.ReadersAfter(since) {
+		t.Error("a reader whose read, sent before PingNow, is still held counts as answered")
+	}
+	close(hold)
 	awaitAnswers(t, tr, since)
 	if err := <-read; !IsReply(err) {
 		t.Fatalf("the held read = %v; want redis.Nil", err)
