@@ -54,6 +54,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 		c.beforeCompute(j.key)
 	}
 	lease := c.holdLease(sent, cancel, c.extendOne(j.ks, token))
+	ro.leased(lease)
 	start := time.Now()
 	var v T
 	cerr := leaseGone(lease)

@@ -196,7 +196,8 @@
 //
 //   - ContextTimeoutEnabled: true, so that a caller's deadline bounds its
 //     round trips too, not only its waits (the first caller of a flight
-//     reads Redis on its own context). Deadlines then do what they say;
+//     reads Redis on its own context), and a compute that lost its lock is
+//     not held in [Tag] past that. Deadlines then do what they say;
 //     outages are still detected at the first refused dial, and a read
 //     that a deadline cuts short counts as one that timed out (go-redis
 //     puts the deadline on the socket; see ReadTimeout).

@@ -158,3 +158,43 @@ func TestNoComputeAfterStallPastLease(t *testing.T) {
 		})
 	}
 }
+
+// TestTagReturnsWhenLeaseLost: with ContextTimeoutEnabled, as the package
+// doc recommends, a compute that calls Tag while the server is frozen gets
+// Tag's return when its lease may be lost (its context ends then too), not
+// when go-redis gives up on the read, seconds later: a compute that lost
+// its lock must be free to stop, for another process may be computing the
+// key by then (a fault run of internal/torture found two computes of one
+// key at once, the first held 0.7 s in Tag).
+func TestTagReturnsWhenLeaseLost(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c := New[string](rdb, prefix(t), WithLease(300*time.Millisecond))
+	defer c.Close()
+	var once sync.Once
+	var took time.Duration
+	var cause error
+	v, err := c.Fetch(t.Context(), "k", time.Minute, func(ctx context.Context) (string, error) {
+		first := false
+		once.Do(func() { first = true })
+		if !first { // the lost lease's compute is over: the next one
+			return "v", nil
+		}
+		srv.Pause()
+		defer srv.Resume()
+		start := time.Now()
+		Tag(ctx, "T")
+		took, cause = time.Since(start), context.Cause(ctx)
+		return "", cause
+	})
+	if err != nil || v != "v" {
+		t.Fatalf("Fetch = %q, %v; want v from the compute after the lost lease", v, err)
+	}
+	if !errors.Is(cause, errLeaseLost) {
+		t.Errorf("compute's context after Tag: cause %v; want errLeaseLost", cause)
+	}
+	if took > time.Second {
+		t.Errorf("Tag returned %v after it was called, its lease 300 ms; want it back when the lease may be lost", took)
+	}
+}

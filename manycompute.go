@@ -31,6 +31,7 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 		c.beforeCompute(keys[0])
 	}
 	lease := c.holdLease(sent, cancel, c.extendMany(js, token))
+	ro.leased(lease)
 	start := time.Now()
 	var vals map[string]T
 	cerr := leaseGone(lease)

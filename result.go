@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/hold"
 )
 
 // SetTTL, called by a compute function with the context it was given, sets
@@ -35,8 +37,11 @@ func SetTTL(ctx context.Context, ttl time.Duration) {
 // before Tag was called is of no concern to it. Tag reads the tags' epochs
 // from Redis (one round trip, per node on a Cluster); if that fails, the
 // value is returned to its callers but not kept in the cache, which cannot
-// vouch for it. Empty tags are ignored. Tag does nothing on a context that
-// did not come from this package's compute call.
+// vouch for it. A read still stuck when the compute lock's lease may be
+// lost (when ctx ends for it) fails then, if the client was created with
+// redis.Options.ContextTimeoutEnabled (else go-redis's read timeout bounds
+// it): compute is then free to stop. Empty tags are ignored. Tag does
+// nothing on a context that did not come from this package's compute call.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)
@@ -56,6 +61,7 @@ type resultOpts struct {
 	seen   []string // each tag's epoch when it was tagged
 	vouch  bool     // false once an epoch could not be read
 	epochs func(ctx context.Context, tags []string) ([]string, error)
+	lease  *hold.Clock // the compute lock's, once compute may run (see tag)
 
 	// named holds every tag given to Tag, published before its epoch is
 	// read, so that an InvalidateTag in this process can drop the flight
@@ -84,6 +90,16 @@ func (r *resultOpts) tag(ctx context.Context, tags []string) {
 	}
 	named := append(slices.Clone(r.tags), fresh...)
 	r.named.Store(&named)
+	if r.lease != nil {
+		// A read still stuck when the lease may be lost is cut then (with
+		// ContextTimeoutEnabled, which puts a context's deadline on the
+		// socket; go-redis does not cut a read when compute's context is
+		// cancelled): compute, told by its context that it lost the lock,
+		// must be free to stop, for another process may compute by then.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, r.lease.Deadline())
+		defer cancel()
+	}
 	e, err := r.epochs(ctx, fresh)
 	if err != nil {
 		r.vouch = false
@@ -98,6 +114,13 @@ func (r *resultOpts) tagged() (tags, seen []string, vouch bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tags, r.seen, r.vouch
+}
+
+// leased gives r the lease of the compute lock, before compute runs.
+func (r *resultOpts) leased(k *hold.Clock) {
+	r.mu.Lock()
+	r.lease = k
+	r.mu.Unlock()
 }
 
 func (r *resultOpts) set(ttl time.Duration) {

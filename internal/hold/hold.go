@@ -114,6 +114,14 @@ func (k *Clock) Done() <-chan struct{} {
 	return k.done
 }
 
+// Deadline returns the lease's safe deadline as it stands: a renewal moves
+// it later.
+func (k *Clock) Deadline() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.safeUntil
+}
+
 // Err returns nil while the lease is held, else why it ended.
 func (k *Clock) Err() error {
 	k.mu.Lock()
