@@ -201,6 +201,13 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 			t.Fatal("tracking did not start within 5 s")
 		}
 	}
+	// The reader dials and turns its tracking on after the subscriber's: a
+	// read before then goes through no reader (CI found one so).
+	ctx := t.Context()
+	redistest.Eventually(t, "a reader to serve a read", func() bool {
+		_, _, ok := tr.Read(ctx, tr.Node("p:{probe}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{probe}").Err() })
+		return ok
+	})
 	return tr, s, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) }
 }
 
