@@ -204,7 +204,7 @@
 //   - PoolSize: at least twice the number of goroutines that call the
 //     cache at once (the default is 10 per CPU). Half of it is what lock
 //     attempts may take when many keys miss at once (see the guarantees).
-//   - ReadTimeout (3 s by default): a server that stops answering without
+//   - ReadTimeout (5 s by default in go-redis v9.23): a server that stops answering without
 //     refusing connections (frozen, or behind a silent network) opens the
 //     circuit at the third read in a row that times out, with no success
 //     between: after ReadTimeout, or at callers' deadlines if they come

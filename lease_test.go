@@ -3,6 +3,8 @@ package dogpile
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,29 +174,91 @@ func TestTagReturnsWhenLeaseLost(t *testing.T) {
 	defer rdb.Close()
 	c := New[string](rdb, prefix(t), WithLease(300*time.Millisecond))
 	defer c.Close()
+	computing, paused := make(chan struct{}), make(chan struct{})
+	tagged := make(chan time.Duration, 1)
 	var once sync.Once
-	var took time.Duration
-	var cause error
-	v, err := c.Fetch(t.Context(), "k", time.Minute, func(ctx context.Context) (string, error) {
-		first := false
-		once.Do(func() { first = true })
-		if !first { // the lost lease's compute is over: the next one
-			return "v", nil
+	var cause error // set before Fetch returns
+	fetched := make(chan error, 1)
+	go func() {
+		v, err := c.Fetch(t.Context(), "k", time.Minute, func(ctx context.Context) (string, error) {
+			first := false
+			once.Do(func() { first = true })
+			if !first { // the lost lease's compute is over: the next one
+				return "v", nil
+			}
+			close(computing)
+			<-paused
+			start := time.Now()
+			Tag(ctx, "T")
+			took := time.Since(start)
+			// The lease's timer and the read's deadline fire together: the
+			// server stays frozen until ctx has ended too (resumed before,
+			// a renewal sent during the freeze could still be granted).
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Second):
+			}
+			cause = context.Cause(ctx)
+			tagged <- took
+			return "", cause
+		})
+		if err == nil && v != "v" {
+			err = fmt.Errorf("value %q; want v from the compute after the lost lease", v)
 		}
-		srv.Pause()
-		defer srv.Resume()
-		start := time.Now()
-		Tag(ctx, "T")
-		took, cause = time.Since(start), context.Cause(ctx)
-		return "", cause
-	})
-	if err != nil || v != "v" {
-		t.Fatalf("Fetch = %q, %v; want v from the compute after the lost lease", v, err)
+		fetched <- err
+	}()
+	<-computing
+	srv.Pause() // here, not in compute: it skips the test where it cannot stop processes
+	close(paused)
+	var took time.Duration
+	select {
+	case took = <-tagged:
+	case <-time.After(10 * time.Second):
+	}
+	srv.Resume()
+	if err := <-fetched; err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	if took == 0 || took > time.Second {
+		t.Errorf("Tag returned %v after it was called (0: not within 10 s), its lease 300 ms; want it back when the lease may be lost", took)
 	}
 	if !errors.Is(cause, errLeaseLost) {
 		t.Errorf("compute's context after Tag: cause %v; want errLeaseLost", cause)
 	}
-	if took > time.Second {
-		t.Errorf("Tag returned %v after it was called, its lease 300 ms; want it back when the lease may be lost", took)
+}
+
+// TestTagReadsAgainAfterRenewal: a read of Tag's epochs cut at the lease's
+// safe deadline, which a renewal has since moved, is sent again: the lease
+// holds, so the value is kept, tagged (a cut read alone would leave it
+// unkept: the cache could not vouch for its tags).
+func TestTagReadsAgainAfterRenewal(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var stalled atomic.Bool
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		if a := cmds[0].Args(); cmds[0].Name() == "get" && strings.Contains(fmt.Sprint(a[1]), "tagv:") && !stalled.Swap(true) {
+			d, _ := ctx.Deadline()
+			time.Sleep(time.Until(d) + 50*time.Millisecond) // past the deadline it was given
+		}
+		return next(ctx, cmds)
+	}})
+	c := New[string](rdb, prefix(t), WithLease(300*time.Millisecond))
+	defer c.Close()
+	ctx := t.Context()
+	if v, err := c.Fetch(ctx, "k", time.Minute, tagged("v", "T")); err != nil || v != "v" {
+		t.Fatalf("Fetch = %q, %v; want v", v, err)
+	}
+	if !stalled.Load() {
+		t.Fatal("the epochs' read was not stalled")
+	}
+	if v, err := c.Get(ctx, "k"); err != nil || v != "v" {
+		t.Fatalf("Get = %q, %v; want v kept: the lease held, the read went again", v, err)
+	}
+	if err := c.InvalidateTag(ctx, "T"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+		t.Errorf("Get after InvalidateTag(T) = %v; want ErrMiss: the value kept its tag", err)
 	}
 }

@@ -38,10 +38,11 @@ func SetTTL(ctx context.Context, ttl time.Duration) {
 // from Redis (one round trip, per node on a Cluster); if that fails, the
 // value is returned to its callers but not kept in the cache, which cannot
 // vouch for it. A read still stuck when the compute lock's lease may be
-// lost (when ctx ends for it) fails then, if the client was created with
-// redis.Options.ContextTimeoutEnabled (else go-redis's read timeout bounds
-// it): compute is then free to stop. Empty tags are ignored. Tag does
-// nothing on a context that did not come from this package's compute call.
+// lost (its safe deadline, when ctx ends for the lease too) fails then, if
+// the client was created with redis.Options.ContextTimeoutEnabled (else
+// go-redis's read timeout bounds it): compute is then free to stop. Empty
+// tags are ignored. Tag does nothing on a context that did not come from
+// this package's compute call.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)
@@ -90,22 +91,34 @@ func (r *resultOpts) tag(ctx context.Context, tags []string) {
 	}
 	named := append(slices.Clone(r.tags), fresh...)
 	r.named.Store(&named)
-	if r.lease != nil {
-		// A read still stuck when the lease may be lost is cut then (with
-		// ContextTimeoutEnabled, which puts a context's deadline on the
-		// socket; go-redis does not cut a read when compute's context is
-		// cancelled): compute, told by its context that it lost the lock,
-		// must be free to stop, for another process may compute by then.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, r.lease.Deadline())
-		defer cancel()
-	}
-	e, err := r.epochs(ctx, fresh)
+	e, err := r.read(ctx, fresh)
 	if err != nil {
 		r.vouch = false
 		e = make([]string, len(fresh))
 	}
 	r.tags, r.seen = append(r.tags, fresh...), append(r.seen, e...)
+}
+
+// read reads the epochs of tags. A read still stuck when the lease may be
+// lost is cut then, at the lease's safe deadline (with
+// ContextTimeoutEnabled, which puts a context's deadline on the socket;
+// go-redis does not cut a read when compute's context is cancelled):
+// compute, told by its context that it lost the lock, must be free to
+// stop, for another process may compute by then. A read cut at a deadline
+// that a renewal has moved since is sent again: the lease still holds.
+func (r *resultOpts) read(ctx context.Context, tags []string) ([]string, error) {
+	for {
+		if r.lease == nil {
+			return r.epochs(ctx, tags)
+		}
+		d := r.lease.Deadline()
+		rctx, cancel := context.WithDeadline(ctx, d)
+		e, err := r.epochs(rctx, tags)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().Before(d) || r.lease.Err() != nil {
+			return e, err
+		}
+	}
 }
 
 // tagged returns the tags of the result with the epochs seen, and whether
