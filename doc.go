@@ -204,13 +204,13 @@
 //   - PoolSize: at least twice the number of goroutines that call the
 //     cache at once (the default is 10 per CPU). Half of it is what lock
 //     attempts may take when many keys miss at once (see the guarantees).
-//   - ReadTimeout (5 s by default in go-redis v9.23): a server that stops answering without
-//     refusing connections (frozen, or behind a silent network) opens the
-//     circuit at the third read in a row that times out, with no success
-//     between: after ReadTimeout, or at callers' deadlines if they come
-//     first (with ContextTimeoutEnabled); one slow reply cut by one
-//     caller's deadline opens nothing. Lower it to what a healthy Redis
-//     never takes. A dial that times out (DialTimeout, 5 s by default)
+//   - ReadTimeout (5 s by default in go-redis v9.23): a server that stops
+//     answering without refusing connections (frozen, or behind a silent
+//     network) opens the circuit at the third read in a row that times
+//     out, with no success between: after ReadTimeout, or at callers'
+//     deadlines if they come first (with ContextTimeoutEnabled); one slow
+//     reply cut by one caller's deadline opens nothing. Lower it to what a
+//     healthy Redis never takes. A dial that times out (DialTimeout, 5 s by default)
 //     while its caller still waits opens the circuit at once.
 //   - One client per process, made at startup, and the Caches and locks
 //     made before its first command (the breaker then hooks every node of

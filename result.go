@@ -37,12 +37,12 @@ func SetTTL(ctx context.Context, ttl time.Duration) {
 // before Tag was called is of no concern to it. Tag reads the tags' epochs
 // from Redis (one round trip, per node on a Cluster); if that fails, the
 // value is returned to its callers but not kept in the cache, which cannot
-// vouch for it. A read still stuck when the compute lock's lease may be
-// lost (its safe deadline, when ctx ends for the lease too) fails then, if
-// the client was created with redis.Options.ContextTimeoutEnabled (else
-// go-redis's read timeout bounds it): compute is then free to stop. Empty
-// tags are ignored. Tag does nothing on a context that did not come from
-// this package's compute call.
+// vouch for it. A read still stuck at the compute lock's safe deadline,
+// when the lease may be lost and ctx ends for it, fails then if the client
+// was created with redis.Options.ContextTimeoutEnabled (else go-redis's
+// read timeout bounds it), so that compute is free to stop. Empty tags are
+// ignored. Tag does nothing on a context that did not come from this
+// package's compute call.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)
