@@ -210,8 +210,8 @@
 //     out, with no success between: after ReadTimeout, or at callers'
 //     deadlines if they come first (with ContextTimeoutEnabled); one slow
 //     reply cut by one caller's deadline opens nothing. Lower it to what a
-//     healthy Redis never takes. A dial that times out (DialTimeout, 5 s by default)
-//     while its caller still waits opens the circuit at once.
+//     healthy Redis never takes. A dial that times out (DialTimeout, 5 s
+//     by default) while its caller still waits opens the circuit at once.
 //   - One client per process, made at startup, and the Caches and locks
 //     made before its first command (the breaker then hooks every node of
 //     a Cluster). Close the Caches (see [Cache.Close]), then the client, at
