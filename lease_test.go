@@ -235,22 +235,25 @@ func TestTagReadsAgainAfterRenewal(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	var stalled atomic.Bool
+	var stalled, bounded atomic.Bool
 	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 		if a := cmds[0].Args(); cmds[0].Name() == "get" && strings.Contains(fmt.Sprint(a[1]), "tagv:") && !stalled.Swap(true) {
-			d, _ := ctx.Deadline()
+			d, ok := ctx.Deadline()
+			bounded.Store(ok)
 			time.Sleep(time.Until(d) + 50*time.Millisecond) // past the deadline it was given
 		}
 		return next(ctx, cmds)
 	}})
-	c := New[string](rdb, prefix(t), WithLease(300*time.Millisecond))
+	// A lease of a second, renewed every third: the renewals (not stalled)
+	// keep it through the stall with room to spare on a loaded machine.
+	c := New[string](rdb, prefix(t), WithLease(time.Second))
 	defer c.Close()
 	ctx := t.Context()
 	if v, err := c.Fetch(ctx, "k", time.Minute, tagged("v", "T")); err != nil || v != "v" {
 		t.Fatalf("Fetch = %q, %v; want v", v, err)
 	}
-	if !stalled.Load() {
-		t.Fatal("the epochs' read was not stalled")
+	if !stalled.Load() || !bounded.Load() {
+		t.Fatalf("the epochs' read: stalled %v, with a deadline %v; want both", stalled.Load(), bounded.Load())
 	}
 	if v, err := c.Get(ctx, "k"); err != nil || v != "v" {
 		t.Fatalf("Get = %q, %v; want v kept: the lease held, the read went again", v, err)
