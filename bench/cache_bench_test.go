@@ -61,6 +61,13 @@ type cacheLib struct {
 	hitOnly bool
 }
 
+// fetchWith is the fetcher of a dogpile Cache: Fetch with cacheTTL.
+func fetchWith(c *dogpile.Cache[item]) fetcher {
+	return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
+		return c.Fetch(ctx, key, cacheTTL, compute)
+	}
+}
+
 // cacheLibs is every approach compared.
 var cacheLibs = []cacheLib{
 	{
@@ -68,9 +75,7 @@ var cacheLibs = []cacheLib{
 		how:  "dogpile.New defaults: msgpack codec in its envelope, in-process flights, a leased compute lock per key and push wake-ups across processes",
 		newFetcher: func(rdb *redis.Client) fetcher {
 			c := dogpile.New[item](rdb)
-			return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-				return c.Fetch(ctx, key, cacheTTL, compute)
-			}
+			return fetchWith(c)
 		},
 	},
 	{
@@ -197,9 +202,7 @@ var stampedeProbes = []cacheLib{
 		how:  "probe: dogpile with a prefix per process, so each process computes its own (the fleet-wide lock is not shared)",
 		newFetcher: func(rdb *redis.Client) fetcher {
 			c := dogpile.New[item](rdb, dogpile.WithPrefix(fmt.Sprintf("own%d:", os.Getpid())))
-			return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-				return c.Fetch(ctx, key, cacheTTL, compute)
-			}
+			return fetchWith(c)
 		},
 	},
 	{
@@ -213,9 +216,7 @@ var stampedeProbes = []cacheLib{
 					panic(err)
 				}
 			}
-			return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-				return c.Fetch(ctx, key, cacheTTL, compute)
-			}
+			return fetchWith(c)
 		},
 	},
 }

@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -30,8 +29,6 @@ func BenchmarkFreshRead(b *testing.B) {
 func dogpileLib(name, how string, opts ...dogpile.Option) cacheLib {
 	return cacheLib{name: name, how: how, newFetcher: func(rdb *redis.Client) fetcher {
 		c := dogpile.New[item](rdb, opts...)
-		return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-			return c.Fetch(ctx, key, cacheTTL, compute)
-		}
+		return fetchWith(c)
 	}}
 }

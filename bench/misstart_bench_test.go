@@ -31,9 +31,7 @@ func missStartLibs() []cacheLib {
 			how:  "dogpile.New with WithStale(5s): the first look is always a GET (its hits need the expiry)",
 			newFetcher: func(rdb *redis.Client) fetcher {
 				c := dogpile.New[item](rdb, dogpile.WithStale(rollingStale))
-				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-					return c.Fetch(ctx, key, cacheTTL, compute)
-				}
+				return fetchWith(c)
 			},
 		},
 		cacheLib{

@@ -76,9 +76,7 @@ func nearLibs(tb testing.TB) []cacheLib {
 			how:  "dogpile.New with WithNearCache(10000): decoded values in process memory, invalidated by Redis (CLIENT TRACKING BCAST)",
 			newFetcher: func(rdb *redis.Client) fetcher {
 				c := newNearCache(tb, rdb)
-				return func(ctx context.Context, key string, compute func(context.Context) (item, error)) (item, error) {
-					return c.Fetch(ctx, key, cacheTTL, compute)
-				}
+				return fetchWith(c)
 			},
 		},
 		cacheLibs[0], // dogpile, no near tier
