@@ -196,11 +196,7 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 		Beat, MaxLag = beat, lag
 	})
 	tr.Use(Now())
-	for deadline := time.Now().Add(5 * time.Second); !tr.HeardAfter(1); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("tracking did not start within 5 s")
-		}
-	}
+	redistest.Eventually(t, "tracking to start", func() bool { return tr.HeardAfter(1) })
 	// The reader dials and turns its tracking on after the subscriber's: a
 	// read before then goes through no reader (CI found one so).
 	ctx := t.Context()

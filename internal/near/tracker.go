@@ -364,31 +364,6 @@ func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
 // Wait waits until t's run, if any, has ended.
 func (t *Tracker) Wait() { t.wg.Wait() }
 
-// news lets goroutines wait for the next event of a kind: wait returns a
-// channel that the next announce closes.
-type news struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (n *news) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
-
-func (n *news) announce() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
-}
-
 // PingNow has every tracking connection pinged now rather than at its next
 // beat: the subscribers, and the readers, each after the command it may be
 // running (sent, maybe, before the call), so that HeardAfter and
