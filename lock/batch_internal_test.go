@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
 // TestBatchDropsCallersThatLeft: with Redis stopped, a call that joins a
@@ -21,8 +22,8 @@ import (
 // it takes nothing, and no rollback holds a slot for it while Redis is
 // stalled.
 func TestBatchDropsCallersThatLeft(t *testing.T) {
-	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(1) // b and c queue; c behind b's batch
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(1) // b and c queue; c behind b's batch
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
@@ -116,8 +117,8 @@ func (h *acquires) hook() redistest.Hook {
 // batched for the other masters go on: each master has a lane of its own.
 // (In one queue, they waited behind a batch bound for the stopped master.)
 func TestBatchLanePerMaster(t *testing.T) {
-	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(1) // every call but one is batched
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(1) // every call but one is batched
 	cl := redistest.StartCluster(t, 3)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	defer cc.Close()
@@ -179,16 +180,16 @@ func TestBatchLanePerMaster(t *testing.T) {
 func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
 	t.Helper()
 	b := batcherFor(client)
-	if !redistest.Within(redistest.EventuallyWithin, func() bool { return b.calls.Load() >= n }) {
-		t.Fatalf("%d calls in progress after %v; want %d", b.calls.Load(), redistest.EventuallyWithin, n)
+	if !redistest.Within(redistest.EventuallyWithin, func() bool { return b.Calls() >= n }) {
+		t.Fatalf("%d calls in progress after %v; want %d", b.Calls(), redistest.EventuallyWithin, n)
 	}
 }
 
 // TestBatchSecondPipeline: while a lane's pipeline is in flight, a second
-// one goes out once pipelineMin calls wait, not before, and never a third.
+// one goes out once roundtrip.PipelineMin calls wait, not before, and never a third.
 func TestBatchSecondPipeline(t *testing.T) {
-	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(1) // all but the first call queue
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(1) // all but the first call queue
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
@@ -226,31 +227,28 @@ func TestBatchSecondPipeline(t *testing.T) {
 	}
 	b := batcherFor(rdb)
 	queued := func() int {
-		v, _ := b.lanes.Load("")
-		ln := v.(*lane)
-		ln.mu.Lock()
-		defer ln.mu.Unlock()
-		return len(ln.queue)
+		n, _ := b.Queued("")
+		return n
 	}
 	lock("direct")
 	waitCalls(t, rdb, 1)
 	lock("first")
 	redistest.Eventually(t, "the first pipeline", func() bool { return len(sent()) == 1 })
-	for i := range pipelineMin - 1 {
+	for i := range roundtrip.PipelineMin - 1 {
 		lock(fmt.Sprint("wait", i))
 	}
-	redistest.Eventually(t, "calls queued", func() bool { return queued() == pipelineMin-1 })
+	redistest.Eventually(t, "calls queued", func() bool { return queued() == roundtrip.PipelineMin-1 })
 	if got := sent(); len(got) != 1 {
-		t.Fatalf("pipelines %v with %d calls waiting; want 1", got, pipelineMin-1)
+		t.Fatalf("pipelines %v with %d calls waiting; want 1", got, roundtrip.PipelineMin-1)
 	}
 	lock("more")
 	redistest.Eventually(t, "a second pipeline", func() bool { return len(sent()) == 2 })
-	for i := range 3 * pipelineMin {
+	for i := range 3 * roundtrip.PipelineMin {
 		lock(fmt.Sprint("later", i))
 	}
-	redistest.Eventually(t, "calls queued", func() bool { return queued() == 3*pipelineMin })
-	if got := sent(); !slices.Equal(got, []int{1, pipelineMin}) {
-		t.Errorf("pipelines %v in flight; want [1 %d]: a second one once %d calls waited, no third", got, pipelineMin, pipelineMin)
+	redistest.Eventually(t, "calls queued", func() bool { return queued() == 3*roundtrip.PipelineMin })
+	if got := sent(); !slices.Equal(got, []int{1, roundtrip.PipelineMin}) {
+		t.Errorf("pipelines %v in flight; want [1 %d]: a second one once %d calls waited, no third", got, roundtrip.PipelineMin, roundtrip.PipelineMin)
 	}
 	srv.Resume()
 	wg.Wait()
@@ -262,8 +260,8 @@ func TestBatchSecondPipeline(t *testing.T) {
 // pipeline, the release reached Redis first, found nothing, and the
 // acquire then left the lock held for its TTL.
 func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
-	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(0) // every call queues
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(0) // every call queues
 	srv := redistest.StartServer(t)
 	raw := srv.Client(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -307,11 +305,8 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 		})
 	}
 	redistest.Eventually(t, "a's release run, or waiting behind the others", func() bool {
-		v, _ := batcherFor(rdb).lanes.Load("")
-		ln := v.(*lane)
-		ln.mu.Lock()
-		defer ln.mu.Unlock()
-		return Rollbacks() == 0 || Rollbacks() == 1 && len(ln.queue) == 3
+		n, _ := batcherFor(rdb).Queued("")
+		return Rollbacks() == 0 || Rollbacks() == 1 && n == 3
 	})
 	close(release)
 	wg.Wait()
@@ -322,8 +317,8 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 // once the program drops the client, as its breaker does: a program that
 // makes a client per tenant, or per test, does not keep every one.
 func TestBatcherGoesWithItsClient(t *testing.T) {
-	defer directCalls.Store(directCalls.Load())
-	directCalls.Store(1) // calls beyond the first go through a lane
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(1) // calls beyond the first go through a lane
 	srv := redistest.StartServer(t)
 	var clients []weak.Pointer[redis.Client]
 	func() {
@@ -344,7 +339,7 @@ func TestBatcherGoesWithItsClient(t *testing.T) {
 			wg.Wait()
 			if b, ok := batchers.Load(rdb); !ok {
 				t.Error("no batcher for the client")
-			} else if _, ok := b.lanes.Load(""); !ok {
+			} else if _, ok := b.Queued(""); !ok {
 				t.Error("no lane: the calls did not batch")
 			}
 			_ = rdb.Close()

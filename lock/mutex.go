@@ -155,13 +155,13 @@ func (m *Mutex) try(ctx context.Context, ticket *int64) (*Lease, time.Duration, 
 	}
 	if *ticket == 0 && mark == noMark && m.opts.retention == DefaultRetention {
 		// The common call: the script's defaults, three arguments fewer.
-		res, err = m.batch.run(ctx, m.client, mutexAcquire, m.acquireKeys, value, m.ttlArg).Result()
+		res, err = runScript(ctx, m.batch, m.client, mutexAcquire, m.acquireKeys, value, m.ttlArg).Result()
 	} else {
 		var t any = *ticket
 		if *ticket == 0 {
 			t = noTicket
 		}
-		res, err = m.batch.run(ctx, m.client, mutexAcquire, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
+		res, err = runScript(ctx, m.batch, m.client, mutexAcquire, m.acquireKeys, value, m.ttlArg, t, mark, m.retentionArg).Result()
 	}
 	return a.grant(ctx, acquireReply(res, err, ticket))
 }
@@ -214,7 +214,7 @@ func (m *Mutex) where() string { return keyList(m.lock) }
 // release ends token's hold: the lock's value is "token:", with a
 // waiter's mark after it if one marked it.
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := m.batch.run(ctx, m.client, m.releaseScript, m.lockKeys, token+":").Int64()
+	n, err := runScript(ctx, m.batch, m.client, m.releaseScript, m.lockKeys, token+":").Int64()
 	return n == 1, err
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
+
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -12,19 +14,19 @@ import (
 func releaseLater(ctx context.Context, h holder, token string) { releaseAfter(ctx, h, token, nil) }
 
 // releaseAfter is releaseLater for an acquire that failed with err. One
-// whose caller left it in flight in a batch (see inFlight) is released
+// whose caller left it in flight in a batch (see roundtrip.InFlight) is released
 // once its batch has been answered: sent meanwhile, on the other pipeline
 // of its lane or on a connection of its own, the release could reach Redis
 // first, find nothing, and leave the lock the acquire then took held for a
 // whole TTL. A batch still unanswered when the rollback's time is up is
 // left to the TTL.
 func releaseAfter(ctx context.Context, h holder, token string, err error) {
-	var f *inFlight
+	var f *roundtrip.InFlight
 	errors.As(err, &f)
 	redisutil.Rollback(ctx, func(ctx context.Context) {
 		if f != nil {
 			select {
-			case <-f.done:
+			case <-f.Done:
 			case <-ctx.Done():
 				return
 			}
