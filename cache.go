@@ -11,6 +11,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
@@ -77,13 +78,14 @@ type Cache[T any] struct {
 	flights group
 	stats   counters
 
-	attempts turns            // bounds the lock attempts in flight
-	looks    looks            // picks a Fetch's first look (see look.go)
-	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
-	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
-	near     *nearTier[T]     // WithNearCache; nil: none
-	fresh    *freshRead       // with freshness options or a near tier; nil: none
-	life     life             // what Close ends
+	attempts turns                       // bounds the lock attempts in flight
+	looks    looks                       // picks a Fetch's first look (see look.go)
+	loaded   sync.Map                    // *redis.Script → true once run by this Cache (see run)
+	breaker  *breaker.Breaker            // the client's (see ErrUnavailable)
+	gets     *roundtrip.Batcher[getCall] // the client's (see getbatch.go)
+	near     *nearTier[T]                // WithNearCache; nil: none
+	fresh    *freshRead                  // with freshness options or a near tier; nil: none
+	life     life                        // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -110,6 +112,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		publish:  wake.PublishCommand(client),
 		attempts: newTurns(client),
 		breaker:  breaker.For(client),
+		gets:     getBatcherFor(client),
 	}
 	c.flights.m = map[flightID]*call{}
 	c.life.init()
@@ -165,7 +168,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	}
 	var b []byte
 	err := c.guard(ctx, func() (err error) {
-		b, err = c.client.Get(ctx, c.valueKey(key)).Bytes()
+		b, err = c.get(ctx, c.client, c.valueKey(key))
 		return err
 	})
 	switch {

@@ -59,11 +59,11 @@ func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
 func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b []byte, pttl time.Duration, err error) {
 	f := c.fresh
 	if f == nil {
-		b, err = rc.Get(ctx, vk).Bytes()
+		b, err = c.get(ctx, rc, vk)
 		return b, -1, err
 	}
 	if c.readyClock() && !f.pttlFirst.Load() {
-		if b, err = rc.Get(ctx, vk).Bytes(); err != nil {
+		if b, err = c.get(ctx, rc, vk); err != nil {
 			return nil, -1, err
 		}
 		if pttl, ok := f.remaining(b); ok {
