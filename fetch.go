@@ -23,7 +23,11 @@ import (
 //
 // A hit costs one round trip (a GET, or the lock script while most of the
 // Cache's first looks miss, see the package doc), or none from the near
-// tier (see [WithNearCache]). Concurrent Fetch calls for one key in one
+// tier (see [WithNearCache]). While more GETs are in progress on the
+// client than twice GOMAXPROCS, those of different keys share pipelines
+// (one per server, two at most in flight): a busy process's hits share
+// their system calls, the bulk of a hit's cost, on the client and the
+// server; a lone hit's GET goes straight out. Concurrent Fetch calls for one key in one
 // process share a single flight: one first look, and on a miss one lock
 // attempt (the look itself, when it was the lock script) and one compute
 // or one wait. Every caller receives its own copy of the value, decoded
@@ -40,7 +44,8 @@ import (
 // script), which runs on its own ctx in its own goroutine (no extra
 // goroutine on the hit path), so its deadline bounds the round trip only
 // if the client was created with redis.Options.ContextTimeoutEnabled (else
-// go-redis's read timeout does).
+// go-redis's read timeout does), or if the GET waits in a pipeline with
+// others (it leaves at ctx's end, and is not sent if it was still queued).
 // A first caller whose ctx can never end (context.Background) runs the
 // whole miss, compute included, in the goroutine that called Fetch: it
 // would wait for it anyway.
