@@ -52,6 +52,11 @@ type Plan struct {
 	RW       string // the RWMutex's name
 	LockTTL  time.Duration
 	Proxied  []int // processes that reach the server through the Proxy, and their replacements (Server only)
+	// Batched are the processes (and their replacements) whose GETs and
+	// lock scripts share pipelines from the second call in progress on
+	// (roundtrip.Direct 1): with a few goroutines per process, the
+	// default would send every call alone.
+	Batched []int
 }
 
 // A CacheConfig is one Cache, opened by every process with these options
@@ -128,13 +133,18 @@ func NewPlan(seed uint64, topology string) Plan {
 			}
 		}
 	}
+	for proc := 1; proc <= p.Procs; proc++ {
+		if r.IntN(2) == 0 {
+			p.Batched = append(p.Batched, proc)
+		}
+	}
 	return p
 }
 
 // String describes the plan in a few lines, for the log.
 func (p Plan) String() string {
-	s := fmt.Sprintf("seed %d, %s, %d processes × (%d cache + %d lock goroutines), %d keys per cache, lock TTL %v, proxied %v",
-		p.Seed, p.Topology, p.Procs, p.Workers, p.Lockers, p.Keys, p.LockTTL, p.Proxied)
+	s := fmt.Sprintf("seed %d, %s, %d processes × (%d cache + %d lock goroutines), %d keys per cache, lock TTL %v, proxied %v, batched %v",
+		p.Seed, p.Topology, p.Procs, p.Workers, p.Lockers, p.Keys, p.LockTTL, p.Proxied, p.Batched)
 	for i, c := range p.Caches {
 		s += fmt.Sprintf("\n  cache c%d: %s", i, c)
 	}
