@@ -11,19 +11,21 @@ import (
 
 // A Cache's GETs (a Fetch's first look, Get) share round trips when many
 // are in progress on its client, as the lock's scripts do (see package
-// batch): up to roundtrip.Direct at once (twice the processors), each is a
-// GET of its own; beyond that, a GET waits for the next pipeline of the
-// server its key lives on. Concurrent hits of many keys are what a busy
-// service's cache does: with 16 goroutines reading 1,000 keys on 2 cores,
-// a hit that went alone cost the client 18-21 µs of CPU and the server
-// 8-12 µs, most of it system calls, and one in a pipeline of a few about
-// half of each (bench/README.md, "Cache hits"). A lone caller pays
-// nothing for this: its GET goes straight out.
+// roundtrip): up to roundtrip.Direct at once (twice the processors), each
+// is a GET of its own; beyond that, a GET waits for the next pipeline of
+// the server its key lives on. Concurrent hits of many keys are what a
+// busy service's cache does: with 16 goroutines reading 1,000 keys on 2
+// cores, a hit whose GET went alone cost the client 17-22 µs of CPU and
+// the server 9-12 µs, most of it system calls; one in a pipeline about 14
+// and 5 (bench/README.md, "Cache hits"). A lone caller pays nothing for
+// this: its GET goes straight out.
 //
 // Each GET in a pipeline is a GET of its own key, with its own reply: a
 // key of another type answers WRONGTYPE to its caller alone. A caller
 // whose ctx ends while its GET waits in the queue leaves at once, and the
-// GET is not sent.
+// GET is not sent. The client's hooks see such GETs in a pipeline, on a
+// context with the values of the batch's first caller (not its
+// cancellation), as the lock's batched scripts are (see lock's package doc).
 
 // A getCall is one GET, and once answered its reply.
 type getCall struct {
@@ -59,11 +61,10 @@ func getServer(ctx context.Context, g getCall) string {
 // sendGets sends q's GETs in one pipeline.
 func sendGets(ctx context.Context, q []*getCall, _ []context.Context) {
 	cmds := make([]*redis.StringCmd, len(q))
-	_, _ = q[0].client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	roundtrip.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
 		for i, g := range q {
 			cmds[i] = p.Get(ctx, g.key)
 		}
-		return nil
 	})
 	for i, g := range q {
 		g.b, g.err = cmds[i].Bytes()

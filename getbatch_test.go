@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -83,6 +85,7 @@ func TestHitsShareRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Pause()
+	defer srv.Resume()
 	var wg sync.WaitGroup
 	fetch := func(key, want string) {
 		wg.Go(func() {
@@ -132,7 +135,7 @@ func TestBatchedHitLeavesOnItsDeadline(t *testing.T) {
 	}
 	srv.Pause()
 	defer srv.Resume()
-	const deadline = 300 * time.Millisecond
+	const deadline = time.Second
 	var wg sync.WaitGroup
 	fetch := func(key string) {
 		wg.Go(func() {
@@ -199,5 +202,72 @@ func TestHitsShareRoundTripsCluster(t *testing.T) {
 	}
 	if lanes != 3 {
 		t.Errorf("%d lanes of GETs; want one per master, 3", lanes)
+	}
+}
+
+// TestBatchedHitRefusedByHook: a pipeline that a client's hook refuses
+// without running it gives each of its GETs the hook's error, as a GET
+// refused alone gets: not an empty reply, which would read as bytes that
+// do not decode and start a compute.
+func TestBatchedHitRefusedByHook(t *testing.T) {
+	batchAll(t)
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	c := New[string](rdb, prefix(t))
+	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("refused by a hook")
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		return refused
+	}})
+	computes := 0
+	_, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
+		computes++
+		return "computed", nil
+	})
+	if !errors.Is(err, refused) || computes != 0 || c.Stats().DecodeErrors != 0 {
+		t.Errorf("Fetch through a refused pipeline = %v, %d computes, %d decode errors; want the hook's error, none, none",
+			err, computes, c.Stats().DecodeErrors)
+	}
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, refused) {
+		t.Errorf("Get through a refused pipeline = %v; want the hook's error", err)
+	}
+}
+
+// TestGetBatcherGoesWithItsClient: a client's batcher of GETs, lanes and
+// all, goes once the program drops the client (see perclient.Map).
+func TestGetBatcherGoesWithItsClient(t *testing.T) {
+	batchAll(t)
+	srv := redistest.StartServer(t)
+	var clients []weak.Pointer[redis.Client]
+	func() {
+		for range 3 {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			clients = append(clients, weak.Make(rdb))
+			c := New[string](rdb, prefix(t))
+			if _, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (string, error) { return "v", nil }); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := c.gets.Queued(""); !ok {
+				t.Fatal("no lane: the GET did not batch")
+			}
+			c.Close()
+			_ = rdb.Close()
+		}
+	}()
+	gone := func() bool {
+		runtime.GC()
+		for _, p := range clients {
+			if p.Value() != nil {
+				return false
+			}
+		}
+		return true
+	}
+	if !redistest.Within(10*time.Second, gone) {
+		t.Fatal("closed clients still alive after 10 s of GCs: their batchers of GETs keep them")
 	}
 }

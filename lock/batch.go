@@ -81,11 +81,10 @@ func sendScripts(ctx context.Context, q []*scriptCall, ctxs []context.Context) {
 // pipeline sends q's calls with send (EvalSha or Eval) in one pipeline, on
 // their client (one batcher's calls share it).
 func pipeline(ctx context.Context, q []*scriptCall, send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-	_, _ = q[0].client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	roundtrip.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
 		for _, c := range q {
 			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
 		}
-		return nil
 	})
 }
 

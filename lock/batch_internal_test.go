@@ -359,3 +359,25 @@ func TestBatcherGoesWithItsClient(t *testing.T) {
 		t.Fatal("closed clients still alive after 10 s of GCs: their batchers keep them")
 	}
 }
+
+// TestBatchRefusedByHook: a pipeline that a client's hook refuses without
+// running it fails each of its calls with the hook's error, as a call
+// refused alone fails: not with an empty reply.
+func TestBatchRefusedByHook(t *testing.T) {
+	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
+	roundtrip.Direct.Store(0) // every call queues
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	refused := errors.New("refused by a hook")
+	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		return refused
+	}})
+	if l, err := NewMutex(rdb, "m").Lock(t.Context()); !errors.Is(err, refused) {
+		if err == nil {
+			l.Unlock(t.Context())
+		}
+		t.Errorf("Lock through a refused pipeline = %v; want the hook's error", err)
+	}
+	WaitRollbacks()
+}
