@@ -27,7 +27,8 @@ import (
 // client than twice GOMAXPROCS, those of different keys share pipelines
 // (one per server, two at most in flight): a busy process's hits share
 // their system calls, the bulk of a hit's cost, on the client and the
-// server; a lone hit's GET goes straight out. Concurrent Fetch calls for one key in one
+// server; a lone hit's GET goes straight out. The client's hooks see such
+// GETs in a pipeline, on a context with the values of its first caller. Concurrent Fetch calls for one key in one
 // process share a single flight: one first look, and on a miss one lock
 // attempt (the look itself, when it was the lock script) and one compute
 // or one wait. Every caller receives its own copy of the value, decoded
