@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +22,19 @@ func batchAll(t *testing.T) {
 	old := roundtrip.Direct.Load()
 	roundtrip.Direct.Store(0)
 	t.Cleanup(func() { roundtrip.Direct.Store(old) })
+}
+
+// batchedServer starts a server and a client with go-redis's default
+// options whose every GET queues for a pipeline (see batchAll), and
+// records the pipelines it sends.
+func batchedServer(t *testing.T) (*redistest.Server, *redis.Client, *pipedGets) {
+	batchAll(t)
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	piped := &pipedGets{}
+	rdb.AddHook(piped.hook())
+	return srv, rdb, piped
 }
 
 // pipedGets records the sizes of the pipelines of GETs a client sends.
@@ -67,12 +79,7 @@ func (p *pipedGets) most() int {
 // type answers WRONGTYPE to its caller alone. With the server paused while
 // they queue, the calls of a queue go out together.
 func TestHitsShareRoundTrips(t *testing.T) {
-	batchAll(t)
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
-	var piped pipedGets
-	rdb.AddHook(piped.hook())
+	srv, rdb, piped := batchedServer(t)
 	ctx := t.Context()
 	c := New[string](rdb, prefix(t))
 	const n = 12
@@ -120,12 +127,7 @@ func TestHitsShareRoundTrips(t *testing.T) {
 // its GET was sent (into a stopped server) or still queued; the queued one
 // is never sent. The Cache serves once the server is back.
 func TestBatchedHitLeavesOnItsDeadline(t *testing.T) {
-	batchAll(t)
-	srv := redistest.StartServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
-	var piped pipedGets
-	rdb.AddHook(piped.hook())
+	srv, rdb, piped := batchedServer(t)
 	ctx := t.Context()
 	c := New[string](rdb, prefix(t))
 	for _, k := range []string{"sent", "queued"} {
@@ -258,16 +260,12 @@ func TestGetBatcherGoesWithItsClient(t *testing.T) {
 			_ = rdb.Close()
 		}
 	}()
-	gone := func() bool {
-		runtime.GC()
+	redistest.Collected(t, "the closed clients to go (their batchers of GETs must not keep them)", func() bool {
 		for _, p := range clients {
 			if p.Value() != nil {
 				return false
 			}
 		}
 		return true
-	}
-	if !redistest.Within(10*time.Second, gone) {
-		t.Fatal("closed clients still alive after 10 s of GCs: their batchers of GETs keep them")
-	}
+	})
 }

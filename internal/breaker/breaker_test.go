@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func TestUnreachable(t *testing.T) {
@@ -123,14 +124,7 @@ func TestBreakerGoesWithItsClient(t *testing.T) {
 	if n := count(); n != before+3 {
 		t.Fatalf("%d breakers for 3 clients", n-before)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for count() != before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d breakers of closed, unreachable clients left after 10 s of GCs", count()-before)
-		}
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
+	redistest.Collected(t, "the breakers of closed, unreachable clients to go", func() bool { return count() == before })
 }
 
 // TestTimeoutsInARow: one socket timeout (a caller's short deadline on

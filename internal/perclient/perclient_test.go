@@ -1,11 +1,11 @@
 package perclient
 
 import (
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestEntryGoesWithItsClient: each client of the three go-redis types has
@@ -33,14 +33,7 @@ func TestEntryGoesWithItsClient(t *testing.T) {
 		}
 		_ = client.Close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d entries of dropped clients left after 10 s of GCs", m.Len())
-		}
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
+	redistest.Collected(t, "the entries of dropped clients to go", func() bool { return m.Len() == 0 })
 }
 
 // other is a client of a type go-redis does not make.

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -28,6 +29,18 @@ func Eventually(tb testing.TB, what string, cond func() bool) {
 	if !Within(EventuallyWithin, cond) {
 		tb.Fatalf("timed out waiting for %s (%v)", what, EventuallyWithin)
 	}
+}
+
+// Collected runs the garbage collector until cond holds (what a test
+// dropped is gone: weak pointers cleared, a map's entries removed by
+// cleanups), and fails the test as Eventually does if it has not after
+// [EventuallyWithin].
+func Collected(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	Eventually(tb, what, func() bool {
+		runtime.GC()
+		return cond()
+	})
 }
 
 // Within reports whether cond held within d, checking it every few
