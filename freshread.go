@@ -78,9 +78,8 @@ func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (
 	}
 	var get *redis.StringCmd
 	var pt *redis.DurationCmd
-	_, err = rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
 		get, pt = p.Get(ctx, vk), p.PTTL(ctx, vk)
-		return nil
 	})
 	if b, err = get.Bytes(); err != nil {
 		return nil, -1, err
@@ -108,7 +107,7 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []st
 			pttls = make([]*redis.DurationCmd, len(vks))
 		}
 	}
-	_, err := rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+	err := redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
 		for gi, g := range groups {
 			ks := vks // a single server: one group, every key in order
 			if len(g) != len(vks) {
@@ -122,7 +121,6 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []st
 		for i := range pttls {
 			pttls[i] = p.PTTL(ctx, vks[i])
 		}
-		return nil
 	})
 	for gi, g := range groups {
 		vals, gerr := gets[gi].Result()
@@ -174,11 +172,10 @@ func (c *Cache[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string
 	}
 	c.fresh.pttlFirst.Store(true)
 	cmds := make([]*redis.DurationCmd, len(ask))
-	_, _ = rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_ = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
 		for n, i := range ask {
 			cmds[n] = p.PTTL(ctx, vks[i])
 		}
-		return nil
 	})
 	for n, i := range ask {
 		if d, err := cmds[n].Result(); err == nil && d >= 0 {

@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/perclient"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
@@ -15,9 +16,9 @@ import (
 // is a GET of its own; beyond that, a GET waits for the next pipeline of
 // the server its key lives on. Concurrent hits of many keys are what a
 // busy service's cache does: with 16 goroutines reading 1,000 keys on 2
-// cores, a hit whose GET went alone cost the client 17-22 µs of CPU and
-// the server 9-12 µs, most of it system calls; one in a pipeline about 14
-// and 5 (bench/README.md, "Cache hits"). A lone caller pays nothing for
+// cores, a hit whose GET went alone cost the client 17-20 µs of CPU and
+// the server 8-12 µs, most of it system calls; one in a pipeline 12-17
+// and 4-5 (bench/README.md, "Cache hits"). A lone caller pays nothing for
 // this: its GET goes straight out.
 //
 // Each GET in a pipeline is a GET of its own key, with its own reply: a
@@ -61,7 +62,7 @@ func getServer(ctx context.Context, g getCall) string {
 // sendGets sends q's GETs in one pipeline.
 func sendGets(ctx context.Context, q []*getCall, _ []context.Context) {
 	cmds := make([]*redis.StringCmd, len(q))
-	roundtrip.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
+	_ = redisutil.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
 		for i, g := range q {
 			cmds[i] = p.Get(ctx, g.key)
 		}

@@ -191,11 +191,10 @@ func clearNode(ctx context.Context, n *redis.Client, pattern string) error {
 		if len(keys) > 0 {
 			// One key per UNLINK: on a Cluster the keys of one node span
 			// slots, which one command may not.
-			if _, err := n.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if err := redisutil.Pipelined(ctx, n, func(p redis.Pipeliner) {
 				for _, k := range keys {
 					p.Unlink(ctx, k)
 				}
-				return nil
 			}); err != nil {
 				return err
 			}

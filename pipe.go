@@ -103,7 +103,7 @@ const maxGroup = 256
 // restarted server) are sent again, with the body, in a second pipeline.
 func (c *Cache[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
 		for i, sc := range calls {
 			if _, loaded := c.loaded.LoadOrStore(sc.s, true); !loaded {
 				cmds[i] = sc.s.Eval(ctx, p, sc.keys, sc.args...)
@@ -111,7 +111,6 @@ func (c *Cache[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redi
 				cmds[i] = sc.s.EvalSha(ctx, p, sc.keys, sc.args...)
 			}
 		}
-		return nil
 	})
 	var again []int
 	for i, cmd := range cmds {
@@ -122,11 +121,10 @@ func (c *Cache[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redi
 	if len(again) == 0 {
 		return cmds
 	}
-	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
 		for _, i := range again {
 			cmds[i] = calls[i].s.Eval(ctx, p, calls[i].keys, calls[i].args...)
 		}
-		return nil
 	})
 	return cmds
 }

@@ -46,12 +46,11 @@ func (c *Cache[T]) tagCalls(vk string, ttl time.Duration, tags []string) []scrip
 // (one per node). It is what Tag calls.
 func (c *Cache[T]) readEpochs(ctx context.Context, tags []string) ([]string, error) {
 	cmds := make([]*redis.StringCmd, len(tags))
-	_, _ = c.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
 		for i, t := range tags {
 			_, epoch := c.tagKeys(t)
 			cmds[i] = p.Get(ctx, epoch)
 		}
-		return nil
 	})
 	out := make([]string, len(tags))
 	for i, cmd := range cmds {

@@ -6,6 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/perclient"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
@@ -81,7 +82,7 @@ func sendScripts(ctx context.Context, q []*scriptCall, ctxs []context.Context) {
 // pipeline sends q's calls with send (EvalSha or Eval) in one pipeline, on
 // their client (one batcher's calls share it).
 func pipeline(ctx context.Context, q []*scriptCall, send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-	roundtrip.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
+	_ = redisutil.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
 		for _, c := range q {
 			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
 		}

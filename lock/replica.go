@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // ErrReplication is returned, with [ErrNotObtained], by an acquire that
@@ -55,14 +57,13 @@ func (o *options) script(ctx context.Context, client redis.UniversalClient, s *r
 	}
 	var wait *redis.Cmd
 	run := func(eval bool) {
-		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_ = redisutil.Pipelined(ctx, node, func(p redis.Pipeliner) {
 			if eval {
 				cmd = s.Eval(ctx, p, keys, args...)
 			} else {
 				cmd = s.EvalSha(ctx, p, keys, args...)
 			}
 			wait = p.Do(ctx, "WAIT", o.acks, o.ackTimeout.Milliseconds())
-			return nil
 		})
 	}
 	if run(false); redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {

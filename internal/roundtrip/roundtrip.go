@@ -210,29 +210,6 @@ func batchContext[C any](q []*call[C]) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(base, latest)
 }
 
-// Pipelined runs fill's commands in one pipeline on client. A hook that
-// refuses the pipeline (returns an error without running it) leaves its
-// commands with neither a reply nor an error: each is then given the
-// pipeline's error, as a command refused alone is. A pipeline that ran
-// is left as it is: each command has its own reply or error.
-func Pipelined(ctx context.Context, client redis.UniversalClient, fill func(redis.Pipeliner)) {
-	cmds, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		fill(p)
-		return nil
-	})
-	if err == nil {
-		return
-	}
-	for _, c := range cmds {
-		if c.Err() != nil {
-			return
-		}
-	}
-	for _, c := range cmds {
-		c.SetErr(err)
-	}
-}
-
 // ServerOf names the server key lives on: a Cluster's master, a Ring's
 // shard; "" for a client of one server, a Cluster with no slot map yet or
 // a Ring with no live shard (the lane of unknown servers).
