@@ -28,11 +28,12 @@ import (
 // (one per server, two at most in flight): a busy process's hits share
 // their system calls, the bulk of a hit's cost, on the client and the
 // server; a lone hit's GET goes straight out. The client's hooks see such
-// GETs in a pipeline, on a context with the values of its first caller. Concurrent Fetch calls for one key in one
-// process share a single flight: one first look, and on a miss one lock
-// attempt (the look itself, when it was the lock script) and one compute
-// or one wait. Every caller receives its own copy of the value, decoded
-// from the stored bytes, except near hits, which share one.
+// GETs in a pipeline, on a context with the values of its first caller.
+// Concurrent Fetch calls for one key in one process share a single
+// flight: one first look, and on a miss one lock attempt (the look itself,
+// when it was the lock script) and one compute or one wait. Every caller
+// receives its own copy of the value, decoded from the stored bytes,
+// except near hits, which share one.
 //
 // compute runs on a context detached from the caller's (it keeps the
 // caller's values, not its cancellation): callers that give up must not

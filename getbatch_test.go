@@ -123,7 +123,8 @@ func TestHitsShareRoundTrips(t *testing.T) {
 
 // TestBatchedHitLeavesOnItsDeadline: a caller whose GET waits for a
 // pipeline returns at its context's deadline, on a client with go-redis's
-// default options (no ContextTimeoutEnabled, a 3 s read timeout), whether
+// default options (no ContextTimeoutEnabled: a GET sent alone would wait
+// for go-redis's read timeout, 5 s in v9.23), whether
 // its GET was sent (into a stopped server) or still queued; the queued one
 // is never sent. The Cache serves once the server is back.
 func TestBatchedHitLeavesOnItsDeadline(t *testing.T) {
