@@ -18,11 +18,7 @@ import (
 
 // batchAll makes every GET, script and lock call of the test queue for a
 // pipeline (see package roundtrip), until the test ends.
-func batchAll(t *testing.T) {
-	old := roundtrip.Direct.Load()
-	roundtrip.Direct.Store(0)
-	t.Cleanup(func() { roundtrip.Direct.Store(old) })
-}
+func batchAll(t *testing.T) { roundtrip.SetDirect(t, 0) }
 
 // batchedServer starts a server and a client with go-redis's default
 // options whose every GET queues for a pipeline (see batchAll), and

@@ -21,8 +21,7 @@ import (
 // it takes nothing, and no rollback holds a slot for it while Redis is
 // stalled.
 func TestBatchDropsCallersThatLeft(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(1) // b and c queue; c behind b's batch
+	roundtrip.SetDirect(t, 1) // b and c queue; c behind b's batch
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
@@ -116,8 +115,7 @@ func (h *acquires) hook() redistest.Hook {
 // batched for the other masters go on: each master has a lane of its own.
 // (In one queue, they waited behind a batch bound for the stopped master.)
 func TestBatchLanePerMaster(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(1) // every call but one is batched
+	roundtrip.SetDirect(t, 1) // every call but one is batched
 	cl := redistest.StartCluster(t, 3)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
 	defer cc.Close()
@@ -187,8 +185,7 @@ func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
 // TestBatchSecondPipeline: while a lane's pipeline is in flight, a second
 // one goes out once roundtrip.PipelineMin calls wait, not before, and never a third.
 func TestBatchSecondPipeline(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(1) // all but the first call queue
+	roundtrip.SetDirect(t, 1) // all but the first call queue
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
@@ -259,8 +256,7 @@ func TestBatchSecondPipeline(t *testing.T) {
 // pipeline, the release reached Redis first, found nothing, and the
 // acquire then left the lock held for its TTL.
 func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(0) // every call queues
+	roundtrip.SetDirect(t, 0) // every call queues
 	srv := redistest.StartServer(t)
 	raw := srv.Client(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -316,8 +312,7 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 // once the program drops the client, as its breaker does: a program that
 // makes a client per tenant, or per test, does not keep every one.
 func TestBatcherGoesWithItsClient(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(1) // calls beyond the first go through a lane
+	roundtrip.SetDirect(t, 1) // calls beyond the first go through a lane
 	srv := redistest.StartServer(t)
 	var clients []weak.Pointer[redis.Client]
 	func() {
@@ -359,8 +354,7 @@ func TestBatcherGoesWithItsClient(t *testing.T) {
 // running it fails each of its calls with the hook's error, as a call
 // refused alone fails: not with an empty reply.
 func TestBatchRefusedByHook(t *testing.T) {
-	defer roundtrip.Direct.Store(roundtrip.Direct.Load())
-	roundtrip.Direct.Store(0) // every call queues
+	roundtrip.SetDirect(t, 0) // every call queues
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()

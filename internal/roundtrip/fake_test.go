@@ -86,13 +86,6 @@ func (f *fake) sent() [][]int {
 	return append([][]int(nil), f.batches...)
 }
 
-// withDirect sets Direct to n for the test.
-func withDirect(t *testing.T, n int32) {
-	old := Direct.Load()
-	Direct.Store(n)
-	t.Cleanup(func() { Direct.Store(old) })
-}
-
 // result is what a Do returned.
 type result struct {
 	c   op
@@ -155,7 +148,7 @@ func waitSending(t *testing.T, f *fake, server string) {
 // is called (at the latest when the test ends).
 func heldLane(t *testing.T, server string) (f *fake, b *Batcher[op], first <-chan result, open func()) {
 	t.Helper()
-	withDirect(t, 0)
+	SetDirect(t, 0)
 	f = newFake()
 	b = f.batcher()
 	open = f.gate(server)

@@ -42,6 +42,13 @@ var Direct atomic.Int32
 
 func init() { Direct.Store(int32(2 * runtime.GOMAXPROCS(0))) }
 
+// SetDirect sets Direct to n until the test tb ends (for tests: 0 makes
+// every call queue).
+func SetDirect(tb interface{ Cleanup(func()) }, n int32) {
+	old := Direct.Swap(n)
+	tb.Cleanup(func() { Direct.Store(old) })
+}
+
 // MaxPipelines is how many pipelines of one lane may be in flight at once,
 // and PipelineMin how many calls must wait before a second one starts.
 // With one, the client and the server took turns: the server idle while the

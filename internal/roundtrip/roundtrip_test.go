@@ -36,7 +36,7 @@ func TestLoneCallGoesDirect(t *testing.T) {
 // TestCallsBeyondDirectShareAPipeline: while Direct calls are in
 // progress, later ones queue and go out together, each with its own reply.
 func TestCallsBeyondDirectShareAPipeline(t *testing.T) {
-	withDirect(t, 1)
+	SetDirect(t, 1)
 	f := newFake()
 	f.hold = make(chan struct{})
 	b := f.batcher()
@@ -148,7 +148,7 @@ func TestQueuedCallerLeaves(t *testing.T) {
 // returns at once with an InFlight, whose Done closes once the pipeline is
 // answered.
 func TestSentCallerLeaves(t *testing.T) {
-	withDirect(t, 0)
+	SetDirect(t, 0)
 	f := newFake()
 	b := f.batcher()
 	open := f.gate("")
