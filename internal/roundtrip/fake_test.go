@@ -2,10 +2,13 @@ package roundtrip
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // A fake Redis for the batcher's tests: a call is a number to double
@@ -118,17 +121,10 @@ func get(t *testing.T, ch <-chan result) result {
 // waitQueued waits until n calls wait in server's lane of b.
 func waitQueued(t *testing.T, b *Batcher[op], server string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if q, _ := b.Queued(server); q == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			q, _ := b.Queued(server)
-			t.Fatalf("%d calls queued in lane %q, want %d", q, server, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, fmt.Sprintf("%d calls queued in lane %q", n, server), func() bool {
+		q, _ := b.Queued(server)
+		return q == n
+	})
 }
 
 func waitSending(t *testing.T, f *fake, server string) {

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -42,11 +43,7 @@ func TestCallsBeyondDirectShareAPipeline(t *testing.T) {
 	b := f.batcher()
 	ctx := context.Background()
 	direct := do(ctx, b, "", 0) // holds the one direct slot
-	for deadline := time.Now().Add(5 * time.Second); f.direct.Load() != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first call did not go direct")
-		}
-	}
+	redistest.Eventually(t, "the first call to go direct", func() bool { return f.direct.Load() == 1 })
 	open := f.gate("")
 	first := do(ctx, b, "", 1) // the lane's first pipeline, held
 	waitSending(t, f, "")
