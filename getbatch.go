@@ -41,12 +41,10 @@ var getBatchers perclient.Map[*roundtrip.Batcher[getCall]]
 
 // getBatcherFor returns client's batcher of GETs.
 func getBatcherFor(client redis.UniversalClient) *roundtrip.Batcher[getCall] {
-	if b, ok := getBatchers.Load(client); ok {
-		return b
-	}
-	b, _ := getBatchers.LoadOrStore(client, roundtrip.New(getAlone, getServer, sendGets))
-	return b
+	return getBatchers.LoadOrNew(client, newGetBatcher)
 }
+
+func newGetBatcher() *roundtrip.Batcher[getCall] { return roundtrip.New(getAlone, getServer, sendGets) }
 
 // getAlone sends g's GET on its own.
 func getAlone(ctx context.Context, g getCall) getCall {

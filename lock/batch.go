@@ -34,12 +34,10 @@ var batchers perclient.Map[*batcher]
 
 // batcherFor returns client's batcher, shared by every mutex on it.
 func batcherFor(client redis.UniversalClient) *batcher {
-	if b, ok := batchers.Load(client); ok {
-		return b
-	}
-	b, _ := batchers.LoadOrStore(client, roundtrip.New(runAlone, serverOf, sendScripts))
-	return b
+	return batchers.LoadOrNew(client, newBatcher)
 }
+
+func newBatcher() *batcher { return roundtrip.New(runAlone, serverOf, sendScripts) }
 
 // runScript runs script on client, as Script.Run does, in a batch of
 // client's batcher b when many calls are in progress (see package roundtrip).

@@ -43,6 +43,17 @@ func (p *Map[V]) LoadOrStore(client redis.UniversalClient, v V) (actual V, loade
 	return x.(V), loaded
 }
 
+// LoadOrNew returns client's value, storing one made by mk if it has
+// none: mk runs only on a client's first use (or on a race to be first,
+// whose loser's value is dropped).
+func (p *Map[V]) LoadOrNew(client redis.UniversalClient, mk func() V) V {
+	if v, ok := p.Load(client); ok {
+		return v
+	}
+	v, _ := p.LoadOrStore(client, mk())
+	return v
+}
+
 // Len returns how many clients have a value.
 func (p *Map[V]) Len() int {
 	n := 0

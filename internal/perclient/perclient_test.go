@@ -61,3 +61,20 @@ func TestLoadAllocatesNothing(t *testing.T) {
 		t.Errorf("Load: %v allocations; want 0", n)
 	}
 }
+
+// TestLoadOrNewMakesOnce: LoadOrNew makes a client's value on its first
+// use only, and returns that value after.
+func TestLoadOrNewMakesOnce(t *testing.T) {
+	var m Map[*int]
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	made := 0
+	mk := func() *int { made++; return new(int) }
+	first := m.LoadOrNew(client, mk)
+	if again := m.LoadOrNew(client, mk); again != first || made != 1 {
+		t.Fatalf("second LoadOrNew = %p (first %p), values made %d; want the first value, made once", again, first, made)
+	}
+	if got, ok := m.Load(client); !ok || got != first {
+		t.Fatalf("Load = %p, %v; want the value LoadOrNew made", got, ok)
+	}
+}
