@@ -38,13 +38,16 @@ func newFake() *fake {
 	return &fake{gates: map[string]chan struct{}{}, sending: make(chan string, 100)}
 }
 
-// gate holds server's pipelines until the returned func is called.
-func (f *fake) gate(server string) (open func()) {
+// gate holds server's pipelines until the returned func is called, at the
+// latest when the test ends (a failed test leaves no sender blocked).
+func (f *fake) gate(t *testing.T, server string) (open func()) {
 	g := make(chan struct{})
 	f.mu.Lock()
 	f.gates[server] = g
 	f.mu.Unlock()
-	return sync.OnceFunc(func() { close(g) })
+	open = sync.OnceFunc(func() { close(g) })
+	t.Cleanup(open)
+	return open
 }
 
 func (f *fake) batcher() *Batcher[op] {
@@ -106,13 +109,13 @@ func do(ctx context.Context, b *Batcher[op], server string, in int) <-chan resul
 }
 
 // get returns what the Do behind ch returned, failing the test if it has
-// not returned within 5 s.
+// not returned within redistest.EventuallyWithin.
 func get(t *testing.T, ch <-chan result) result {
 	t.Helper()
 	select {
 	case r := <-ch:
 		return r
-	case <-time.After(5 * time.Second):
+	case <-time.After(redistest.EventuallyWithin):
 		t.Fatal("Do has not returned")
 		return result{}
 	}
@@ -134,7 +137,7 @@ func waitSending(t *testing.T, f *fake, server string) {
 		if s != server {
 			t.Fatalf("a pipeline of %q started, want %q", s, server)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(redistest.EventuallyWithin):
 		t.Fatalf("no pipeline of %q started", server)
 	}
 }
@@ -147,8 +150,7 @@ func heldLane(t *testing.T, server string) (f *fake, b *Batcher[op], first <-cha
 	SetDirect(t, 0)
 	f = newFake()
 	b = f.batcher()
-	open = f.gate(server)
-	t.Cleanup(open)
+	open = f.gate(t, server)
 	first = do(context.Background(), b, server, 0)
 	waitSending(t, f, server)
 	return f, b, first, open

@@ -92,20 +92,15 @@ type lane[C any] struct {
 
 // A call waits in a queue for its pipeline.
 type call[C any] struct {
-	ctx   context.Context
-	c     C
-	err   error         // set, if the call was dropped, before done is closed
-	done  chan struct{} // closed once c's reply is set
-	state atomic.Int32  // queued, then sent or left
+	ctx  context.Context
+	c    C
+	err  error         // set, if the call was dropped, before done is closed
+	done chan struct{} // closed once c's reply is set, or the call dropped
+	// taken is set by whichever comes first: its batch, which sends it,
+	// or its caller, who leaves it unsent. A call is sent only if its
+	// batch took it.
+	taken atomic.Bool
 }
-
-// A call's state: it leaves the queue once, either sent or left behind by
-// its caller, whichever comes first.
-const (
-	callQueued = iota
-	callSent
-	callLeft
-)
 
 // Do runs c, alone while at most Direct calls are in progress on b, else
 // in the next batch of its server's lane, and returns it with its reply
@@ -139,12 +134,16 @@ func (b *Batcher[C]) Do(ctx context.Context, c C) (C, error) {
 	case <-q.done:
 		return q.c, q.err
 	case <-ctx.Done():
-		if q.state.CompareAndSwap(callQueued, callLeft) || q.state.Load() == callLeft {
-			return c, fmt.Errorf("%w: %w", ctx.Err(), redisutil.ErrNotSent)
+		if q.taken.CompareAndSwap(false, true) {
+			return c, notSent(ctx)
 		}
 		return c, &InFlight{ctx.Err(), q.done} // sent: it may run
 	}
 }
+
+// notSent is the error of a call whose caller's ctx ended before it was
+// sent.
+func notSent(ctx context.Context) error { return fmt.Errorf("%w: %w", ctx.Err(), redisutil.ErrNotSent) }
 
 // An InFlight is the error of a batched call whose caller left after it
 // was sent: it may still run. Done closes once its batch is answered.
@@ -176,12 +175,13 @@ func (b *Batcher[C]) flush(l *lane[C]) {
 func (b *Batcher[C]) sendLive(q []*call[C]) {
 	live := make([]*call[C], 0, len(q))
 	for _, c := range q {
-		if c.ctx.Err() == nil && c.state.CompareAndSwap(callQueued, callSent) {
+		// A caller whose ctx ended is leaving: its call is not sent,
+		// whether it took it already or is about to.
+		if c.ctx.Err() == nil && c.taken.CompareAndSwap(false, true) {
 			live = append(live, c)
 			continue
 		}
-		c.state.Store(callLeft) // its caller has gone, or goes now: never sent
-		c.err = fmt.Errorf("%w: %w", c.ctx.Err(), redisutil.ErrNotSent)
+		c.err = notSent(c.ctx)
 		close(c.done)
 	}
 	if len(live) == 0 {

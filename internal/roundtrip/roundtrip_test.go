@@ -3,6 +3,7 @@ package roundtrip
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,11 +41,13 @@ func TestCallsBeyondDirectShareAPipeline(t *testing.T) {
 	SetDirect(t, 1)
 	f := newFake()
 	f.hold = make(chan struct{})
+	release := sync.OnceFunc(func() { close(f.hold) })
+	t.Cleanup(release)
 	b := f.batcher()
 	ctx := context.Background()
 	direct := do(ctx, b, "", 0) // holds the one direct slot
 	redistest.Eventually(t, "the first call to go direct", func() bool { return f.direct.Load() == 1 })
-	open := f.gate("")
+	open := f.gate(t, "")
 	first := do(ctx, b, "", 1) // the lane's first pipeline, held
 	waitSending(t, f, "")
 	var rest []<-chan result
@@ -58,7 +61,7 @@ func TestCallsBeyondDirectShareAPipeline(t *testing.T) {
 			t.Fatalf("call %d = %+v, %v; want out %d", i+1, r.c, r.err, 2*(i+1))
 		}
 	}
-	close(f.hold)
+	release()
 	get(t, direct)
 	got := f.sent()
 	if len(got) != 2 || len(got[0]) != 1 || len(got[1]) != PipelineMin-1 {
@@ -148,7 +151,7 @@ func TestSentCallerLeaves(t *testing.T) {
 	SetDirect(t, 0)
 	f := newFake()
 	b := f.batcher()
-	open := f.gate("")
+	open := f.gate(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	left := do(ctx, b, "", 1)
 	waitSending(t, f, "")
@@ -166,7 +169,7 @@ func TestSentCallerLeaves(t *testing.T) {
 	open()
 	select {
 	case <-inf.Done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(redistest.EventuallyWithin):
 		t.Fatal("InFlight.Done not closed after the pipeline was answered")
 	}
 }
@@ -207,5 +210,31 @@ func TestBatchDeadline(t *testing.T) {
 				t.Fatalf("the batch's deadline is %v, want %v", got, tc.deadline)
 			}
 		})
+	}
+}
+
+// ended is a context that reports its end (Err) before it signals it
+// (Done never closes): the moment between the two, made to last.
+type ended struct{ context.Context }
+
+func (ended) Err() error { return context.Canceled }
+
+// TestBatchDropsCallerLeaving: a batch does not send a call whose caller's
+// ctx has ended, even before the caller has left: it answers ErrNotSent.
+func TestBatchDropsCallerLeaving(t *testing.T) {
+	f, b, first, open := heldLane(t, "")
+	leaving := do(ended{context.Background()}, b, "", 1)
+	stays := do(context.Background(), b, "", 2)
+	waitQueued(t, b, "", 2)
+	open()
+	get(t, first)
+	if r := get(t, leaving); !errors.Is(r.err, redisutil.ErrNotSent) || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the call of an ended ctx got %v, want ErrNotSent and context.Canceled", r.err)
+	}
+	if r := get(t, stays); r.err != nil || r.c.out != 4 {
+		t.Fatalf("the other call got %+v, %v", r.c, r.err)
+	}
+	if got := f.sent(); len(got) != 2 || len(got[1]) != 1 || got[1][0] != 2 {
+		t.Fatalf("pipelines %v; want [0] then [2]: the ended ctx's call never sent", got)
 	}
 }
