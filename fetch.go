@@ -24,10 +24,10 @@ import (
 // A hit costs one round trip (a GET, or the lock script while most of the
 // Cache's first looks miss, see the package doc), or none from the near
 // tier (see [WithNearCache]). While more GETs are in progress on the
-// client than twice GOMAXPROCS, those of different keys share pipelines
-// (one per server, two at most in flight): a busy process's hits share
-// their system calls, the bulk of a hit's cost, on the client and the
-// server; a lone hit's GET goes straight out. The client's hooks see such
+// client than twice GOMAXPROCS, those of different keys share pipelines:
+// a busy process's hits share their system calls, nearly half of a lone
+// hit's cost, on the client and the server; a lone hit's GET goes straight
+// out. The client's hooks see such
 // GETs in a pipeline, on a context with the values of its first caller.
 // Concurrent Fetch calls for one key in one process share a single
 // flight: one first look, and on a miss one lock attempt (the look itself,
