@@ -82,11 +82,11 @@ func (o *options) replicationErr() error {
 // nodeOf is the client of the master (or the shard) that holds key: WAIT
 // counts the replicas of the connection's own server.
 func nodeOf(ctx context.Context, client redis.UniversalClient, key string) (redis.UniversalClient, error) {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, key)
-	case *redis.Ring:
-		return c.GetShardClientForKey(key)
+	switch n, err := redisutil.NodeOf(ctx, client, key); {
+	case err != nil:
+		return nil, err
+	case n != nil:
+		return n, nil
 	}
 	return client, nil
 }

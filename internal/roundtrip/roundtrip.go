@@ -221,13 +221,7 @@ func batchContext[C any](q []*call[C]) (context.Context, context.CancelFunc) {
 // shard; "" for a client of one server, a Cluster with no slot map yet or
 // a Ring with no live shard (the lane of unknown servers).
 func ServerOf(ctx context.Context, client redis.UniversalClient, key string) string {
-	var n *redis.Client
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		n, _ = c.MasterForKey(ctx, key)
-	case *redis.Ring:
-		n, _ = c.GetShardClientForKey(key)
-	}
+	n, _ := redisutil.NodeOf(ctx, client, key)
 	if n == nil {
 		return ""
 	}

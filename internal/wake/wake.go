@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // PublishCommand returns the command a script must use to publish a wake-up
@@ -204,28 +206,17 @@ type entry struct {
 
 func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*hub, error) {
 	key := hubKey{client: c}
-	var node *redis.Client
-	sharded := false
-	switch cc := c.(type) {
-	case *redis.ClusterClient:
-		// Sharded pub/sub lives on the master that owns the channel's slot.
-		// One plain connection per master carries every channel it owns.
-		n, err := cc.MasterForKey(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		node, sharded = n, true
-	case *redis.Ring:
-		// A ring has no connection of its own to subscribe on (Subscribe
-		// without a channel panics): a script publishes on the shard that
-		// owns its keys, which is the shard of the channel's hash tag, so
-		// one connection per shard carries every channel it owns.
-		n, err := cc.GetShardClientForKey(channel)
-		if err != nil {
-			return nil, err
-		}
-		node = n
+	// On a Cluster, sharded pub/sub lives on the master that owns the
+	// channel's slot: one plain connection per master carries every
+	// channel it owns. A Ring has no connection of its own to subscribe on
+	// (Subscribe without a channel panics): a script publishes on the
+	// shard that owns its keys, which is the shard of the channel's hash
+	// tag, so one connection per shard carries every channel it owns.
+	node, err := redisutil.NodeOf(ctx, c, channel)
+	if err != nil {
+		return nil, err
 	}
+	_, sharded := c.(*redis.ClusterClient)
 	if node != nil {
 		key.node = node.Options().Addr
 	}
