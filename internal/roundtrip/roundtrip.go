@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,9 +136,22 @@ func (b *Batcher[C]) Do(ctx context.Context, c C) (C, error) {
 		return q.c, q.err
 	case <-ctx.Done():
 		if q.taken.CompareAndSwap(false, true) {
+			l.remove(q)
 			return c, notSent(ctx)
 		}
 		return c, &InFlight{ctx.Err(), q.done} // sent: it may run
+	}
+}
+
+// remove takes q out of l's queue if it is still there (not yet in a
+// batch): a caller that left must not be held, with its ctx and what it
+// carries, until a server that stopped answering comes back. So the queue
+// holds only callers that still wait.
+func (l *lane[C]) remove(q *call[C]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := slices.Index(l.queue, q); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
 	}
 }
 

@@ -238,3 +238,25 @@ func TestBatchDropsCallerLeaving(t *testing.T) {
 		t.Fatalf("pipelines %v; want [0] then [2]: the ended ctx's call never sent", got)
 	}
 }
+
+// TestLeaversLeaveTheQueue: callers that leave while their lane's
+// pipeline is stuck are out of its queue at once, not held (with their
+// contexts) until the server answers again.
+func TestLeaversLeaveTheQueue(t *testing.T) {
+	_, b, _, _ := heldLane(t, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	var left []<-chan result
+	for i := range 3 {
+		left = append(left, do(ctx, b, "", i+1))
+	}
+	waitQueued(t, b, "", 3)
+	cancel()
+	for _, ch := range left {
+		if r := get(t, ch); !errors.Is(r.err, redisutil.ErrNotSent) {
+			t.Fatalf("a caller that left got %v, want ErrNotSent", r.err)
+		}
+	}
+	if n, _ := b.Queued(""); n != 0 {
+		t.Fatalf("%d calls still queued after their callers left, want 0", n)
+	}
+}
