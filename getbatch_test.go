@@ -16,15 +16,11 @@ import (
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
-// batchAll makes every GET, script and lock call of the test queue for a
-// pipeline (see package roundtrip), until the test ends.
-func batchAll(t *testing.T) { roundtrip.SetDirect(t, 0) }
-
 // batchedServer starts a server and a client with go-redis's default
-// options whose every GET queues for a pipeline (see batchAll), and
+// options whose every GET queues for a pipeline (roundtrip.SetDirect), and
 // records the pipelines it sends.
 func batchedServer(t *testing.T) (*redistest.Server, *redis.Client, *pipedGets) {
-	batchAll(t)
+	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -167,7 +163,7 @@ func TestBatchedHitLeavesOnItsDeadline(t *testing.T) {
 // TestHitsShareRoundTripsCluster: on a Cluster, batched hits go in a lane
 // per master, each caller gets its own key's value.
 func TestHitsShareRoundTripsCluster(t *testing.T) {
-	batchAll(t)
+	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t)
 	ctx := t.Context()
@@ -209,7 +205,7 @@ func TestHitsShareRoundTripsCluster(t *testing.T) {
 // refused alone gets: not an empty reply, which would read as bytes that
 // do not decode and start a compute.
 func TestBatchedHitRefusedByHook(t *testing.T) {
-	batchAll(t)
+	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
@@ -239,7 +235,7 @@ func TestBatchedHitRefusedByHook(t *testing.T) {
 // TestGetBatcherGoesWithItsClient: a client's batcher of GETs, lanes and
 // all, goes once the program drops the client (see perclient.Map).
 func TestGetBatcherGoesWithItsClient(t *testing.T) {
-	batchAll(t)
+	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	var clients []weak.Pointer[redis.Client]
 	func() {
