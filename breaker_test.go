@@ -267,13 +267,18 @@ func TestBreakerFollowsClusterFailover(t *testing.T) {
 // TestOutageUnderLoad kills a real redis-server under load (16 goroutines
 // of Fetch on 8 keys, 4 of Mutex TryLock+Unlock, one client) with the
 // client options people use: go-redis's defaults, and
-// ContextTimeoutEnabled with a 200 ms deadline per call. The circuit opens
-// at the first refused dial, so calls fail fast with ErrUnavailable within
-// 100 ms of the kill in both (issue 20: about 3 s with the defaults; with
-// short deadlines every call timed out for 2 s and the circuit never
-// opened), and the cache and the locks answer again within 300 ms of the
-// restart after a 3.5 s outage (issue 27: go-redis's pool redialled once a
-// second after repeated failed dials; it now counts none).
+// ContextTimeoutEnabled with a 200 ms deadline per call. The first refused
+// dial makes the breaker check the server, whose refusal opens the
+// circuit within a round trip: every call that starts after that fails at
+// once with ErrUnavailable (p99 while down), and the first does well
+// within a second of the kill in both (issue 20: about 3 s with the
+// defaults; with short deadlines every call timed out for 2 s and the
+// circuit never opened). The calls in flight at the kill end as go-redis
+// ends them, after its retries (issue 39: the breaker leaves go-redis's
+// handling of a command alone), 0.2-0.4 s here. The cache and the locks
+// answer again within 300 ms of the restart after a 3.5 s outage (issue
+// 27: go-redis's pool redialled once a second after repeated failed
+// dials; it now counts none).
 func TestOutageUnderLoad(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -314,8 +319,8 @@ func TestOutageUnderLoad(t *testing.T) {
 				o := outageOf(answers(), killed, restarted)
 				t.Logf("%s: first ErrUnavailable %v after the kill; p99 of calls while down %v; first success %v after the restart",
 					what, o.firstFast, o.downP99, o.recovered)
-				if o.firstFast < 0 || o.firstFast > 100*time.Millisecond {
-					t.Errorf("%s: first ErrUnavailable %v after the kill; want within 100 ms (the first refused dial)", what, o.firstFast)
+				if o.firstFast < 0 || o.firstFast > time.Second {
+					t.Errorf("%s: first ErrUnavailable %v after the kill; want well within a second", what, o.firstFast)
 				}
 				if o.downP99 > 100*time.Millisecond {
 					t.Errorf("%s: p99 of calls while down = %v; want no dial, no wait", what, o.downP99)

@@ -155,11 +155,10 @@
 //
 // By default a Redis error is returned, wrapped, and compute is not called:
 // an outage of the cache does not become a stampede on the store behind it.
-// [WithComputeWhenDown] chooses the other way. From the client's first
-// refused dial or broken connection (a read that times out included; see
-// Client options), calls on the same client fail at once with
-// [ErrUnavailable] (a circuit breaker shared with the locks on that client)
-// until a probe, one per 100 ms, reaches Redis again.
+// [WithComputeWhenDown] chooses the other way. Once a server of the client
+// is found down (see [ErrUnavailable]), calls on the same client fail at
+// once with ErrUnavailable (a circuit breaker shared with the locks on that
+// client) until the server answers again.
 //
 // # Failover
 //
@@ -197,21 +196,18 @@
 //   - ContextTimeoutEnabled: true, so that a caller's deadline bounds its
 //     round trips too, not only its waits (the first caller of a flight
 //     reads Redis on its own context), and a compute that lost its lock is
-//     not held in [Tag] past that. Deadlines then do what they say;
-//     outages are still detected at the first refused dial, and a read
-//     that a deadline cuts short counts as one that timed out (go-redis
-//     puts the deadline on the socket; see ReadTimeout).
+//     not held in [Tag] past that. Deadlines then do what they say, and
+//     a frozen server is found from callers' deadlines (see
+//     [ErrUnavailable]).
 //   - PoolSize: at least twice the number of goroutines that call the
 //     cache at once (the default is 10 per CPU). Half of it is what lock
 //     attempts may take when many keys miss at once (see the guarantees).
-//   - ReadTimeout (5 s by default in go-redis v9.23): a server that stops
-//     answering without refusing connections (frozen, or behind a silent
-//     network) opens the circuit at the third read in a row that times
-//     out, with no success between: after ReadTimeout, or at callers'
-//     deadlines if they come first (with ContextTimeoutEnabled); one slow
-//     reply cut by one caller's deadline opens nothing. Lower it to what a
-//     healthy Redis never takes. A dial that times out (DialTimeout, 5 s
-//     by default) while its caller still waits opens the circuit at once.
+//   - ReadTimeout (5 s by default in go-redis v9.23): how long a call
+//     waits for a reply when its context has no deadline, or when
+//     ContextTimeoutEnabled is off. A call that times out makes the breaker
+//     PING the server, which is found down if it does not answer within
+//     half a second, or within ReadTimeout if that is shorter: lower it to
+//     what a healthy Redis never takes.
 //   - One client per process, made at startup, and the Caches and locks
 //     made before its first command (the breaker then hooks every node of
 //     a Cluster). Close the Caches (see [Cache.Close]), then the client, at

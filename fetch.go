@@ -160,7 +160,7 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 // (see ErrUnavailable) without a closure, which would cost every hit an
 // allocation.
 func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
-	done, err := c.allow()
+	done, err := c.allow(ctx)
 	if err != nil {
 		return nil, -1, nil, err
 	}

@@ -33,7 +33,7 @@ type read struct {
 // breaker.
 func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 	rs := make([]read, len(vks))
-	done, err := c.allow()
+	done, err := c.allow(ctx)
 	if err != nil {
 		for i := range rs {
 			rs[i].err = err

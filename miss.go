@@ -186,7 +186,7 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	}
 	defer m.c.attempts.give()
 	if look {
-		done, aerr := m.c.allow()
+		done, aerr := m.c.allow(wctx)
 		if aerr != nil {
 			return nil, aerr
 		}

@@ -20,7 +20,7 @@ import (
 // circuit breaker (see ErrUnavailable): while Redis is known to be
 // unreachable it returns ErrUnavailable without calling f.
 func (c *Cache[T]) guard(ctx context.Context, f func() error) error {
-	done, err := c.allow()
+	done, err := c.allow(ctx)
 	if err != nil {
 		return err
 	}
@@ -32,8 +32,8 @@ func (c *Cache[T]) guard(ctx context.Context, f func() error) error {
 // allow asks the client's breaker whether a call may go to Redis (see
 // Breaker.Allow), counting the calls it turns away. read and readMany use
 // it and report directly, with no closure on the hit path.
-func (c *Cache[T]) allow() (func(error), error) {
-	done, err := c.breaker.Allow()
+func (c *Cache[T]) allow(ctx context.Context) (func(error), error) {
+	done, err := c.breaker.Allow(ctx)
 	if err != nil {
 		c.stats.unavailable.Add(1)
 	}

@@ -103,12 +103,16 @@
 // after it may still find the lock taken, for as long as the release
 // takes.)
 //
-// From the client's first refused dial or broken connection (a read that
-// times out included, at the client's ReadTimeout or at a deadline the
-// socket was given), acquires on that client fail at once with
-// [ErrUnavailable] (a circuit breaker shared with the dogpile caches on
-// that client) until a probe, one per 100 ms, reaches Redis again. A
-// Redlock bounds each server's round trip instead.
+// Once a server of the client is found down (a refused dial, a broken
+// connection or a call that times out makes the client's breaker PING its
+// servers on connections of its own; one that refuses, or stays silent for
+// half a second, is down), acquires, Extend and the queries on that client
+// fail at once with [ErrUnavailable], which names the server (a circuit
+// breaker shared with the dogpile caches on that client), until the
+// server answers again; a call every 100 ms waits while it is asked. A
+// busy client (an exhausted pool, short deadlines) opens nothing. Releases
+// and the watchdog's renewals are never turned away. A Redlock bounds each
+// server's round trip instead.
 //
 // A lock needs no Close: it starts no goroutine that outlives its calls,
 // but for a lease's watchdog ([WithAutoExtend]), which Unlock stops, and

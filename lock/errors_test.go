@@ -100,9 +100,10 @@ func TestErrNotObtained(t *testing.T) {
 
 // TestErrorsNameTheLock: with Redis down, the error of every call of a
 // Mutex, a Semaphore and an RWMutex reads `lock: <op> <primitive>
-// "<name>": ...` and still matches ErrUnavailable: the first call of a
-// fresh client fails its round trip (a refused dial), the next is turned
-// away by the open circuit; both paths name the primitive alike.
+// "<name>": ...`: the first call of a fresh client fails its round trip
+// (a refused dial), and once the breaker has found the server down, every
+// call, the queries included, is turned away by the open circuit with
+// ErrUnavailable naming the server; both paths name the primitive alike.
 func TestErrorsNameTheLock(t *testing.T) {
 	srv := redistest.StartServer(t)
 	srv.Kill()
@@ -142,13 +143,23 @@ func TestErrorsNameTheLock(t *testing.T) {
 		t.Run(c.kind, func(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1}) // its own circuit, closed
 			defer rdb.Close()
-			for i, call := range c.calls(rdb) {
+			calls := c.calls(rdb)
+			try := func(i int) error {
 				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-				err := call.call(ctx)
-				cancel()
-				want := `lock: ` + call.op + ` ` + c.kind + ` "down": `
-				if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, lock.ErrUnavailable) {
-					t.Errorf("call %d (%s) with Redis down = %v; want %q... matching ErrUnavailable", i, call.op, err, want)
+				defer cancel()
+				err := calls[i].call(ctx)
+				if want := `lock: ` + calls[i].op + ` ` + c.kind + ` "down": `; err == nil || !strings.HasPrefix(err.Error(), want) {
+					t.Errorf("call %d (%s) with Redis down = %v; want %q...", i, calls[i].op, err, want)
+				}
+				return err
+			}
+			if err := try(0); errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+				t.Errorf("first call with Redis down = %v; want its refused dial", err)
+			}
+			redistest.Eventually(t, "the circuit to open", func() bool { return errors.Is(try(0), lock.ErrUnavailable) })
+			for i := range calls {
+				if err := try(i); !errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), srv.Addr()) {
+					t.Errorf("call %d (%s) with the circuit open = %v; want ErrUnavailable naming %s", i, calls[i].op, err, srv.Addr())
 				}
 			}
 		})

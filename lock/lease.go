@@ -65,6 +65,7 @@ func newLease(h holder, name, token string, fence int64, sent time.Time, o *opti
 // extendOnce is the watchdog's round trip.
 func (l *Lease) extendOnce(ctx context.Context, ttl time.Duration) hold.Outcome {
 	ok, err := l.h.extend(ctx, l.token, ttl)
+	l.o.observe(err)
 	switch {
 	case foreign(err):
 		return hold.Refused // overwritten by another program: not ours any more
@@ -149,6 +150,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		releaseLater(ctx, l.h, l.token)
 	}
 	l.end(ErrNotHeld)
+	l.o.observe(err)
 	if foreign(err) {
 		return l.o.foreign("release", l.h, ErrNotHeld)
 	}
@@ -167,7 +169,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // accordingly. It returns [ErrNotHeld] if the lease has ended or its key
 // no longer holds its token; Extend never re-creates an expired lock.
 // A ttl below a millisecond returns an error matching [ErrInvalid] and
-// leaves the lease as it was.
+// leaves the lease as it was. While the client's circuit is open (see
+// [ErrUnavailable]) it fails at once, the lease unchanged.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: extend TTL %v is below 1ms", ErrInvalid, ttl)
@@ -176,7 +179,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	sent := time.Now()
-	ok, err := l.h.extend(ctx, l.token, ttl)
+	ok, err := l.extendGuarded(ctx, ttl)
 	if foreign(err) {
 		l.end(ErrLost)
 		return l.o.foreign("extend", l.h, ErrNotHeld)
@@ -192,12 +195,28 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// extendGuarded is Extend's round trip, through the client's circuit
+// breaker (as an acquire's; none for a Redlock). The watchdog's renewals
+// do not ask it: a renewal's failure costs no caller a wait, and the
+// circuit may be open for another server of a Cluster than the lease's.
+func (l *Lease) extendGuarded(ctx context.Context, ttl time.Duration) (ok bool, err error) {
+	err = l.o.guard(ctx, func() error {
+		ok, err = l.h.extend(ctx, l.token, ttl)
+		return err
+	})
+	return ok, err
+}
+
 // TTL returns how long the lease has left in Redis, or [ErrNotHeld].
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil {
 		return 0, ErrNotHeld
 	}
-	d, err := l.h.pttl(ctx, l.token)
+	var d time.Duration
+	err := l.o.guard(ctx, func() (err error) {
+		d, err = l.h.pttl(ctx, l.token)
+		return err
+	})
 	if foreign(err) {
 		return 0, l.o.foreign("ttl", l.h, ErrNotHeld)
 	}

@@ -219,7 +219,7 @@ func wait(ctx context.Context, c redis.UniversalClient, channel func() string, o
 		}
 	}
 	for {
-		l, retry, err := guarded(ctx, c, o, try)
+		l, retry, err := guarded(ctx, o, try)
 		if l != nil || err != nil {
 			return l, err
 		}

@@ -122,7 +122,11 @@ func (m *Mutex) Locked(ctx context.Context) (bool, error) {
 	if m.invalid != nil {
 		return false, m.invalid
 	}
-	n, err := mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
+	var n int64
+	err := m.opts.guard(ctx, func() (err error) {
+		n, err = mutexLocked.Run(ctx, m.client, []string{m.lock, m.fairKey}).Int64()
+		return err
+	})
 	if err != nil {
 		return false, m.opts.failed(ctx, "locked", err)
 	}

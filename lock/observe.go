@@ -91,22 +91,23 @@ func (o *options) acquired(ctx context.Context, start time.Time, l *Lease, err e
 }
 
 // ErrUnavailable is returned, wrapped with the primitive and its name, by
-// an acquire that did not go to Redis because Redis was found unreachable
-// moments ago: every lock and Cache on the same client then fails at once
-// instead of spending go-redis's dial retries (about 1.7 s) per call, and
-// one call every 100 ms probes whether Redis is back (see
+// an acquire, an Extend or a query that did not go to Redis because a
+// server of the client was found down moments ago; it names the server
+// and why. Every lock and Cache on the same client then fails at once
+// instead of spending go-redis's retries or the caller's deadline, and
+// every 100 ms a call waits while the servers are asked again (see
 // dogpile.ErrUnavailable, the same error, for the whole story). A Redlock,
 // whose servers are independent, has no breaker: each server's round trip
 // is bounded instead.
 var ErrUnavailable = breaker.ErrUnavailable
 
-// guarded makes one attempt through client's circuit breaker (none for a
-// Redlock, whose client is nil).
-func guarded(ctx context.Context, client redis.UniversalClient, o *options, try attempt) (*Lease, time.Duration, error) {
-	if client == nil {
+// guarded makes one attempt through the client's circuit breaker (none
+// for a Redlock, whose servers are independent).
+func guarded(ctx context.Context, o *options, try attempt) (*Lease, time.Duration, error) {
+	if o.breaker == nil {
 		return try(ctx)
 	}
-	done, err := breaker.For(client).Allow()
+	done, err := o.breaker.Allow(ctx)
 	if err != nil {
 		return nil, 0, fmt.Errorf("lock: acquire %s %q: %w", o.kind, o.name, err)
 	}
@@ -115,17 +116,44 @@ func guarded(ctx context.Context, client redis.UniversalClient, o *options, try 
 	return l, retry, err
 }
 
-// watch makes client's breaker log its outages to o's logger, if any.
+// watch puts the lock o describes behind client's circuit breaker, and
+// makes the breaker log its outages to o's logger, if any.
 func (o *options) watch(client redis.UniversalClient) {
+	o.breaker = breaker.For(client)
 	if o.logger != nil {
-		breaker.For(client).AddLogger(o.logger)
+		o.breaker.AddLogger(o.logger)
+	}
+}
+
+// guard runs f, a round trip of the lock o describes that takes no lock
+// (a query, Extend), through the client's circuit breaker, as guarded
+// runs an acquire's.
+func (o *options) guard(ctx context.Context, f func() error) error {
+	if o.breaker == nil {
+		return f()
+	}
+	done, err := o.breaker.Allow(ctx)
+	if err != nil {
+		return err
+	}
+	err = f()
+	done(err)
+	return err
+}
+
+// observe hands the outcome of a lease's round trip that does not ask the
+// circuit (a release, a renewal) to the client's breaker: a server found
+// dead or frozen there turns the next acquires away at once.
+func (o *options) observe(err error) {
+	if o.breaker != nil {
+		o.breaker.Observe(err)
 	}
 }
 
 // tryOnce is the one attempt of TryLock and its kin.
 func tryOnce(ctx context.Context, client redis.UniversalClient, o *options, try attempt) (*Lease, bool, error) {
 	start := time.Now()
-	l, _, err := guarded(ctx, client, o, try)
+	l, _, err := guarded(ctx, o, try)
 	o.acquired(ctx, start, l, err)
 	return l, l != nil, err
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -33,6 +34,7 @@ type options struct {
 	logger     *slog.Logger
 	acks       int // WithReplicaAck; 0: none
 	ackTimeout time.Duration
+	breaker    *breaker.Breaker // the client's; nil for a Redlock (see guarded)
 }
 
 func buildOptions(kind, name string, opts []Option) options {

@@ -197,7 +197,11 @@ func (rw *RWMutex) Locked(ctx context.Context) (bool, error) {
 	if rw.invalid != nil {
 		return false, rw.invalid
 	}
-	n, err := rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
+	var n int64
+	err := rw.opts.guard(ctx, func() (err error) {
+		n, err = rwLocked.Run(ctx, rw.client, rw.keys[:2]).Int64()
+		return err
+	})
 	if err != nil {
 		return false, rw.opts.failed(ctx, "locked", err)
 	}

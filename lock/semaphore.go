@@ -140,7 +140,11 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	if s.invalid != nil {
 		return 0, s.invalid
 	}
-	n, err := semAvailable.Run(ctx, s.client, s.keys[:4], s.permits).Int64()
+	var n int64
+	err := s.opts.guard(ctx, func() (err error) {
+		n, err = semAvailable.Run(ctx, s.client, s.keys[:4], s.permits).Int64()
+		return err
+	})
 	if err != nil {
 		return 0, s.opts.failed(ctx, "available", err)
 	}

@@ -3,33 +3,44 @@
 // on that client.
 //
 // Without it, each call to a dead Redis costs what go-redis spends dialling
-// and retrying (about 1.7 s with the default options), so a cache outage
-// turns every request into a slow one, and a caller's short deadline only
-// turns it into a timeout. The breaker learns of an outage from the
-// client's dials as well as from the calls' round trips: a hook on the
-// client (see hook.go) reports the first refused or failed dial, so the
-// circuit opens within milliseconds of Redis dying, whatever the caller's
-// deadline or go-redis's retry settings. While the circuit is open, calls
-// fail at once with [ErrUnavailable], and so does any dial the client
-// makes for anyone (the hook hands go-redis a connection that fails at
-// once), so that go-redis's own pool never counts a dial as failed and
-// never falls back to probing the server once a second on its own. After
-// [cooldown] one call goes through as a probe; its success closes the
-// circuit, its failure opens it for another cooldown.
+// and retrying (about 1.7 s with the default options), and each call to a
+// frozen one (a paused VM, a fork under memory pressure, a dead network
+// path) waits out its deadline, so a cache outage turns every request into
+// a slow one. While the circuit is open, calls fail at once with
+// [ErrUnavailable], which names the servers found down and why.
 //
-// One failure is enough, and concurrent callers of one key share one round
-// trip, so waiting for several failures would keep a hot key's callers
-// waiting. Only errors that say Redis could not be reached count as
-// failures; an error reply from a working server is a success, and the
-// caller's own cancellation or an exhausted connection pool (load, not an
-// outage) count as neither. A read that timed out may be one caller's
-// short deadline on one slow reply: those count once three come in a row
-// (see timeoutTrip).
+// What opens the circuit is a server that does not answer the breaker
+// itself. An error that says Redis could not be reached (a refused or
+// failed dial: the client's dials are hooked, see hook.go; a reset or
+// closed connection) or a call that timed out makes the breaker ask the
+// servers the client's calls go to (see check.go): a PING on a connection
+// of its own to each. A server that refuses it, or leaves it unanswered
+// for half a second (less if the client's ReadTimeout is shorter), is
+// down, and the circuit opens; a refused dial opens it within a round
+// trip. A timeout alone proves nothing: the reply may be merely slow, or
+// the client busy (every connection of its pool in use, its CPU starved),
+// and go-redis may report a read that timed out as the caller's own
+// context error after its retries; but a busy client's server answers the
+// breaker's PING at once, and a frozen one (a paused VM, a fork under
+// memory pressure, a dead network path) never does. Likewise a dial
+// refused by a node that no longer serves the client (a Cluster's dead
+// former master, dialled by go-redis while it reloads the slots) opens
+// nothing. Timeouts start at most one round of PINGs per 100 ms.
 //
-// The breaker is a sony/gobreaker two-step breaker: a call asks before its
-// first round trip and reports that round trip's outcome. Each outage is
-// logged once when it begins and once when it ends, to every logger
-// attached to the client's caches and locks (see log.go).
+// An error reply from a working server, the caller's own cancellation and
+// an exhausted connection pool open nothing.
+//
+// While the circuit is open, after [cooldown] the next call waits (within
+// its own deadline) while the breaker asks the servers again: if every one
+// answers, the circuit closes and that call goes on; if not, it stays open
+// for another cooldown. A server that comes back is found at the next
+// round, within about a tenth of a second.
+//
+// The breaker is a sony/gobreaker two-step breaker. It changes nothing in
+// the client for the program's own commands: they see go-redis's own
+// errors (see hook.go for the one difference, a failed dial's retries).
+// Each outage is logged once when it begins and once when it ends, to
+// every logger attached to the client's caches and locks (see log.go).
 package breaker
 
 import (
@@ -49,48 +60,39 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// ErrUnavailable is returned, wrapped with the operation that failed, by
-// calls that skipped Redis because the client's circuit is open.
-// dogpile.ErrUnavailable and lock.ErrUnavailable are this error; it lives in
-// redisutil, whose MayHaveRun knows that such a call sent nothing.
+// ErrUnavailable is returned, wrapped with the operation that failed and
+// with the servers found down, by calls that skipped Redis because the
+// client's circuit is open. dogpile.ErrUnavailable and lock.ErrUnavailable
+// are this error; it lives in redisutil, whose MayHaveRun knows that such
+// a call sent nothing.
 var ErrUnavailable = redisutil.ErrUnavailable
 
-const (
-	// trip is how many failures in a row open the circuit (see the package
-	// doc for why one).
-	trip = 1
-
-	// timeoutTrip is how many socket timeouts in a row, with no success in
-	// between, count as a failure. A read that timed out may be the
-	// caller's short deadline on one slow reply (go-redis reports a read
-	// cut by a ContextTimeoutEnabled deadline as an i/o timeout, not the
-	// context's error), and one slow reply must not turn every caller of
-	// the client away; a frozen server times every call out, and reaches
-	// three within a deadline or so under load.
-	timeoutTrip = 3
-	// cooldown is how long an open circuit fails calls before it lets one
-	// probe through: short, so that callers see Redis back within about a
-	// tenth of a second. A probe is cheap: while the circuit is open no dial
-	// goes out (see hook.go), and a dead server's refused dial fails the
-	// probe in a round trip.
-	cooldown = 100 * time.Millisecond
-)
+// cooldown is how long an open circuit fails calls before the servers are
+// asked again: short, so that callers see Redis back within about a tenth
+// of a second. Asking is cheap: a PING per server on a connection of its
+// own, and a dead server's refused dial answers it in a round trip.
+const cooldown = 100 * time.Millisecond
 
 // A Breaker guards the calls of one client.
 //
 // While the circuit is closed, which is nearly always, a call costs one
-// atomic load and no allocation: with trip = 1 the first failure opens
-// the circuit, so the successes and exclusions in between change nothing
-// gobreaker would act on, and only a failure is handed to it. Open and
-// half-open calls go through gobreaker in full (its probe accounting).
+// atomic load and no allocation: the first failure opens the circuit, so
+// the successes in between change nothing gobreaker would act on, and
+// only a failure is handed to it.
 type Breaker struct {
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	closed atomic.Bool // gobreaker's state is closed (see OnStateChange)
 	log    outageLog
 
-	// timeouts counts the socket timeouts reported in a row (see
-	// timeoutTrip); a success resets it.
-	timeouts atomic.Int32
+	// check asks the client's servers whether they answer (see check.go);
+	// nil for a breaker of its own (New), whose probe is a call.
+	check     func(context.Context) error
+	checking  atomic.Bool  // a check that a timeout started is running
+	lastCheck atomic.Int64 // when it started, in Unix nanoseconds
+
+	// down is the error calls get while the circuit is open: ErrUnavailable
+	// with the servers found down.
+	down atomic.Pointer[downError]
 
 	// doneClosed is the done of a call let through a closed circuit, made
 	// once: a func made per call would cost every hit an allocation.
@@ -122,7 +124,7 @@ func For(client redis.UniversalClient) *Breaker {
 			}
 		}
 	}
-	nb := newBreaker(onOpen)
+	nb := newBreaker(checker(client), onOpen)
 	nb.log.client = describe(client)
 	b, loaded := breakers.LoadOrStore(client, nb)
 	if !loaded {
@@ -132,21 +134,24 @@ func For(client redis.UniversalClient) *Breaker {
 }
 
 // New returns a closed breaker of its own (For shares one per client).
-func New() *Breaker { return newBreaker(nil) }
+// It has no servers to ask: after the cooldown, a call goes through as the
+// probe, and its outcome closes the circuit or opens it again. check, if
+// not nil, stands for the servers instead.
+func New(check func(context.Context) error) *Breaker { return newBreaker(check, nil) }
 
-// newBreaker returns a closed breaker that calls onOpen, if not nil, each
-// time the circuit opens.
-func newBreaker(onOpen func()) *Breaker {
-	b := &Breaker{}
+// newBreaker returns a closed breaker that asks its servers with check and
+// calls onOpen, if not nil, each time the circuit opens.
+func newBreaker(check func(context.Context) error, onOpen func()) *Breaker {
+	b := &Breaker{check: check}
 	b.log.remindEvery = stillDownEvery
 	b.closed.Store(true)
 	b.doneClosed = b.reportClosed
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		MaxRequests:  1, // one probe at a time
 		Timeout:      cooldown,
-		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
-		IsSuccessful: func(err error) bool { return err == nil || !Unreachable(err) },
-		IsExcluded:   excluded,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 },
+		IsSuccessful: func(err error) bool { return err == nil || !Unreachable(err) && !timedOut(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			b.closed.Store(to == gobreaker.StateClosed)
 			b.log.change(from, to)
@@ -159,56 +164,69 @@ func newBreaker(onOpen func()) *Breaker {
 }
 
 // Allow reports whether a call may go to Redis. If so, the call must pass
-// the error of its first round trip to done. If not, Allow returns
-// ErrUnavailable.
-func (b *Breaker) Allow() (done func(error), err error) {
+// the error of its first round trip to done. If not, Allow returns an
+// error matching ErrUnavailable. While the circuit is open, the first call
+// after the cooldown waits, within ctx, for the breaker to ask the
+// servers, and goes on if they answer.
+func (b *Breaker) Allow(ctx context.Context) (done func(error), err error) {
 	if b.closed.Load() {
 		return b.doneClosed, nil
 	}
 	report, err := b.cb.Allow()
 	if err != nil {
-		return nil, ErrUnavailable
+		return nil, b.unavailable()
 	}
-	return func(err error) {
-		b.log.failed(err)
-		report(err)
-	}, nil
+	if b.check == nil { // New without servers: this call is the probe
+		return func(err error) { b.settle(report, err) }, nil
+	}
+	if err := b.probe(ctx, report); err != nil {
+		return nil, err
+	}
+	return b.doneClosed, nil
 }
 
 // reportClosed is done for a call let through a closed circuit: only a
 // failure matters (see Breaker), and gobreaker counts it as a request it
-// let through, as the call was. If the circuit opened meanwhile, another
-// call's failure already did what this one would.
+// let through, as the call was. A timeout makes the breaker ask the
+// servers (see the package doc).
 func (b *Breaker) reportClosed(err error) {
 	switch {
 	case err == nil:
-		if b.timeouts.Load() != 0 { // a load, not a store, on every call
-			b.timeouts.Store(0)
-		}
-	case timeout(err):
-		if b.timeouts.Add(1) >= timeoutTrip {
-			b.timeouts.Store(0)
-			b.Fail(err)
-		}
-	case Unreachable(err) && !excluded(err):
-		b.Fail(err)
+	case errors.Is(err, redis.ErrPoolTimeout):
+		// The client is busy; the servers are not in question.
+	case timedOut(err):
+		b.suspect(err, checkEvery)
+	case Unreachable(err):
+		b.suspect(err, 0)
 	}
 }
 
-// timeout reports a socket timeout: a read or write that the connection's
-// deadline cut short (see timeoutTrip).
-func timeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout() && Unreachable(err)
+// Observe reports the outcome of a round trip that did not ask the
+// circuit first (a lock's release, say), as a call's done would: a
+// failure opens the circuit, a timeout makes the breaker ask the servers.
+func (b *Breaker) Observe(err error) {
+	if err != nil && b.closed.Load() {
+		b.reportClosed(err)
+	}
 }
 
-// Fail reports a failure seen outside a call's first round trip (a dial),
-// if the circuit lets a report in.
+// Fail reports a failure seen outside a call's first round trip (a dial,
+// a check), if the circuit lets a report in.
 func (b *Breaker) Fail(err error) {
 	if report, aerr := b.cb.Allow(); aerr == nil {
-		b.log.failed(err)
-		report(err)
+		b.settle(report, err)
 	}
+}
+
+// settle hands err, the outcome of a call, a probe or a check, to
+// gobreaker through report, after recording what calls will be told if it
+// opens the circuit.
+func (b *Breaker) settle(report func(error), err error) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		b.down.Store(b.downFor(err))
+		b.log.failed(err)
+	}
+	report(err)
 }
 
 // Open reports whether calls fail fast now (the circuit is open or only
@@ -231,9 +249,16 @@ func Unreachable(err error) bool {
 		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrUnavailable)
 }
 
-// excluded reports an outcome that says nothing of Redis's health: the
-// caller's own cancellation, or a pool exhausted by load.
-func excluded(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrPoolTimeout)
+// timedOut reports a call that timed out: its socket's deadline passed
+// (the client's ReadTimeout, or the caller's deadline with
+// ContextTimeoutEnabled), or the caller's deadline ended the call. go-redis
+// reports a read that a deadline cut as an i/o timeout, or, when it had a
+// retry left, as context.DeadlineExceeded: its retry's backoff found the
+// deadline gone.
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

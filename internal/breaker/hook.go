@@ -5,62 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The breaker hears of every dial of its client's connection pools. Two
-// reasons:
+// The breaker hears of every dial of its client's connection pools, for
+// two reasons:
 //
 //   - An outage shows first as a dial that fails: an established
 //     connection to a dead server breaks, go-redis dials a new one, and the
-//     dial is refused. Reporting it opens the circuit at once, before
-//     go-redis's dial retries (about 1.7 s by default), and whatever the
-//     caller's deadline (a call that times out is the caller's, not a sign
-//     of an outage).
+//     dial is refused. Reporting it makes the breaker check the servers at
+//     once, before go-redis's dial retries (about 1.7 s by default),
+//     whatever the caller's deadline.
 //   - go-redis counts the dials that fail; once a pool has failed PoolSize
 //     of them it refuses to dial until its own probe, once a second,
-//     connects, so callers would see Redis back up to a second late. A
-//     dial that fails is answered with a connection that fails its first
-//     read or write with ErrUnavailable (an error go-redis does not retry),
-//     and so is any dial to that address for a cooldown after: the pool
-//     never counts a failed dial, and calls to a dead server (the
-//     library's, and the program's own on the same client) fail at once.
-//     The cooldown is per address, so that a Cluster's live nodes are
-//     still dialled (to reload the slots after a failover, say).
+//     connects, so callers would see Redis back up to a second after the
+//     breaker did. A dial that fails is answered with a connection whose
+//     first read or write fails with the dial's own error: go-redis then
+//     counts no failed dial, and gives the command the error it would have
+//     given (a dial error, which it retries as a command's).
+//
+// That is the one way the breaker changes the program's own commands on
+// the client: a failed dial is not retried as a dial, only as a command
+// (MaxRetries). They never fail with ErrUnavailable: only the library's
+// calls ask the circuit.
 
 // hook is the redis.Hook of a Breaker: a dial hook only.
-type hook struct {
-	b    *Breaker
-	dead *deadAddrs
-}
-
-// deadAddrs are the addresses whose last dial failed, each with when it
-// may be dialled again.
-type deadAddrs struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-}
-
-// dead reports whether addr failed a dial less than a cooldown ago.
-func (d *deadAddrs) dead(addr string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	until, ok := d.until[addr]
-	if ok && time.Now().After(until) {
-		delete(d.until, addr)
-		return false
-	}
-	return ok
-}
-
-func (d *deadAddrs) mark(addr string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.until[addr] = time.Now().Add(cooldown)
-}
+type hook struct{ b *Breaker }
 
 func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -69,20 +41,12 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 
 func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if h.dead.dead(addr) {
-			return deadConn{ErrUnavailable}, nil
-		}
 		conn, err := next(ctx, network, addr)
 		if !dialFailed(ctx, err) {
 			return conn, err
 		}
-		h.dead.mark(addr)
-		// err only as text: a dial timeout is a context.DeadlineExceeded,
-		// which the breaker would take for a caller's; and go-redis
-		// retries a dial error (and counts it).
-		failed := fmt.Errorf("%w: %v", ErrUnavailable, err)
-		h.b.Fail(failed)
-		return deadConn{failed}, nil
+		h.b.suspect(&downError{addr + ": " + dialCause(err)}, 0)
+		return deadConn{err}, nil
 	}
 }
 
@@ -102,7 +66,7 @@ func dialFailed(ctx context.Context, err error) bool {
 // hookInto installs b's hook on client's connection pools: the client's own,
 // or each node's of a Cluster or a Ring, present and future.
 func hookInto(client redis.UniversalClient, b *Breaker) {
-	h := hook{b, &deadAddrs{until: map[string]time.Time{}}}
+	h := hook{b}
 	switch c := client.(type) {
 	case *redis.Client:
 		c.AddHook(h)
@@ -133,8 +97,8 @@ func describe(client redis.UniversalClient) string {
 	return fmt.Sprintf("%T", client)
 }
 
-// A deadConn is the connection the hook hands go-redis instead of dialling:
-// every read and write fails with err.
+// A deadConn is the connection the hook hands go-redis for a dial that
+// failed: every read and write fails with the dial's error.
 type deadConn struct{ err error }
 
 func (c deadConn) Read([]byte) (int, error)         { return 0, c.err }

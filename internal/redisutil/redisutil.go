@@ -79,7 +79,7 @@ var ErrNotSent = errors.New("request not sent")
 // ErrUnavailable is the error of a call that skipped Redis, or whose dial
 // was answered at once, because Redis is known to be unreachable (see
 // internal/breaker): it sent nothing.
-var ErrUnavailable = errors.New("redis unavailable (circuit open)")
+var ErrUnavailable = errors.New("redis unavailable")
 
 // MayHaveRun reports whether a request that failed with err may have run
 // in Redis all the same, its reply lost (a timeout, a cancelled context, a
