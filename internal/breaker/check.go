@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -219,8 +220,12 @@ func ping(ctx context.Context, o *redis.Options) error {
 	if o.ReadTimeout > 0 && o.ReadTimeout < wait {
 		wait = max(o.ReadTimeout, minCheckWait)
 	}
+	dial := o.Dialer // set by go-redis for every client it makes
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
 	dctx, cancel := context.WithTimeout(ctx, wait)
-	conn, err := o.Dialer(dctx, o.Network, o.Addr)
+	conn, err := dial(dctx, cmp.Or(o.Network, "tcp"), o.Addr)
 	cancel()
 	if err != nil {
 		return errors.New(dialCause(err))
