@@ -46,7 +46,7 @@ func (h hook) DialHook(next redis.DialHook) redis.DialHook {
 			return conn, err
 		}
 		h.b.suspect(&downError{addr + ": " + dialCause(err)}, 0)
-		return deadConn{err}, nil
+		return deadConn{dialError{err}}, nil
 	}
 }
 
@@ -96,6 +96,16 @@ func describe(client redis.UniversalClient) string {
 	}
 	return fmt.Sprintf("%T", client)
 }
+
+// A dialError is a failed dial's error, as a deadConn's reads and writes
+// give it: go-redis strips one wrapping off the error of a connection's
+// first command (its handshake), and the dial's own error (a
+// *net.OpError, which go-redis retries and redisutil.NeverSent knows)
+// must be what is left.
+type dialError struct{ err error }
+
+func (e dialError) Error() string { return e.err.Error() }
+func (e dialError) Unwrap() error { return e.err }
 
 // A deadConn is the connection the hook hands go-redis for a dial that
 // failed: every read and write fails with the dial's error.
