@@ -68,13 +68,20 @@ func WithCodec(codec Codec) Option {
 	return optionFunc(func(o *options) { o.codec = codec })
 }
 
-// WithMaxValueSize bounds the size of an encoded value, n bytes. A larger
-// one is not sent to Redis: Set returns an error matching [ErrInvalid] that
-// names its size, and Fetch returns the computed value with that error
-// (FetchMany fails the key). Redis refuses a value above its
-// proto-max-bulk-len (512 MiB by default) only after it has read it all,
-// and closes the connection. The default is 64 MiB. WithMaxValueSize
-// panics if n is not positive.
+// WithMaxValueSize bounds the size of a value as stored, n bytes: the
+// codec's bytes and a header of a few bytes, counted before compression
+// (see [WithCompression]). A larger value is not sent to Redis: Set returns
+// an error matching [ErrInvalid] that names its size, and Fetch returns the
+// computed value with that error and stores nothing (FetchMany fails the
+// key), so every Fetch of it computes. A value that was stored is readable:
+// a read checks the same bound, before decompressing, from the size a
+// compressed entry claims, and refuses a larger one as bytes that do not
+// decode (a miss, see [Stats].DecodeErrors) without allocating it. No read
+// allocates more than n for a compressed value, whatever was written
+// under the prefix. Processes that share a prefix should share n. Redis
+// refuses a value above its proto-max-bulk-len (512 MiB by default) only
+// after it has read it all, and closes the connection. The default is 64
+// MiB. WithMaxValueSize panics if n is not positive.
 func WithMaxValueSize(n int) Option {
 	if n <= 0 {
 		panic(fmt.Sprintf("dogpile: max value size %d is not positive (a programmer error)", n))
