@@ -48,10 +48,15 @@ func buildOptions(opts []Option) options {
 
 // WithPrefix sets the prefix of every Redis key and channel the Cache uses.
 // Caches with different prefixes never see each other's values. The default
-// is "dogpile:". WithPrefix panics if prefix contains '{' or '}', which
+// is "dogpile:". WithPrefix panics if prefix is empty, which would put the
+// Cache's keys among every other program's (and [Cache.Clear] would remove
+// theirs that look like its own), or if it contains '{' or '}', which
 // would change the hash tag that keeps a key's data in one cluster slot.
 func WithPrefix(prefix string) Option {
-	if strings.ContainsAny(prefix, "{}") {
+	switch {
+	case prefix == "":
+		panic("dogpile: WithPrefix(\"\"): an empty prefix would mix the Cache's keys with every other program's (a programmer error)")
+	case strings.ContainsAny(prefix, "{}"):
 		panic(fmt.Sprintf("dogpile: prefix %q contains a brace (a programmer error)", prefix))
 	}
 	return optionFunc(func(o *options) { o.prefix = prefix })
