@@ -97,15 +97,14 @@ type Cache[T any] struct {
 }
 
 // New returns a Cache that keeps values of type T in client's Redis. It
-// does no I/O. New panics if client is nil.
+// does no I/O. New panics if client is nil (a nil *redis.Client too), or
+// if an option is nil.
 //
 // client may be a *redis.Client, a *redis.ClusterClient or any other
 // [redis.UniversalClient]. All the Redis keys of one cache key share a hash
 // tag, so each Fetch touches a single cluster slot.
 func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
-	if client == nil {
-		panic("dogpile: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("dogpile", client)
 	c := &Cache[T]{
 		client:   client,
 		opts:     buildOptions(opts),

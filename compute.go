@@ -35,8 +35,15 @@ type job[T any] struct {
 }
 
 // errComputeTooLong is the cause that ends compute's context after the
-// bound set by WithMaxCompute.
+// bound set by WithMaxCompute (see Cache.tooLong).
 var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
+
+// tooLong is the cause that ends compute's context after the bound set by
+// WithMaxCompute: errComputeTooLong, naming the option and its bound
+// (compute may return the cause as its error).
+func (c *Cache[T]) tooLong() error {
+	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
+}
 
 // errLeaseLost is the cancellation cause of compute's context when the
 // compute lock was lost.
@@ -121,7 +128,7 @@ func (c *Cache[T]) computeContext(ctx context.Context, sent time.Time) (cctx con
 	if c.opts.maxCompute > 0 {
 		var tcancel context.CancelFunc
 		end := sent.Add(c.opts.maxCompute - hold.Drift(c.opts.lease))
-		cctx, tcancel = context.WithDeadlineCause(cctx, end, errComputeTooLong)
+		cctx, tcancel = context.WithDeadlineCause(cctx, end, c.tooLong())
 		stop = func() { tcancel(); cancel(nil) }
 	}
 	ro = &resultOpts{vouch: true, epochs: c.readEpochs}

@@ -40,7 +40,10 @@ type options struct {
 
 func buildOptions(opts []Option) options {
 	o := options{prefix: defaultPrefix, codec: MsgPack, maxValue: defaultMaxValue, lease: defaultLease, refreshRetry: defaultRefreshRetry}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("dogpile: option %d of %d given to New is nil (a programmer error)", i+1, len(opts)))
+		}
 		opt.apply(&o)
 	}
 	return o
