@@ -17,7 +17,7 @@ import (
 
 var (
 	// ErrMiss is returned by [Cache.Get] when key holds no value, or holds
-	// bytes that do not decode (which Fetch would treat as a miss too).
+	// what does not decode (which Fetch would treat as a miss too).
 	ErrMiss = errors.New("dogpile: miss")
 
 	// ErrComputeFailed is returned by [Cache.Fetch] to callers that waited
@@ -155,7 +155,7 @@ func (c *Cache[T]) valueKey(key string) string {
 }
 
 // Get returns the value cached under key. It returns an error matching
-// [ErrMiss] if there is none, or if the stored bytes do not decode, and one
+// [ErrMiss] if there is none, or if what is stored does not decode, and one
 // matching [ErrNotFound] if the key holds a not-found tombstone (see
 // [WithNegativeTTL]); an empty key, one matching [ErrInvalid]; other errors
 // come from Redis, wrapped. With [WithStale], Get returns a stale value as it

@@ -36,7 +36,8 @@
 //     that dies mid-compute is taken over within one lease.
 //   - A failed compute stores nothing, releases the lock at once and tells the
 //     waiting processes, which return [ErrComputeFailed].
-//   - Bytes that do not decode are a miss: recomputed and overwritten.
+//   - Bytes that do not decode, or a key of another type (a list, a hash),
+//     are a miss: recomputed and overwritten.
 //   - Many keys missing at once: lock attempts take turns (half the client's
 //     connection pool), so the store that wakes a key's waiters never queues
 //     behind lock attempts for keys that missed later.
