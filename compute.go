@@ -235,8 +235,10 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 
 // runCompute calls f, a compute, turning a panic into an error (its stack
 // goes to the log, not to the callers), between a ComputeStart and a
-// ComputeEnd event made from e.
+// ComputeEnd event made from e. A compute that failed once Close had ended
+// its context ends with ErrClosed: a clean shutdown is no compute error.
 func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Context) error) (err error) {
+	cctx := ctx
 	e.Kind = EventComputeStart
 	ctx = c.emit(ctx, e)
 	start := time.Now()
@@ -247,6 +249,9 @@ func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Conte
 			err = p
 		}
 		e.Kind, e.Took, e.Err, e.NotFound = EventComputeEnd, time.Since(start), err, errors.Is(err, ErrNotFound)
+		if err != nil && errors.Is(context.Cause(cctx), ErrClosed) {
+			e.Err, e.NotFound = ErrClosed, false
+		}
 		c.emit(ctx, e)
 	}()
 	return f(ctx)
