@@ -102,9 +102,11 @@ func WithMaxValueSize(n int) Option {
 // less memory in Redis and on the wire (and more values small enough to
 // ride with their wake-up), for some CPU on each store and each read from
 // Redis (a near hit decodes nothing). Compressed entries are marked in
-// their header: a process running a dogpile without compression reads
-// them as a miss, recomputes and overwrites them, never as garbage. The
-// default is no compression. WithCompression panics if minBytes is
+// their header, and every Cache reads them, with or without this option:
+// turning it on or off on a running fleet is safe. A dogpile older than
+// compression reads them as a miss, and recomputes and overwrites them,
+// never as garbage. [WithMaxValueSize] counts a value before compression.
+// The default is no compression. WithCompression panics if minBytes is
 // negative.
 func WithCompression(minBytes int) Option {
 	if minBytes < 0 {
