@@ -41,6 +41,7 @@ func TestBadInput(t *testing.T) {
 	mustPanic(t, "Fetch with nil compute", func() { _, _ = c.Fetch(ctx, "k", time.Minute, nil) })
 	mustPanic(t, "Refresh with nil compute", func() { _, _ = c.Refresh(ctx, "k", time.Minute, nil) })
 	mustPanic(t, "WithPrefix with a brace", func() { WithPrefix("a{") })
+	mustPanic(t, `WithPrefix("")`, func() { WithPrefix("") })
 	mustPanic(t, "WithLease(0)", func() { WithLease(0) })
 	mustPanic(t, "WithMaxCompute(0)", func() { WithMaxCompute(0) })
 	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })

@@ -17,7 +17,7 @@ import (
 
 var (
 	// ErrMiss is returned by [Cache.Get] when key holds no value, or holds
-	// bytes that do not decode (which Fetch would treat as a miss too).
+	// what does not decode (which Fetch would treat as a miss too).
 	ErrMiss = errors.New("dogpile: miss")
 
 	// ErrComputeFailed is returned by [Cache.Fetch] to callers that waited
@@ -102,15 +102,14 @@ type Cache[T any] struct {
 }
 
 // New returns a Cache that keeps values of type T in client's Redis. It
-// does no I/O. New panics if client is nil.
+// does no I/O. New panics if client is nil (a nil *redis.Client too), or
+// if an option is nil.
 //
 // client may be a *redis.Client, a *redis.ClusterClient or any other
 // [redis.UniversalClient]. All the Redis keys of one cache key share a hash
 // tag, so each Fetch touches a single cluster slot.
 func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
-	if client == nil {
-		panic("dogpile: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("dogpile", client)
 	c := &Cache[T]{
 		client:   client,
 		opts:     buildOptions(opts),
@@ -161,7 +160,7 @@ func (c *Cache[T]) valueKey(key string) string {
 }
 
 // Get returns the value cached under key. It returns an error matching
-// [ErrMiss] if there is none, or if the stored bytes do not decode, and one
+// [ErrMiss] if there is none, or if what is stored does not decode, and one
 // matching [ErrNotFound] if the key holds a not-found tombstone (see
 // [WithNegativeTTL]); an empty key, one matching [ErrInvalid]; other errors
 // come from Redis, wrapped. With [WithStale], Get returns a stale value as it

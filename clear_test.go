@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/lock"
 )
 
@@ -100,4 +106,103 @@ func TestClearNearTiers(t *testing.T) {
 		v, err := b.Fetch(ctx, "k", time.Minute, constant("new"))
 		return err == nil && v == "new"
 	})
+}
+
+// TestClearRemovesWhatItWrote: Clear removes every key the Cache wrote,
+// values and the records of each key (a lock left by a holder that
+// vanished, failed computes' errors, the retry mark) and the tags'
+// bookkeeping (sets, epochs, a set an InvalidateTag moved aside and left
+// with its registry), and nothing else: not a key under its prefix of
+// another shape, nor one of another prefix or none. Before, it left the
+// tags' keys. On a server and on a Cluster.
+func TestClearRemovesWhatItWrote(t *testing.T) {
+	for _, name := range []string{"server", "cluster"} {
+		t.Run(name, func(t *testing.T) {
+			var rdb redis.UniversalClient
+			if name == "server" {
+				rdb = redistest.StartServer(t).Client(t)
+			} else {
+				rdb = redistest.StartCluster(t, 3).Client(t)
+			}
+			ctx := t.Context()
+			c := New[string](rdb, WithPrefix("p:"), WithStale(time.Minute))
+			defer c.Close()
+			writeEveryKindOfKey(t, c)
+			foreign := []string{"{someone}else", "{k}", "q:{k}", "p:{k}x", "p:{k}:lockx", "p:{}", "p:{k}#", "p:plain",
+				"p:tag:plain", "p:tagv:{t}:x", "p:tag:{t}:short", "p:tagz:{t}"}
+			for _, k := range foreign {
+				if err := rdb.Set(ctx, k, "foreign", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Clear(ctx); err != nil {
+				t.Fatal(err)
+			}
+			left := slices.DeleteFunc(allKeys(t, rdb), func(k string) bool {
+				return strings.HasPrefix(k, "p:clock-probe:") // WithStale's, of a few ms (see Clear)
+			})
+			slices.Sort(left)
+			slices.Sort(foreign)
+			if !slices.Equal(left, foreign) {
+				t.Errorf("keys after Clear:\n%q\nwant the foreign ones:\n%q", left, foreign)
+			}
+		})
+	}
+}
+
+// writeEveryKindOfKey makes c write every kind of key it has, and checks
+// that it did: values (a key with a brace among them), a failed compute's
+// errors and retry mark, a lock left by a holder that vanished, tags' sets
+// and epochs, and a set aside that an InvalidateTag left before voiding
+// its values, with its registry.
+func writeEveryKindOfKey(t *testing.T, c *Cache[string]) {
+	t.Helper()
+	ctx := t.Context()
+	for _, k := range []string{"a", "{brace}"} {
+		if err := c.SetTagged(ctx, k, "v", time.Minute, "t", "w", "{u}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.InvalidateTag(ctx, "{u}"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fetch(ctx, "fails", time.Minute, func(context.Context) (string, error) {
+		return "", errors.New("backend down")
+	}); err == nil {
+		t.Fatal("the failing compute returned no error")
+	}
+	if err := c.client.Set(ctx, c.keys("dead").lock, "token", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	set, epoch := c.tagKeys("t")
+	registry := c.opts.prefix + tagRegistryName + redisutil.Tag("t")
+	aside := set + ":" + redisutil.Token()
+	if err := c.run(ctx, tagBumpScript, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	written := allKeys(t, c.client)
+	for _, k := range []string{c.valueKey("a"), c.valueKey("{brace}"), c.keys("fails").errs, c.keys("fails").throttle,
+		c.keys("dead").lock, c.opts.prefix + "tag:{w}", epoch, c.opts.prefix + "tagv:" + redisutil.Tag("{u}"), registry, aside} {
+		if !slices.Contains(written, k) {
+			t.Fatalf("%s not written; the keys are %q", k, written)
+		}
+	}
+}
+
+// allKeys lists the keys of every node of rdb.
+func allKeys(t *testing.T, rdb redis.UniversalClient) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var all []string
+	err := forEachNode(t.Context(), rdb, func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, "*").Result()
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, keys...)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
 }

@@ -14,9 +14,10 @@ var ErrClosed = errors.New("dogpile: cache closed")
 // near tier's tracking (see [WithNearCache]), and the flights and
 // background refreshes in progress, whose compute's context is cancelled
 // with cause ErrClosed (a compute that gives up releases its lock, so
-// another process takes over at once; one that ignores its context is
-// waited for). Callers waiting for them get ErrClosed, and every call after
-// Close returns ErrClosed. So no goroutine of the Cache outlives Close.
+// another process takes over at once, and is no compute error in [Stats]
+// or to the observer; one that ignores its context is waited for).
+// Callers waiting for them get ErrClosed, and every call after Close
+// returns ErrClosed. So no goroutine of the Cache outlives Close.
 //
 // Close does not close the client, which the program owns. What is kept
 // per client, for every Cache and lock on it, outlives Close: the circuit

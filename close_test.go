@@ -3,6 +3,7 @@ package dogpile
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +156,60 @@ func TestCloseEndsEveryWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	goleak.VerifyNone(t, before)
+}
+
+// TestCloseIsNoComputeError: computes that Close ends (a Fetch's and a
+// FetchMany's, in flight) are not compute errors: Stats().ComputeErrors
+// stays 0, and the observer's ComputeEnd carries ErrClosed, as a clean
+// deploy must not fire an alert on compute errors; a compute that fails
+// on its own still counts. Before, each such compute counted.
+func TestCloseIsNoComputeError(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	var mu sync.Mutex
+	var ends []error
+	observe := WithObserver(func(ctx context.Context, e Event) context.Context {
+		if e.Kind == EventComputeEnd {
+			mu.Lock()
+			ends = append(ends, e.Err)
+			mu.Unlock()
+		}
+		return nil
+	})
+	c := New[string](rdb, prefix(t), observe)
+	ctx := t.Context()
+	if _, err := c.Fetch(ctx, "fails", time.Minute, func(context.Context) (string, error) {
+		return "", errors.New("backend down")
+	}); err == nil {
+		t.Fatal("the failing compute returned no error")
+	}
+	var computing sync.WaitGroup
+	computing.Add(2)
+	var done sync.WaitGroup
+	done.Go(func() {
+		_, _ = c.Fetch(ctx, "one", time.Minute, func(ctx context.Context) (string, error) {
+			computing.Done()
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+	})
+	done.Go(func() {
+		_, _ = c.FetchMany(ctx, []string{"many"}, time.Minute, func(ctx context.Context, _ []string) (map[string]string, error) {
+			computing.Done()
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		})
+	})
+	computing.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done.Wait()
+	if n := c.Stats().ComputeErrors; n != 1 {
+		t.Errorf("ComputeErrors = %d; want 1, the compute that failed on its own", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ends) != 3 || errors.Is(ends[0], ErrClosed) || !errors.Is(ends[1], ErrClosed) || !errors.Is(ends[2], ErrClosed) {
+		t.Errorf("ComputeEnd errors = %v; want the failure, then ErrClosed twice", ends)
+	}
 }

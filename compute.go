@@ -35,8 +35,15 @@ type job[T any] struct {
 }
 
 // errComputeTooLong is the cause that ends compute's context after the
-// bound set by WithMaxCompute.
+// bound set by WithMaxCompute (see Cache.tooLong).
 var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
+
+// tooLong is the cause that ends compute's context after the bound set by
+// WithMaxCompute: errComputeTooLong, naming the option and its bound
+// (compute may return the cause as its error).
+func (c *Cache[T]) tooLong() error {
+	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
+}
 
 // errLeaseLost is the cancellation cause of compute's context when the
 // compute lock was lost.
@@ -121,7 +128,7 @@ func (c *Cache[T]) computeContext(ctx context.Context, sent time.Time) (cctx con
 	if c.opts.maxCompute > 0 {
 		var tcancel context.CancelFunc
 		end := sent.Add(c.opts.maxCompute - hold.Drift(c.opts.lease))
-		cctx, tcancel = context.WithDeadlineCause(cctx, end, errComputeTooLong)
+		cctx, tcancel = context.WithDeadlineCause(cctx, end, c.tooLong())
 		stop = func() { tcancel(); cancel(nil) }
 	}
 	ro = &resultOpts{vouch: true, epochs: c.readEpochs}
@@ -228,8 +235,10 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 
 // runCompute calls f, a compute, turning a panic into an error (its stack
 // goes to the log, not to the callers), between a ComputeStart and a
-// ComputeEnd event made from e.
+// ComputeEnd event made from e. A compute that failed once Close had ended
+// its context ends with ErrClosed: a clean shutdown is no compute error.
 func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Context) error) (err error) {
+	cctx := ctx
 	e.Kind = EventComputeStart
 	ctx = c.emit(ctx, e)
 	start := time.Now()
@@ -240,6 +249,9 @@ func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Conte
 			err = p
 		}
 		e.Kind, e.Took, e.Err, e.NotFound = EventComputeEnd, time.Since(start), err, errors.Is(err, ErrNotFound)
+		if err != nil && errors.Is(context.Cause(cctx), ErrClosed) {
+			e.Err, e.NotFound = ErrClosed, false
+		}
 		c.emit(ctx, e)
 	}()
 	return f(ctx)

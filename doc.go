@@ -36,7 +36,8 @@
 //     that dies mid-compute is taken over within one lease.
 //   - A failed compute stores nothing, releases the lock at once and tells the
 //     waiting processes, which return [ErrComputeFailed].
-//   - Bytes that do not decode are a miss: recomputed and overwritten.
+//   - Bytes that do not decode, or a key of another type (a list, a hash),
+//     are a miss: recomputed and overwritten.
 //   - Many keys missing at once: lock attempts take turns (half the client's
 //     connection pool), so the store that wakes a key's waiters never queues
 //     behind lock attempts for keys that missed later.
@@ -136,7 +137,10 @@
 // the lock "p{k}:lock", recent compute errors "p{k}:err", the channel
 // "p{k}:wake" and, after a failed background refresh, "p{k}:retry". A key
 // containing a brace is replaced in the tag by a hash of it, so they always
-// share a cluster slot.
+// share a cluster slot. A tag t (see [Tag]) has a set "ptag:{t}" and an
+// epoch "ptagv:{t}" (and, while an InvalidateTag of it works, sets aside
+// "ptag:{t}:<token>" listed in "ptagx:{t}"). [Cache.Clear] removes the
+// keys of these shapes, and no other.
 //
 // The compute lock is a plain string key with a token, not a lock.Mutex:
 // the fetch script must take it in the same atomic step that finds the value

@@ -11,8 +11,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/klauspost/compress/s2"
 )
 
 // An entry is what a value key holds: a header, then the codec's bytes.
@@ -72,7 +70,9 @@ func (c *Cache[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{})
 
 // encodeEntry encodes v with m; a tombstone carries no value. With
 // WithCompression, a payload longer than its threshold is compressed, if
-// that makes it shorter.
+// that makes it shorter. WithMaxValueSize bounds the entry as it would be
+// uncompressed: the size a reader checks before decompressing it, so that
+// whatever is stored can be read back (see decompress).
 func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -84,12 +84,9 @@ func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 		if p, err = c.opts.codec.Marshal(v); err != nil {
 			return nil, err
 		}
-		if c.opts.compressMin > 0 && len(p) > c.opts.compressMin {
-			if z := s2.Encode(nil, p); len(z) < len(p) {
-				p, m.compressed = z, true
-			}
-		}
 	}
+	raw := len(p)
+	p, m.compressed = c.compress(p)
 	switch {
 	case c.fresh != nil:
 		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
@@ -101,7 +98,7 @@ func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
 		b = m.append(b)
 	}
-	if n := len(b) + len(p); n > c.opts.maxValue {
+	if n := len(b) + raw; n > c.opts.maxValue {
 		return nil, tooLarge{n, c.opts.maxValue}
 	}
 	return append(b, p...), nil
@@ -124,29 +121,6 @@ func (m meta) flags() byte {
 		f |= flagCompressed
 	}
 	return f
-}
-
-// tooLarge is the error of an encoded value above WithMaxValueSize. It
-// matches ErrInvalid without repeating its prefix after the caller's.
-type tooLarge struct{ n, max int }
-
-func (e tooLarge) Error() string {
-	return fmt.Sprintf("value of %d bytes is above the limit of %d (see WithMaxValueSize)", e.n, e.max)
-}
-
-func (tooLarge) Is(target error) bool { return target == ErrInvalid }
-
-// decompress returns the S2 payload p decompressed, refusing one that
-// would exceed WithMaxValueSize (bytes crafted to exhaust memory).
-func (c *Cache[T]) decompress(p []byte) ([]byte, error) {
-	n, err := s2.DecodedLen(p)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("compressed payload: %w", err)
-	case n > c.opts.maxValue:
-		return nil, tooLarge{n, c.opts.maxValue}
-	}
-	return s2.Decode(nil, p)
 }
 
 // isTombstone reports whether b is a well-formed entry that says "not
@@ -195,7 +169,7 @@ func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
 			return v, m, err
 		}
 		if m.compressed {
-			if p, err = c.decompress(p); err != nil {
+			if p, err = c.decompress(p, len(b)-len(p)); err != nil {
 				return v, m, err
 			}
 		}

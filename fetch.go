@@ -59,11 +59,11 @@ import (
 // not retry the compute themselves (the next Fetch does), so a failing
 // backend is called once per failure, not once per waiting process.
 //
-// Stored bytes that do not decode count as a miss: they are recomputed and
-// overwritten (see [Stats].DecodeErrors). Redis errors are returned wrapped,
-// and compute is not called, unless [WithComputeWhenDown] is set. If
-// compute succeeded but storing its result failed, Fetch returns the value
-// together with the error.
+// Stored bytes that do not decode, and a key of another type (a list),
+// count as a miss: recomputed and overwritten (see [Stats].DecodeErrors).
+// Redis errors are returned wrapped, and compute is not called, unless
+// [WithComputeWhenDown] is set. If compute succeeded but storing its result
+// failed, Fetch returns the value together with the error.
 //
 // An empty key or a ttl below a millisecond returns an error matching
 // [ErrInvalid] (keys and TTLs may come from data). Fetch panics if compute

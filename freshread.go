@@ -81,7 +81,7 @@ func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (
 	err = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
 		get, pt = p.Get(ctx, vk), p.PTTL(ctx, vk)
 	})
-	if b, err = get.Bytes(); err != nil {
+	if b, err = notString(get.Bytes()); err != nil {
 		return nil, -1, err
 	}
 	if f.pttlFirst.Load() && deadlineOf(b) != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,7 +87,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 // next InvalidateTag of t.
 func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
 	set, epoch := c.tagKeys(t)
-	registry := c.opts.prefix + "tagx:" + redisutil.Tag(t)
+	registry := c.opts.prefix + tagRegistryName + redisutil.Tag(t)
 	aside := set + ":" + redisutil.Token() // same hash tag: same slot
 	asides, err := c.run(ctx, tagBumpScript, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
 	if err != nil {
@@ -136,93 +135,6 @@ func (c *Cache[T]) void(ctx context.Context, vks []string) error {
 		c.forget(vk)
 	}
 	return err
-}
-
-// Clear deletes, rather than bumping a generation that every key name
-// would carry: a generation must be read before every hit (a second
-// command, or a stale copy of it in each process, which would let a
-// cleared value be served), and the old values would fill memory until
-// their TTLs. SCAN and UNLINK cost Redis work in proportion to the keys,
-// spread over many small steps; a hit stays one GET.
-
-// clearBatch is how many keys one SCAN asks for, and one pipeline of
-// UNLINKs removes: small steps, so that Redis serves other clients in
-// between.
-const clearBatch = 1000
-
-// Clear removes every value of the Cache, and every compute lock, error
-// record and retry mark that goes with one: every key under its prefix (see
-// [WithPrefix]; the keys of the lock package, and of Caches with other
-// prefixes, are left alone), on every master of a Cluster or shard of a
-// Ring. A compute running anywhere at that moment loses its lock, so its
-// value is not stored (as after [Cache.Delete]); near tiers in every
-// process drop their copies as Redis reports each deletion, and this
-// process's at once. Clear walks the keyspace with SCAN and removes keys
-// with UNLINK, a thousand at a time, so Redis is never blocked for long;
-// a value stored while Clear runs may survive it. Clear returns the first
-// error a node reported (the keys of that node may be partly removed).
-func (c *Cache[T]) Clear(ctx context.Context) error {
-	if c.life.done() {
-		return ErrClosed
-	}
-	pattern := globEscape(c.opts.prefix) + "{*"
-	err := forEachNode(ctx, c.client, func(ctx context.Context, n *redis.Client) error {
-		return clearNode(ctx, n, pattern)
-	})
-	// After the deletes, as Set does after its write (see forget).
-	c.flights.forgetAll()
-	if c.near != nil {
-		c.near.x.DropAll()
-	}
-	if err != nil {
-		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
-	}
-	return nil
-}
-
-// clearNode removes the keys of one node that match pattern.
-func clearNode(ctx context.Context, n *redis.Client, pattern string) error {
-	var cursor uint64
-	for {
-		keys, next, err := n.Scan(ctx, cursor, pattern, clearBatch).Result()
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			// One key per UNLINK: on a Cluster the keys of one node span
-			// slots, which one command may not.
-			if err := redisutil.Pipelined(ctx, n, func(p redis.Pipeliner) {
-				for _, k := range keys {
-					p.Unlink(ctx, k)
-				}
-			}); err != nil {
-				return err
-			}
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
-	}
-}
-
-// forEachNode calls f for every master of a Cluster, or every shard of a
-// Ring, at once, or for the client itself, and returns the first error.
-func forEachNode(ctx context.Context, client redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, f)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, f)
-	case *redis.Client:
-		return f(ctx, c)
-	}
-	return fmt.Errorf("a client of type %T", client)
-}
-
-// globEscape escapes the characters that a SCAN MATCH pattern gives a
-// meaning: a prefix is matched as it is.
-func globEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
 
 // tagBumpScript bumps a tag's epoch and moves its set aside, in one step,

@@ -54,7 +54,7 @@ func (c *Cache[T]) holdLease(sent time.Time, cancel context.CancelCauseFunc, ext
 			// A lease that runs out at its cap ends as compute's deadline
 			// does (see computeContext): the bound is why.
 			if capped := c.opts.maxCompute - hold.Drift(c.opts.lease); c.opts.maxCompute > 0 && time.Since(sent) >= capped {
-				cancel(errComputeTooLong)
+				cancel(c.tooLong())
 				return
 			}
 			cancel(errLeaseLost)

@@ -216,7 +216,7 @@ func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, erro
 		m.c.rollback(wctx, releaseCall(m.ks, m.token, m.c.publish))
 	}
 	if wctx.Err() != nil {
-		return missValue, nil, waitErr(wctx, m.key)
+		return missValue, nil, m.waitErr(wctx)
 	}
 	if m.c.opts.computeIfDown && unreachable(err) {
 		return missDown, nil, nil
@@ -235,7 +235,7 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	}
 	if m.w.Watch(wctx, m.ks.channel) {
 		if wctx.Err() != nil {
-			return nil, waitErr(wctx, m.key)
+			return nil, m.waitErr(wctx)
 		}
 		return nil, nil // look again, now that no store can go unnoticed
 	}
@@ -251,7 +251,7 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	woken, err := m.w.Wait(wctx, redisutil.Wait(pttl, wake.PushCap))
 	switch {
 	case err != nil:
-		return nil, waitErr(wctx, m.key)
+		return nil, m.waitErr(wctx)
 	case woken == wake.Pushed:
 		m.c.stats.push.Add(1)
 		m.lastWake = WakePush
@@ -305,10 +305,10 @@ func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
 }
 
 // waitErr is the error of a flight whose wait context ended: the wait
-// timeout (see WithWaitTimeout), or every caller left.
-func waitErr(wctx context.Context, key string) error {
+// timeout, named (see WithWaitTimeout), or every caller left.
+func (m *miss[T]) waitErr(wctx context.Context) error {
 	if errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("dogpile: wait for %q: %w", key, context.DeadlineExceeded)
+		return fmt.Errorf("dogpile: wait for %q: WithWaitTimeout(%v) passed: %w", m.key, m.c.opts.waitTimeout, context.DeadlineExceeded)
 	}
 	return wctx.Err()
 }

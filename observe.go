@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,8 @@ type Event struct {
 	// Took is how long the compute or the wait took (ComputeEnd, WaitEnd).
 	Took time.Duration
 	// Err is the compute's error (ComputeEnd), or the error the wait ended
-	// with (WaitEnd).
+	// with (WaitEnd). A compute that fails once [Cache.Close] ended its
+	// context ends with ErrClosed: a shutdown, not a failure.
 	Err error
 	// Wake tells how a wait ended (WaitEnd).
 	Wake Wake
@@ -118,7 +120,7 @@ type Stats struct {
 	PollWakeups   uint64 // wake-ups of waits by the holder's lease running out (no message)
 	Takeovers     uint64 // compute locks won after the previous holder vanished without a result
 	DecodeErrors  uint64 // stored values that did not decode (treated as misses)
-	ComputeErrors uint64 // compute calls that returned an error or panicked
+	ComputeErrors uint64 // compute calls that returned an error or panicked, but not because Close ended them
 	Shared        uint64 // Fetch calls that joined a flight already running in this process
 	RemoteErrors  uint64 // flights told that another process's compute failed
 	Stale         uint64 // hits answered with a value past its TTL (WithStale)
@@ -184,7 +186,7 @@ func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
 			s.refreshes.Add(1)
 		}
 	case EventComputeEnd:
-		if e.Err != nil && !e.NotFound {
+		if e.Err != nil && !e.NotFound && !errors.Is(e.Err, ErrClosed) {
 			s.computeErrors.Add(1)
 		}
 	case EventWaitStart:

@@ -40,7 +40,10 @@ type options struct {
 
 func buildOptions(opts []Option) options {
 	o := options{prefix: defaultPrefix, codec: MsgPack, maxValue: defaultMaxValue, lease: defaultLease, refreshRetry: defaultRefreshRetry}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("dogpile: option %d of %d given to New is nil (a programmer error)", i+1, len(opts)))
+		}
 		opt.apply(&o)
 	}
 	return o
@@ -48,10 +51,15 @@ func buildOptions(opts []Option) options {
 
 // WithPrefix sets the prefix of every Redis key and channel the Cache uses.
 // Caches with different prefixes never see each other's values. The default
-// is "dogpile:". WithPrefix panics if prefix contains '{' or '}', which
+// is "dogpile:". WithPrefix panics if prefix is empty, which would put the
+// Cache's keys among every other program's (and [Cache.Clear] would remove
+// theirs that look like its own), or if it contains '{' or '}', which
 // would change the hash tag that keeps a key's data in one cluster slot.
 func WithPrefix(prefix string) Option {
-	if strings.ContainsAny(prefix, "{}") {
+	switch {
+	case prefix == "":
+		panic("dogpile: WithPrefix(\"\"): an empty prefix would mix the Cache's keys with every other program's (a programmer error)")
+	case strings.ContainsAny(prefix, "{}"):
 		panic(fmt.Sprintf("dogpile: prefix %q contains a brace (a programmer error)", prefix))
 	}
 	return optionFunc(func(o *options) { o.prefix = prefix })
@@ -68,13 +76,20 @@ func WithCodec(codec Codec) Option {
 	return optionFunc(func(o *options) { o.codec = codec })
 }
 
-// WithMaxValueSize bounds the size of an encoded value, n bytes. A larger
-// one is not sent to Redis: Set returns an error matching [ErrInvalid] that
-// names its size, and Fetch returns the computed value with that error
-// (FetchMany fails the key). Redis refuses a value above its
-// proto-max-bulk-len (512 MiB by default) only after it has read it all,
-// and closes the connection. The default is 64 MiB. WithMaxValueSize
-// panics if n is not positive.
+// WithMaxValueSize bounds the size of a value as stored, n bytes: the
+// codec's bytes and a header of a few bytes, counted before compression
+// (see [WithCompression]). A larger value is not sent to Redis: Set returns
+// an error matching [ErrInvalid] that names its size, and Fetch returns the
+// computed value with that error and stores nothing (FetchMany fails the
+// key), so every Fetch of it computes. A value that was stored is readable:
+// a read checks the same bound, before decompressing, from the size a
+// compressed entry claims, and refuses a larger one as bytes that do not
+// decode (a miss, see [Stats].DecodeErrors) without allocating it. No read
+// allocates more than n for a compressed value, whatever was written
+// under the prefix. Processes that share a prefix should share n. Redis
+// refuses a value above its proto-max-bulk-len (512 MiB by default) only
+// after it has read it all, and closes the connection. The default is 64
+// MiB. WithMaxValueSize panics if n is not positive.
 func WithMaxValueSize(n int) Option {
 	if n <= 0 {
 		panic(fmt.Sprintf("dogpile: max value size %d is not positive (a programmer error)", n))
@@ -87,9 +102,11 @@ func WithMaxValueSize(n int) Option {
 // less memory in Redis and on the wire (and more values small enough to
 // ride with their wake-up), for some CPU on each store and each read from
 // Redis (a near hit decodes nothing). Compressed entries are marked in
-// their header: a process running a dogpile without compression reads
-// them as a miss, recomputes and overwrites them, never as garbage. The
-// default is no compression. WithCompression panics if minBytes is
+// their header, and every Cache reads them, with or without this option:
+// turning it on or off on a running fleet is safe. A dogpile older than
+// compression reads them as a miss, and recomputes and overwrites them,
+// never as garbage. [WithMaxValueSize] counts a value before compression.
+// The default is no compression. WithCompression panics if minBytes is
 // negative.
 func WithCompression(minBytes int) Option {
 	if minBytes < 0 {

@@ -92,19 +92,22 @@ func TestReadmeTestCommandIsCIs(t *testing.T) {
 }
 
 // fencedBlocks returns the contents of the blocks of file that open with
-// the line open exactly and close with a line "```".
+// the line open exactly and close with a line "```"; every block opens
+// with a line that starts with "```" (and its language, if any).
 func fencedBlocks(t *testing.T, file, open string) []string {
 	t.Helper()
 	var blocks []string
 	var cur []string
-	in := false
+	in, keep := false, false
 	eachLine(t, file, func(line string) {
 		switch {
-		case !in && line == open:
-			in, cur = true, nil
+		case !in && strings.HasPrefix(line, "```"):
+			in, keep, cur = true, line == open, nil
 		case in && line == "```":
 			in = false
-			blocks = append(blocks, strings.Join(cur, "\n"))
+			if keep {
+				blocks = append(blocks, strings.Join(cur, "\n"))
+			}
 		case in:
 			cur = append(cur, line)
 		}

@@ -12,9 +12,8 @@ import (
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
 // from the server's own TIME (see expiryLua): no client timestamp ever
-// reaches Redis. The compute lock is a string holding
-// the holder's random token; every write a holder makes checks that token
-// first (a fenced write).
+// reaches Redis. The compute lock is a string holding the holder's random
+// token; every write a holder makes checks that token first (fenced).
 
 // lookLua is the miss path's step for one key, GET-or-lock, shared by
 // fetchScript and fetchManyScript. It returns {0, value} if the value is
@@ -30,9 +29,11 @@ import (
 // gives as bad: that value is never the result of the compute it awaited.
 // A value's SHA1 leaves out its expiry (ident; sha1hex in Go), which a
 // stale InvalidateTag stamps again without making it another value.
+// A value key of another type (see notString) reads as none: SET replaces it.
 const lookLua = identLua + `
 local function look(vk, lk, ek, token, lease, seen, bad, force)
-  local v = redis.call('GET', vk)
+  local v = redis.pcall('GET', vk)
+  if type(v) ~= 'string' then v = false end
   local h = redis.call('GET', lk)
   local take = force == '' or (seen ~= '' and h ~= seen)
   if v and take and (bad == '' or ident(v) ~= bad) then return {0, v} end
@@ -63,8 +64,8 @@ end
 // waiters are left alone: the Set took the lock already, and a later
 // holder's is not ours to take. KEYS: value. ARGV: the entry the Set sent.
 var undoSetScript = redis.NewScript(identLua + `
-local v = redis.call('GET', KEYS[1])
-if not v or ident(v) ~= ident(ARGV[1]) then return 0 end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or ident(v) ~= ident(ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 `)
@@ -81,15 +82,14 @@ const (
 // KEYS: value, lock, errs. ARGV: token, lease ms[, awaited holder or "",
 // SHA1 of a value to treat as absent or "", "force" or ""].
 //
-// The common call, a Fetch's first look (no holder awaited, no value to
-// pass over), sends the first two arguments only and is over in the
-// script's first lines, which are look's for that case: the functions
-// that follow are built anew on every call, which costs the server more
-// than those lines do, on the path from a miss to its compute.
+// The common call, a Fetch's first look (no holder awaited, no value to pass
+// over), sends the first two arguments only and is over in the script's
+// first lines, look's for that case: the functions that follow are built
+// anew on every call, which costs the server more than those lines do.
 var fetchScript = redis.NewScript(`
 if not ARGV[3] then
-  local v = redis.call('GET', KEYS[1])
-  if v then return {0, v} end
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'string' then return {0, v} end
   local h = redis.call('GET', KEYS[2])
   if h and h ~= ARGV[1] then return {2, h, redis.call('PTTL', KEYS[2])} end
   if not h then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
@@ -152,7 +152,7 @@ return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 // shorten cuts the TTL of the value under vk to ttl ms.
 const expiryLua = `
 local function deadline(head, ttl)
-  if string.sub(head, 1, 3) ~= 'dp\3' then return nil end
+  if type(head) ~= 'string' or string.sub(head, 1, 3) ~= 'dp\3' then return nil end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
 end
@@ -174,7 +174,7 @@ local function setv(vk, v, ttl)
   stamp(vk, at)
 end
 local function shorten(vk, ttl)
-  local at = deadline(redis.call('GETRANGE', vk, 0, 2), ttl)
+  local at = deadline(redis.pcall('GETRANGE', vk, 0, 2), ttl)
   if not at then
     redis.call('PEXPIRE', vk, ttl)
     return

@@ -18,11 +18,19 @@ import (
 // far longer than any compute runs between Tag and its store.
 const epochLife = 24 * time.Hour
 
+// What follows a Cache's prefix in the names of a tag's keys (see below,
+// "Tags"), before the tag's hash tag.
+const (
+	tagSetName      = "tag:"  // its set of value keys, and the sets moved aside
+	tagEpochName    = "tagv:" // its epoch
+	tagRegistryName = "tagx:" // its registry of sets moved aside
+)
+
 // tagKeys are the Redis names of tag t: its set of value keys, and its
 // epoch. Both share t's hash slot.
 func (c *Cache[T]) tagKeys(t string) (set, epoch string) {
 	tag := redisutil.Tag(t)
-	return c.opts.prefix + "tag:" + tag, c.opts.prefix + "tagv:" + tag
+	return c.opts.prefix + tagSetName + tag, c.opts.prefix + tagEpochName + tag
 }
 
 // SetTagged is [Cache.Set] of a value with tags (see [Tag]): a later

@@ -22,7 +22,8 @@
 // "multimutex", "redlock"), and tag_prefix the kind of an invalidated tag,
 // never the tag itself (see [WithTagLabel]). A "not found" (dogpile.ErrNotFound) is an
 // answer, not an error: result=notfound, error=false with not_found=true,
-// and no error status on the spans.
+// and no error status on the spans. Nor is a compute that Cache.Close
+// ended (its Err is dogpile.ErrClosed): a deploy raises no compute errors.
 //
 // Spans: a miss's compute ("dogpile.compute") and a wait for another
 // process's compute ("dogpile.wait"), children of the caller's span; the
@@ -149,7 +150,7 @@ func (o *Observer) Cache(ctx context.Context, e dogpile.Event) context.Context {
 		ctx, _ = o.tracer.Start(ctx, "dogpile.compute", trace.WithAttributes(prefix, attribute.Bool("refresh", e.Refresh)))
 		return ctx
 	case dogpile.EventComputeEnd:
-		failed := e.Err != nil && !e.NotFound // "not found" is an answer, not a failure
+		failed := failure(e) != nil
 		attrs := metric.WithAttributes(prefix, attribute.Bool("refresh", e.Refresh), attribute.Bool("error", failed),
 			attribute.Bool("not_found", e.NotFound))
 		o.computes.Add(ctx, 1, attrs)
@@ -184,9 +185,10 @@ func (o *Observer) Lock(ctx context.Context, e lock.Event) {
 	}
 }
 
-// failure is e's error, unless it only says "not found".
+// failure is e's error, unless it only says "not found" (an answer), or
+// that Close ended the compute (a shutdown).
 func failure(e dogpile.Event) error {
-	if e.NotFound {
+	if e.NotFound || errors.Is(e.Err, dogpile.ErrClosed) {
 		return nil
 	}
 	return e.Err

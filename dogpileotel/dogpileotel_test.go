@@ -276,3 +276,37 @@ func TestTagInvalidations(t *testing.T) {
 	}
 	wantCounts(t, reader2, map[string]int64{"dogpile.cache.tag.invalidations{key_prefix=users:,tag_prefix=T}": 1})
 }
+
+// TestCloseIsNoComputeError: a compute that Cache.Close ends is counted
+// with error=false, and its span has no error status: a deploy raises no
+// compute errors.
+func TestCloseIsNoComputeError(t *testing.T) {
+	obs, reader, spans, _ := setup(t)
+	rdb := redistest.StartServer(t).Client(t)
+	c := dogpile.New[int](rdb, dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache))
+	computing, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := c.Fetch(context.Background(), "42", time.Minute, func(ctx context.Context) (int, error) {
+			close(computing)
+			<-ctx.Done()
+			return 0, ctx.Err()
+		})
+		done <- err
+	}()
+	<-computing
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, dogpile.ErrClosed) {
+		t.Fatalf("Fetch in flight at Close = %v; want ErrClosed", err)
+	}
+	wantCounts(t, reader, map[string]int64{
+		"dogpile.cache.computes{error=false,key_prefix=users:,not_found=false,refresh=false}": 1,
+		"dogpile.cache.computes{error=true,key_prefix=users:,not_found=false,refresh=false}":  0,
+	})
+	for _, s := range spans.Ended() {
+		if s.Status().Code == codes.Error {
+			t.Errorf("span %s has an error status for a compute that Close ended", s.Name())
+		}
+	}
+}

@@ -48,9 +48,7 @@ type MultiMutex struct {
 // is nil. No names, or an empty one, make every call return an error
 // matching [ErrInvalid]. [WithFair] does not apply.
 func NewMultiMutex(client redis.UniversalClient, names []string, opts ...Option) *MultiMutex {
-	if client == nil {
-		panic("lock: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("lock", client)
 	o := buildOptions("multimutex", "", opts)
 	o.fair = false
 	mm := &MultiMutex{client: client, publish: wake.PublishCommand(client), opts: o}

@@ -42,9 +42,7 @@ type Mutex struct {
 // It panics if client is nil. An empty name makes every call return an
 // error matching [ErrInvalid].
 func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex {
-	if client == nil {
-		panic("lock: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("lock", client)
 	ks := newKeyspace("mutex", name)
 	names := ks.names("fence", "wake", "h")
 	m := &Mutex{

@@ -55,7 +55,10 @@ func (o *options) build(kind, name string, opts []Option) {
 		maxBackoff: 500 * time.Millisecond,
 		retention:  DefaultRetention,
 	}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			panic(fmt.Sprintf("lock: option %d of %d given to the %s %q is nil (a programmer error)", i+1, len(opts), kind, name))
+		}
 		opt.apply(o)
 	}
 	o.retentionMs = redisutil.Millis(o.retention)

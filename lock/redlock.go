@@ -62,9 +62,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 		invalid: checkName(name),
 	}
 	for _, c := range clients {
-		if c == nil {
-			panic("lock: nil redis client (a programmer error)")
-		}
+		redisutil.MustClient("lock", c)
 		r.releases = append(r.releases, mutexRelease[wake.PublishCommand(c)])
 	}
 	return r

@@ -54,9 +54,7 @@ type RWMutex struct {
 // It does no I/O. It panics if client is nil. An empty name makes every
 // call return an error matching [ErrInvalid].
 func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMutex {
-	if client == nil {
-		panic("lock: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("lock", client)
 	ks := newKeyspace("rw", name)
 	rw := &RWMutex{
 		client:  client,

@@ -69,9 +69,7 @@ func NewSemaphore(client redis.UniversalClient, name string, permits int64, opts
 // lock, so fair and plain lockers of one name still exclude each other, and
 // both draw from the same fencing counter.
 func newSemaphore(client redis.UniversalClient, ks keyspace, name string, permits int64, o options) *Semaphore {
-	if client == nil {
-		panic("lock: nil redis client (a programmer error)")
-	}
+	redisutil.MustClient("lock", client)
 	s := &Semaphore{
 		client:  client,
 		name:    name,

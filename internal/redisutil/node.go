@@ -2,9 +2,24 @@ package redisutil
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 
 	"github.com/redis/go-redis/v9"
 )
+
+// MustClient panics, its message starting with pkg, if client is nil: an
+// untyped nil, or a nil pointer of a client type ((*redis.Client)(nil)),
+// which passes a plain nil check and would panic only at the first
+// command, far from the mistake.
+func MustClient(pkg string, client redis.UniversalClient) {
+	if client == nil {
+		panic(pkg + ": nil redis client (a programmer error)")
+	}
+	if v := reflect.ValueOf(client); v.Kind() == reflect.Pointer && v.IsNil() {
+		panic(fmt.Sprintf("%s: nil redis client: a nil %T (a programmer error)", pkg, client))
+	}
+}
 
 // NodeOf returns the client of the server that holds key: a Cluster's
 // master for its slot, a Ring's shard. It returns nil, and no error, for

@@ -53,6 +53,16 @@ func TokenWith(suffix byte) string {
 
 const tokenLen = 22 // base64 characters of 16 bytes, unpadded
 
+// IsToken reports whether s may be a Token: tokenLen characters of its
+// alphabet.
+func IsToken(s string) bool {
+	if len(s) != tokenLen {
+		return false
+	}
+	_, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil
+}
+
 func appendToken(b []byte) []byte {
 	var r [16]byte
 	_, _ = rand.Read(r[:]) // never fails (crypto/rand doc)

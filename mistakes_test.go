@@ -1,0 +1,87 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/lock"
+)
+
+// TestNewRefusesNilClientsAndOptions: a nil client, untyped or typed (a
+// nil *redis.Client, which passes a nil check), and a nil Option make New,
+// and the lock package's constructors, panic at once with a message that
+// names the mistake, not with a nil dereference at the first call.
+func TestNewRefusesNilClientsAndOptions(t *testing.T) {
+	rdb := nopClient(t)
+	var typed *redis.Client
+	var cluster *redis.ClusterClient
+	for _, tc := range []struct {
+		name, want string
+		f          func()
+	}{
+		{"New(nil)", "dogpile: nil redis client", func() { New[int](nil) }},
+		{"New of a nil *redis.Client", "dogpile: nil redis client: a nil *redis.Client", func() { New[int](typed) }},
+		{"New of a nil *redis.ClusterClient", "a nil *redis.ClusterClient", func() { New[int](cluster) }},
+		{"New with a nil Option", "dogpile: option 2 of 2 given to New is nil", func() { New[int](rdb, WithLease(time.Second), nil) }},
+		{"lock.NewMutex of a nil *redis.Client", "lock: nil redis client: a nil *redis.Client", func() { lock.NewMutex(typed, "m") }},
+		{"lock.NewRWMutex of a nil *redis.Client", "lock: nil redis client", func() { lock.NewRWMutex(typed, "m") }},
+		{"lock.NewSemaphore of a nil *redis.Client", "lock: nil redis client", func() { lock.NewSemaphore(typed, "m", 2) }},
+		{"lock.NewMultiMutex of a nil *redis.Client", "lock: nil redis client", func() { lock.NewMultiMutex(typed, []string{"m"}) }},
+		{"lock.NewRedlock of a nil *redis.Client", "lock: nil redis client", func() { lock.NewRedlock([]redis.UniversalClient{rdb, typed}, "m") }},
+		{"lock.NewMutex with a nil Option", `lock: option 1 of 1 given to the mutex "m" is nil`, func() { lock.NewMutex(rdb, "m", nil) }},
+	} {
+		if got := panicOf(tc.f); !strings.Contains(got, tc.want) || !strings.Contains(got, "programmer error") {
+			t.Errorf("%s panicked with %q; want a message with %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// panicOf returns the message f panicked with, or "".
+func panicOf(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
+}
+
+// TestOptionErrorsNameTheOption: an error that an option's bound caused
+// says so, with the bound: a wait cut by WithWaitTimeout (still matching
+// context.DeadlineExceeded) is not taken for the caller's own deadline, and
+// the cause that ends a compute at WithMaxCompute names it.
+func TestOptionErrorsNameTheOption(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	ctx := t.Context()
+	holder := New[int](rdb, prefix(t), WithMaxCompute(300*time.Millisecond))
+	waiter := New[int](rdb, prefix(t), WithWaitTimeout(50*time.Millisecond)) // another process
+	defer holder.Close()
+	defer waiter.Close()
+	computing := make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		_, err := holder.Fetch(ctx, "k", time.Minute, func(ctx context.Context) (int, error) {
+			close(computing)
+			<-ctx.Done()
+			return 0, context.Cause(ctx)
+		})
+		held <- err
+	}()
+	<-computing
+	_, err := waiter.Fetch(ctx, "k", time.Minute, nil2[int])
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "WithWaitTimeout(50ms)") {
+		t.Errorf("Fetch cut by the wait timeout = %v; want DeadlineExceeded naming WithWaitTimeout(50ms)", err)
+	}
+	err = <-held
+	if !errors.Is(err, errComputeTooLong) || !strings.Contains(err.Error(), "300ms (WithMaxCompute)") {
+		t.Errorf("Fetch whose compute ran out its bound = %v; want the cause naming WithMaxCompute and 300ms", err)
+	}
+}
