@@ -111,6 +111,30 @@ func TestWatchdogDueFromLastRenewal(t *testing.T) {
 	}
 }
 
+// TestWatchdogSlowRenewalsKeepLease: renewals that are each confirmed
+// only as their request times out (a store that answers at the last
+// moment) keep the lease: the next renewal is due an interval after the
+// last was sent, not after it returned. (Due after it returned, the
+// second such renewal was confirmed on the safe deadline: lost at 1.3 TTLs.)
+func TestWatchdogSlowRenewalsKeepLease(t *testing.T) {
+	const ttl = 900 * time.Millisecond
+	var calls atomic.Int32
+	var k Clock
+	k.Start(Config{Sent: time.Now(), TTL: ttl, AutoExtend: true, Lost: errLost,
+		Extend: func(ctx context.Context, _ time.Duration) Outcome {
+			calls.Add(1)
+			<-ctx.Done()
+			return Renewed
+		}})
+	select {
+	case <-k.Done():
+		t.Fatalf("lease lost (Err %v) after %d renewals, each confirmed as it timed out", k.Err(), calls.Load())
+	case <-time.After(4 * ttl):
+	}
+	k.StopWatchdog()
+	k.End(errors.New("released"))
+}
+
 // TestWatchdogPauseResumeStop: a paused watchdog stays stopped once
 // StopWatchdog is called (goleak would see a run that ResumeWatchdog
 // restarted), and nested pauses resume only at the last.

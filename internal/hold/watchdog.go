@@ -98,9 +98,9 @@ const (
 // capped is renew's outcome once MaxHold is reached: stop renewing.
 const capped Outcome = -1
 
-// watch extends the lease every interval (a third of its TTL) until ctx
-// ends or the lease ends; it runs from the run's alarm, when the first
-// renewal is due. A failed round trip (a lost reply, a timeout, a broken
+// watch extends the lease every interval (a third of its TTL), counted
+// from when each renewal was sent, until ctx ends or the lease ends; it
+// runs from the run's alarm, when the first renewal is due. A failed round trip (a lost reply, a timeout, a broken
 // connection) is retried promptly with backoff, so a blip or two costs
 // nothing; only when none succeeds before the safe deadline does the lease
 // end as lost. A refusal from the store (the token is gone) ends it at
@@ -118,10 +118,18 @@ func (k *Clock) watch(ctx context.Context, done chan<- struct{}, interval time.D
 		if ctx.Err() != nil || k.Ended() {
 			return
 		}
+		sent := time.Now()
 		next := interval
 		switch k.renew(ctx, interval) {
 		case Renewed:
 			backoff = 0
+			// Due an interval after this renewal was sent, as the lease's
+			// deadline counts from then, not after it returned: a renewal
+			// confirmed late in its interval (a slow server, a Redlock
+			// majority that answered late) would otherwise put the next
+			// one's confirmation a whole interval later, on the safe
+			// deadline when it too is slow.
+			next = max(interval-time.Since(sent), retryMin)
 		case Refused:
 			k.End(k.lost)
 			return
