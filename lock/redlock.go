@@ -38,7 +38,7 @@ type Redlock struct {
 	clients  []redis.UniversalClient
 	releases []*redis.Script // per client: mutexRelease for its publish command
 	name     string
-	keys     []string // lock, fence counter (fences unused)
+	keys     []string // the lock: a Redlock has no fencing counter
 	quorum   int
 	opts     options
 	invalid  error // an empty name (see checkName)
@@ -56,7 +56,7 @@ func NewRedlock(clients []redis.UniversalClient, name string, opts ...Option) *R
 	r := &Redlock{
 		clients: slices.Clone(clients),
 		name:    name,
-		keys:    []string{string(ks), ks.key("fence")},
+		keys:    []string{string(ks)},
 		quorum:  len(clients)/2 + 1,
 		opts:    buildOptions("redlock", name, opts),
 		invalid: checkName(name),
@@ -153,8 +153,8 @@ func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
 	token := value[:len(value)-1]
 	sent := time.Now()
 	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+		res, err := redlockAcquire.Run(ctx, c, r.keys, value, redisutil.Millis(r.opts.ttl)).Result()
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
-		res, err := mutexAcquire.Run(ctx, c, r.keys[:2], value, redisutil.Millis(r.opts.ttl), noWait, "", r.opts.retentionMs).Result()
 		rep := acquireReply(res, err, &noWait)
 		if rep.granted {
 			return []int64{1, rep.v}, rep.err
@@ -234,7 +234,7 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 	value := token + ":"
 	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
-		return r.releases[i].Run(ctx, c, r.keys[:1], value).Int64()
+		return r.releases[i].Run(ctx, c, r.keys, value).Int64()
 	})
 	// Servers that did not answer may still hold our key (a dead server
 	// cannot grant it to anyone else while down): the lease was held to the
@@ -253,7 +253,7 @@ func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 // the watchdog then retries, and the safe deadline still holds.
 func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
 	n, _, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
-		return mutexExtend.Run(ctx, c, r.keys[:1], token, redisutil.Millis(ttl)).Int64()
+		return mutexExtend.Run(ctx, c, r.keys, token, redisutil.Millis(ttl)).Int64()
 	})
 	if n >= r.quorum {
 		return true, nil
@@ -266,7 +266,7 @@ func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error)
 	var held []int64
 	var errs []error
 	for _, rep := range r.each(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
-		v, err := mutexPTTL.Run(ctx, c, r.keys[:1], token).Int64()
+		v, err := mutexPTTL.Run(ctx, c, r.keys, token).Int64()
 		return []int64{v}, err
 	}) {
 		switch {

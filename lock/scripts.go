@@ -9,8 +9,9 @@ import (
 // Every script takes all the keys it touches in KEYS, all sharing one hash
 // tag, and computes expiry only from relative milliseconds (PX, PEXPIRE) or
 // the server's clock: no client timestamp ever reaches Redis. This file
-// holds the scripts of semaphores (and fair mutexes); those of the plain
-// mutex are in mutex_scripts.go, those of RWMutex in rw_scripts.go.
+// holds the scripts of semaphores (and fair mutexes) and Redlock's
+// acquire; those of the plain mutex are in mutex_scripts.go, those of
+// RWMutex in rw_scripts.go.
 
 // lockedLib tells whether a lock key is held: the key exists (it always
 // carries a TTL when it is ours), or a zset of holders scored by expiry
@@ -24,6 +25,25 @@ local function held(key, holders)
   return 0
 end
 `
+
+// redlockAcquire takes a Redlock's key on one of its servers if it is
+// free, or if it already holds our value (a request go-redis sent again
+// after its reply was lost), and returns 1; otherwise it returns
+// {-1 - the holder's PTTL, 0}, or 0 for a key without TTL (foreign data),
+// as mutexAcquire does. It draws no fence: a Redlock's servers share no
+// counter, so it has no fencing numbers and keeps no counter key. The
+// lock's value and its release, extension and TTL are a plain mutex's.
+// KEYS: lock. ARGV: "token:", ttl ms.
+var redlockAcquire = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+local t = redis.call('PTTL', KEYS[1])
+if t < 0 then return 0 end
+return {-1 - t, 0}
+`)
 
 // mutexLocked returns 1 if a plain or a fair (WithFair) holder holds the
 // mutex, else 0. A lock reserved for a waiter ("~ticket") is not held.
