@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
@@ -89,8 +90,10 @@ func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
 	return tryOnce(ctx, nil, &r.opts, r.try)
 }
 
-// nodeTimeout bounds each server's round trip, so that a hung server costs
-// an attempt a small part of the TTL rather than all of it.
+// nodeTimeout bounds each server's round trip during an acquire. A hung
+// server costs an attempt nothing while a majority answers without it
+// (see each); when its answer is needed, it costs a small part of the TTL
+// rather than all of it.
 func (r *Redlock) nodeTimeout() time.Duration { return max(r.opts.ttl/20, 50*time.Millisecond) }
 
 // slowTimeout bounds each server's reply to a release, an extension or a
@@ -101,129 +104,120 @@ func (r *Redlock) slowTimeout() time.Duration {
 	return max(r.nodeTimeout(), min(r.opts.ttl/3, time.Second))
 }
 
-// nodeReply is one server's answer: a script's integer or integers.
-type nodeReply struct {
-	v   []int64
-	err error
-}
-
-// errNoReply stands for a server that did not answer within nodeTimeout.
-var errNoReply = errors.New("no reply in time")
-
-// each runs f against every server at once, each bounded by nodeTimeout,
-// and returns the replies in server order. It returns when ctx ends, and it
-// does not wait for a server that overruns its timeout (go-redis can block on a hung server beyond a
-// context's deadline): that server counts as failed, and its late reply is
-// dropped.
-func (r *Redlock) each(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error)) []nodeReply {
-	type indexed struct {
-		i int
-		nodeReply
-	}
-	ch := make(chan indexed, len(r.clients)) // buffered: stragglers never block
-	for i, c := range r.clients {
-		go func() {
-			nctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			v, err := f(nctx, c, i)
-			ch <- indexed{i, nodeReply{v, err}}
-		}()
-	}
-	out := make([]nodeReply, len(r.clients))
-	for i := range out {
-		out[i].err = errNoReply
-	}
-	t := time.NewTimer(timeout + 10*time.Millisecond)
-	defer t.Stop()
-	for range r.clients {
-		select {
-		case x := <-ch:
-			out[x.i] = x.nodeReply
-		case <-t.C:
-			return out
-		case <-ctx.Done():
-			return out // the caller's deadline wins over the servers'
-		}
-	}
-	return out
-}
-
-func (r *Redlock) try(ctx context.Context) (*Lease, time.Duration, error) {
+func (r *Redlock) try(ctx context.Context) (l *Lease, retry time.Duration, err error) {
 	value := redisutil.TokenWith(':') // a plain mutex's value on each server
 	token := value[:len(value)-1]
 	sent := time.Now()
-	replies := r.each(ctx, r.nodeTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+	// A reply that comes after the attempt returned is undone where it may
+	// have taken the lock, once the attempt's outcome is known: if the
+	// attempt failed, or its lease has ended since (released before that
+	// reply came, the release may have reached the server first). A late
+	// grant for a live lease is part of it: the watchdog extends it there
+	// too, and Unlock releases it.
+	outcome := make(chan struct{})
+	defer close(outcome)
+	replies := r.each(ctx, r.nodeTimeout(), 0, func(ctx context.Context, c redis.UniversalClient, _ int) nodeReply {
 		res, err := redlockAcquire.Run(ctx, c, r.keys, value, redisutil.Millis(r.opts.ttl)).Result()
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
 		rep := acquireReply(res, err, &noWait)
-		if rep.granted {
-			return []int64{1, rep.v}, rep.err
+		return nodeReply{ok: rep.granted, v: rep.v, err: rep.err}
+	}, func(i int, rep nodeReply) {
+		<-outcome
+		if (rep.ok || redisutil.MayHaveRun(rep.err)) && (l == nil || l.ended()) {
+			r.undo(ctx, value, i)
 		}
-		return []int64{0, rep.v}, rep.err
 	})
-	ok, failed, alien := 0, 0, 0
-	var errs []error
-	var alienErr error
-	for _, rep := range replies {
+	v := r.tally(replies)
+	if v.granted >= r.quorum && !hold.Late(sent, r.opts.ttl) {
+		l = newLease(r, r.name, token, 0, sent, &r.opts)
+		return l, 0, nil
+	}
+	// Not granted (or granted too late to be of use): undo where it may
+	// have been taken.
+	r.undo(ctx, value, v.taken...)
+	if cerr := ctx.Err(); cerr != nil {
+		return nil, 0, cerr
+	}
+	if v.alien > len(r.clients)-r.quorum {
+		// Foreign data on so many servers that a majority is out of reach
+		// until someone removes it: say so instead of waiting forever.
+		return nil, 0, r.opts.foreign("acquire", r, v.alienErr)
+	}
+	if failed := len(v.errs); failed > len(r.clients)-r.quorum {
+		return nil, 0, r.opts.failed(ctx, "acquire", fmt.Errorf("%d of %d servers failed, a majority is out of reach: %w",
+			failed, len(r.clients), errors.Join(v.errs...)))
+	}
+	return nil, v.retry, nil
+}
+
+// votes sums up the replies to an acquire.
+type votes struct {
+	granted  int
+	alien    int // servers whose key holds foreign data
+	alienErr error
+	errs     []error       // of the servers that failed
+	taken    []int         // servers that granted, or may have: to undo if the attempt fails
+	retry    time.Duration // how long until the busy servers' holders expire, at most maxBackoff
+}
+
+func (r *Redlock) tally(replies []nodeReply) votes {
+	v := votes{retry: r.opts.maxBackoff}
+	for i, rep := range replies {
 		switch {
 		case foreign(rep.err):
 			// That server answered: the key holds foreign data, so the
 			// lock is busy there, not the server dead.
-			alien++
-			alienErr = rep.err
+			v.alien++
+			v.alienErr = rep.err
 		case rep.err != nil:
-			failed++
-			errs = append(errs, rep.err)
-		case rep.v[0] == 1:
-			ok++
+			v.errs = append(v.errs, rep.err)
+			if rep.err != errNoReply && redisutil.MayHaveRun(rep.err) {
+				v.taken = append(v.taken, i) // an unanswered server's reply goes to late
+			}
+		case rep.ok:
+			v.granted++
+			v.taken = append(v.taken, i)
+		case rep.v > 0:
+			v.retry = min(v.retry, retryAfter(rep.v, &r.opts))
 		}
 	}
-	if ok >= r.quorum && !hold.Late(sent, r.opts.ttl) {
-		return newLease(r, r.name, token, 0, sent, &r.opts), 0, nil
+	return v
+}
+
+// undo releases value on the servers given, in the background (see
+// redisutil.Rollback): what an acquire that failed, or whose lease ended
+// before its reply came, may have taken there.
+func (r *Redlock) undo(ctx context.Context, value string, servers ...int) {
+	if len(servers) == 0 {
+		return
 	}
-	// Not granted (or granted too late to be of use): undo on every
-	// server, including those whose reply was lost.
-	if ok > 0 || failed > 0 {
-		releaseLater(ctx, r, token)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return nil, 0, cerr
-	}
-	if alien > len(r.clients)-r.quorum {
-		// Foreign data on so many servers that a majority is out of reach
-		// until someone removes it: say so instead of waiting forever.
-		return nil, 0, r.opts.foreign("acquire", r, alienErr)
-	}
-	if failed > len(r.clients)-r.quorum {
-		return nil, 0, r.opts.failed(ctx, "acquire", fmt.Errorf("%d of %d servers failed, a majority is out of reach: %w",
-			failed, len(r.clients), errors.Join(errs...)))
-	}
-	retry := r.opts.maxBackoff
-	for _, rep := range replies {
-		if rep.err == nil && rep.v[0] == 0 && rep.v[1] > 0 {
-			retry = min(retry, retryAfter(rep.v[1], &r.opts))
+	redisutil.Rollback(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, i := range servers {
+			wg.Go(func() { _ = r.releases[i].Run(ctx, r.clients[i], r.keys, value).Err() })
 		}
-	}
-	return nil, retry, nil
+		wg.Wait()
+	})
 }
 
 func (r *Redlock) where() string { return keyList(r.keys[0]) }
 
 // count runs a script that returns 1 for "done" on every server and
-// returns how many did it, and the errors of those that failed.
-func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (n, failed int, err error) {
+// returns how many did it, and the errors of those that failed (those
+// that had not answered when the round was decided among them).
+func (r *Redlock) count(ctx context.Context, timeout, linger time.Duration, f func(ctx context.Context, c redis.UniversalClient, i int) (int64, error)) (n, failed int, err error) {
 	var errs []error
-	for _, rep := range r.each(ctx, timeout, func(ctx context.Context, c redis.UniversalClient, i int) ([]int64, error) {
+	for _, rep := range r.each(ctx, timeout, linger, func(ctx context.Context, c redis.UniversalClient, i int) nodeReply {
 		v, err := f(ctx, c, i)
-		return []int64{v}, err
-	}) {
+		return nodeReply{ok: err == nil && v == 1, v: v, err: err}
+	}, nil) {
 		switch {
 		case foreign(rep.err):
 			// It answered, and holds no lease of ours: foreign data.
 		case rep.err != nil:
 			errs = append(errs, rep.err)
-		default:
-			n += int(rep.v[0])
+		case rep.ok:
+			n++
 		}
 	}
 	return n, len(errs), errors.Join(errs...)
@@ -233,7 +227,11 @@ func (r *Redlock) count(ctx context.Context, timeout time.Duration, f func(ctx c
 // still held it.
 func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 	value := token + ":"
-	n, unreachable, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
+	// Once a majority released it, the rest get a moment more (the grace a
+	// rollback gets, see redisutil.Rollback): a healthy server answers
+	// within it, so the lock is normally gone everywhere when Unlock
+	// returns, and a hung one does not hold Unlock up.
+	n, unreachable, err := r.count(ctx, r.slowTimeout(), redisutil.RollbackGrace, func(ctx context.Context, c redis.UniversalClient, i int) (int64, error) {
 		return r.releases[i].Run(ctx, c, r.keys, value).Int64()
 	})
 	// Servers that did not answer may still hold our key (a dead server
@@ -249,14 +247,18 @@ func (r *Redlock) release(ctx context.Context, token string) (bool, error) {
 }
 
 // extend renews the lock on every server that holds it; it reports true if
-// a majority did. With too many servers failing it returns their errors:
-// the watchdog then retries, and the safe deadline still holds.
+// a majority did, false if a majority refused. Otherwise, with too many
+// servers failing, it returns their errors: the watchdog then retries, and
+// the safe deadline still holds.
 func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (bool, error) {
-	n, _, err := r.count(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
+	n, failed, err := r.count(ctx, r.slowTimeout(), 0, func(ctx context.Context, c redis.UniversalClient, _ int) (int64, error) {
 		return mutexExtend.Run(ctx, c, r.keys, token, redisutil.Millis(ttl)).Int64()
 	})
 	if n >= r.quorum {
 		return true, nil
+	}
+	if refused := len(r.clients) - n - failed; refused > len(r.clients)-r.quorum {
+		return false, nil // whatever the others would say
 	}
 	return false, err
 }
@@ -265,16 +267,16 @@ func (r *Redlock) extend(ctx context.Context, token string, ttl time.Duration) (
 func (r *Redlock) pttl(ctx context.Context, token string) (time.Duration, error) {
 	var held []int64
 	var errs []error
-	for _, rep := range r.each(ctx, r.slowTimeout(), func(ctx context.Context, c redis.UniversalClient, _ int) ([]int64, error) {
+	for _, rep := range r.each(ctx, r.slowTimeout(), 0, func(ctx context.Context, c redis.UniversalClient, _ int) nodeReply {
 		v, err := mutexPTTL.Run(ctx, c, r.keys, token).Int64()
-		return []int64{v}, err
-	}) {
+		return nodeReply{ok: err == nil && v >= 0, v: v, err: err}
+	}, nil) {
 		switch {
 		case foreign(rep.err):
 		case rep.err != nil:
 			errs = append(errs, rep.err)
-		case rep.v[0] >= 0:
-			held = append(held, rep.v[0])
+		case rep.ok:
+			held = append(held, rep.v)
 		}
 	}
 	if len(held) < r.quorum {
