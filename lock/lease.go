@@ -119,7 +119,9 @@ func (l *Lease) Err() error { return l.clk.Err() }
 
 // Unlock releases the lease and wakes waiters. It returns [ErrNotHeld] if
 // the lease had expired or was taken over by another owner; the other
-// owner's lock is untouched. Unlock on a nil Lease returns ErrNotHeld. The
+// owner's lock is untouched. A lease already lost ([Lease.Err] is
+// [ErrLost]) returns ErrNotHeld too, after deleting its token wherever
+// Redis still holds it. Unlock on a nil Lease returns ErrNotHeld. The
 // watchdog, if any, has stopped when Unlock returns.
 //
 // Unlock returns by ctx's deadline (with a client that has
@@ -140,6 +142,13 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.stopWatchdog()
+	// A lease that reported itself lost (Done closed, Err is ErrLost) is
+	// not held, whatever Redis says: its holder was told to stop, and on
+	// its clock another may hold the lock now. Its token is still deleted
+	// where Redis has it (a renewal confirmed too late, a key not expired
+	// yet), but Unlock says ErrNotHeld, as lock.Do's caller must learn that
+	// fn's work may have overlapped another holder's.
+	lost := l.Err() == ErrLost
 	var ok bool
 	var err error
 	if ctx.Err() != nil {
@@ -151,6 +160,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.end(ErrNotHeld)
 	l.o.observe(err)
+	if lost {
+		return ErrNotHeld
+	}
 	if foreign(err) {
 		return l.o.foreign("release", l.h, ErrNotHeld)
 	}

@@ -211,6 +211,57 @@ func TestRedlockLateGrantAfterFailedAcquireIsReleased(t *testing.T) {
 	}
 }
 
+// TestRedlockUnlockAfterLossIsNotHeld: a lease that reported itself lost
+// (Done closed, Err is ErrLost) is not held: Unlock says ErrNotHeld, even
+// though its key is still there with its token (here a hand-made PEXPIRE
+// stands for a renewal confirmed too late), and still deletes it. The same
+// holds for a plain Mutex.
+func TestRedlockUnlockAfterLossIsNotHeld(t *testing.T) {
+	srvs, clients := startServers(t, 3, redis.Options{})
+	direct := []redis.UniversalClient{srvs[0].Client(t)}
+	for _, c := range []struct {
+		name    string
+		clients []redis.UniversalClient
+		lock    func(opts ...lock.Option) (*lock.Lease, error)
+		key     string
+	}{
+		{"Redlock", clients, func(opts ...lock.Option) (*lock.Lease, error) {
+			return lock.NewRedlock(clients, "lost", opts...).Lock(t.Context())
+		}, "dogpile:redlock:{lost}"},
+		{"Mutex", direct, func(opts ...lock.Option) (*lock.Lease, error) {
+			return lock.NewMutex(direct[0], "lost", opts...).Lock(t.Context())
+		}, "dogpile:mutex:{lost}"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := c.lock(lock.WithTTL(300 * time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := 0 // Lock returned at a majority's grant: the rest may lag
+			for _, s := range c.clients {
+				if s.PExpire(t.Context(), c.key, time.Minute).Val() {
+					kept++
+				}
+			}
+			if kept < len(c.clients)/2+1 {
+				t.Fatalf("%d of %d servers hold the lease just after Lock; want a majority", kept, len(c.clients))
+			}
+			<-l.Done()
+			if err := l.Err(); err != lock.ErrLost {
+				t.Fatalf("Err = %v; want ErrLost", err)
+			}
+			if err := l.Unlock(t.Context()); err != lock.ErrNotHeld {
+				t.Errorf("Unlock of a lost lease = %v; want ErrNotHeld", err)
+			}
+			for i, s := range c.clients {
+				redistest.Eventually(t, fmt.Sprintf("server %d to drop the lost lease's key after Unlock", i), func() bool {
+					return s.Exists(t.Context(), c.key).Val() == 0
+				})
+			}
+		})
+	}
+}
+
 // TestRedlockDrawsNoFence: a Redlock has no fencing numbers, so it keeps
 // no counter: while held, each server has the lock's key and nothing
 // else, and after Unlock nothing at all.
