@@ -7,14 +7,17 @@
 //   - [Redlock]: a mutex on a majority of independent Redis servers.
 //
 // All of them grant the same [Lease], with the same TTL, watchdog,
-// lost-lease signal, fencing and release semantics.
+// lost-lease signal and release semantics; all but Redlock give it a
+// fencing number.
 //
 // # Leases
 //
 // Acquiring a lock returns a [Lease]: one owner's hold, identified in Redis
 // by a random token. Only the lease can extend or release what it holds;
 // releasing a lock that expired or passed to another owner returns
-// [ErrNotHeld] and changes nothing. Every lease has a TTL, so a process that
+// [ErrNotHeld] and changes nothing. So does releasing a lease that has
+// reported itself lost, but for deleting its token wherever Redis still
+// holds it. Every lease has a TTL, so a process that
 // dies while holding a lock frees it after at most one TTL. With
 // [WithAutoExtend] a watchdog extends the lease while it is held.
 //
@@ -37,15 +40,16 @@
 // attempt fails, undoes it (with Redis unreachable, it expires within the
 // TTL). A reply that slow usually meets the client's read timeout first:
 // the call then fails with that error, and its request is undone. A
-// Redlock counts a server that slow as failed.
+// Redlock counts a server that slow as failed, and waits for no server
+// once a majority has answered.
 //
-// The fencing counter is the one key that outlives a lock's leases. It is
-// kept for a retention ([WithRetention], 7 days by default) and then
-// created anew by the next acquisition, so that locks named per request
-// leave nothing behind. A counter created anew starts from the Redis
-// server's clock in microseconds, so numbers keep increasing across the
-// reset as long as the server's clock does not go back by more than the
-// retention. Fencing numbers increase with gaps: a waiter's ticket (see
+// The fencing counter is the one key that outlives a lock's leases (a
+// Redlock, which has no fences, keeps none). It is kept for a retention
+// ([WithRetention], 7 days by default) and then created anew by the next
+// acquisition, so that locks named per request leave nothing behind. A
+// counter created anew starts from the Redis server's clock in
+// microseconds, so numbers keep increasing across the reset as long as
+// the server's clock does not go back by more than the retention. Fencing numbers increase with gaps: a waiter's ticket (see
 // below) and a retried request use one up.
 //
 // A failover, or a restart that reloads an older copy of the data, can set

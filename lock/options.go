@@ -101,11 +101,14 @@ func WithBackoff(min, max time.Duration) Option {
 
 // WithAutoExtend makes every lease extend itself by its TTL every third of
 // the TTL while held (a watchdog), so work may outlast the TTL while a
-// crashed holder still frees the lock within one TTL. An extension that
-// fails (a lost reply, a timeout) is retried at once with backoff, so
-// network blips cost nothing. When an extension is refused, or none is
-// confirmed before the lease's safe deadline, the lease is lost:
-// [Lease.Done] closes. The watchdog stops before Unlock returns.
+// crashed holder still frees the lock within one TTL. Each extension is
+// due a third of the TTL after the previous one was sent, however long
+// that one took to be confirmed. An extension that fails (a lost reply, a
+// timeout) is retried at once with backoff, so network blips cost nothing.
+// A [Redlock]'s extension is confirmed once a majority of its servers has
+// extended it, without waiting for the rest. When an extension is refused,
+// or none is confirmed before the lease's safe deadline, the lease is
+// lost: [Lease.Done] closes. The watchdog stops before Unlock returns.
 func WithAutoExtend() Option {
 	return optionFunc(func(o *options) { o.autoExtend = true })
 }
@@ -143,8 +146,8 @@ const DefaultRetention = 7 * 24 * time.Hour
 // fencing numbers still strictly increase per name across the reset, as
 // long as the server's clock never goes back by more than d (and a lock is
 // acquired less than a million times a second). The default is
-// [DefaultRetention], 7 days. WithRetention panics if d is less than a
-// millisecond.
+// [DefaultRetention], 7 days. A [Redlock] has no fencing counter and
+// ignores it. WithRetention panics if d is less than a millisecond.
 func WithRetention(d time.Duration) Option {
 	if d < time.Millisecond {
 		panic(fmt.Sprintf("lock: retention %v is below 1ms (a programmer error)", d))

@@ -23,10 +23,22 @@ import (
 // signal and release semantics.
 //
 // A lease is granted when a majority of servers accepted it, and it is
-// valid for the TTL minus the time the acquisition took minus a drift
-// margin, on the caller's monotonic clock (the lease's safe deadline, see
-// [Lease.Done]). A failed attempt is undone on every server. Extend and the
-// watchdog need a majority too; Unlock releases on all servers.
+// valid for the TTL minus the time since the request was sent minus a
+// drift margin, on the caller's monotonic clock (the lease's safe
+// deadline, see [Lease.Done]). A failed attempt is undone on every server
+// that may have granted it, including one whose grant arrives after the
+// attempt gave up. Extend and the watchdog need a majority too; Unlock
+// releases on all servers.
+//
+// Each of these calls returns as soon as its outcome is decided (a
+// majority granted, extended or released, or refused, or failed), not
+// when the slowest server answers: a minority of servers that hang or are
+// down costs a holder nothing, and its auto-extended lease lives on. (A
+// release gives the other servers 5 ms more, so that normally the lock is
+// gone everywhere when Unlock returns.) The requests to the rest go on in
+// the background, each bounded by its timeout. A lease granted by a bare
+// majority (the others failed) survives no loss among those servers, as
+// an extension never re-creates the lock where it is missing.
 //
 // Redlock gives no fencing numbers: its servers have no common counter, so
 // [Lease.Fence] returns 0. Where overlapping holders after a process pause
