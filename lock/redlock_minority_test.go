@@ -181,10 +181,9 @@ func TestRedlockLockDoesNotWaitForMinority(t *testing.T) {
 func TestRedlockLateGrantAfterFailedAcquireIsReleased(t *testing.T) {
 	srvs, direct := startServers(t, 5, redis.Options{ContextTimeoutEnabled: true})
 	const key = "dogpile:redlock:{job}"
-	held, err := lock.NewRedlock(direct[:3], "job", lock.WithTTL(time.Minute)).Lock(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// On all three: with a grant still on its way, TryLock could take that
+	// server, and then need the late ones to decide.
+	held := lockEverywhere(t, lock.NewRedlock(direct[:3], "job", lock.WithTTL(time.Minute)), direct[:3], key)
 	defer held.Unlock(t.Context())
 	clients := direct[:3:3]
 	var proxies []*redistest.Proxy
@@ -195,6 +194,13 @@ func TestRedlockLateGrantAfterFailedAcquireIsReleased(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		clients = append(clients, c)
 	}
+	// Dialled and with the scripts loaded, the late servers take the lock
+	// at once and only their replies are late: one round trip, not three.
+	warm, err := lock.NewRedlock(clients[3:], "warm-up").Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(t.Context())
 	for _, p := range proxies {
 		p.DelayReplies(2 * time.Second) // within the 3 s each server gets (TTL/20)
 	}
@@ -207,6 +213,11 @@ func TestRedlockLateGrantAfterFailedAcquireIsReleased(t *testing.T) {
 	t.Logf("TryLock took %v", d)
 	if d > 1500*time.Millisecond {
 		t.Errorf("TryLock took %v; want it once a majority said busy, before the 2 s late replies", d)
+	}
+	for i, c := range direct[3:] {
+		redistest.Eventually(t, fmt.Sprintf("server %d to grant the lock, late", 3+i), func() bool {
+			return c.Exists(t.Context(), key).Val() == 1
+		})
 	}
 	for i, c := range direct[3:] {
 		redistest.Eventually(t, fmt.Sprintf("the late grant on server %d to be released", 3+i), func() bool {
