@@ -21,8 +21,8 @@ type nodeReply struct {
 	err error
 }
 
-// errNoReply stands for a server that had not answered when its round was
-// decided.
+// errNoReply stands for a server that had not answered when its round
+// ended.
 var errNoReply = errors.New("no reply in time")
 
 // A nodeCall is one server's part of a round: its request to server i,
