@@ -23,7 +23,8 @@ import (
 // pays nothing for this: its GET goes straight out.
 //
 // Each GET in a pipeline is a GET of its own key, with its own reply: a
-// key of another type answers WRONGTYPE to its caller alone. A caller
+// key of another type answers WRONGTYPE to its caller alone (a miss, see
+// notString). A caller
 // whose ctx ends while its GET waits in the queue leaves at once, and the
 // GET is not sent. The client's hooks see such GETs in a pipeline, on a
 // context with the values of the batch's first caller (not its

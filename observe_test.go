@@ -166,7 +166,8 @@ func TestLogger(t *testing.T) {
 		c.Fetch(t.Context(), "bad", time.Minute, nil2[int]) // hits: not logged
 	}
 	s.Kill()
-	c.Get(t.Context(), "x")
+	c.Get(t.Context(), "x") // its refused dial makes the breaker find the server down
+	redistest.Eventually(t, "the outage logged", func() bool { return strings.Contains(buf.String(), "redis unreachable") })
 	c.Get(t.Context(), "x")
 
 	out := buf.String()
