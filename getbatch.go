@@ -24,11 +24,11 @@ import (
 //
 // Each GET in a pipeline is a GET of its own key, with its own reply: a
 // key of another type answers WRONGTYPE to its caller alone (a miss, see
-// notString). A caller
-// whose ctx ends while its GET waits in the queue leaves at once, and the
-// GET is not sent. The client's hooks see such GETs in a pipeline, on a
-// context with the values of the batch's first caller (not its
-// cancellation), as the lock's batched scripts are (see lock's package doc).
+// notString). A caller whose ctx ends while its GET waits in the queue
+// leaves at once, and the GET is not sent. The client's hooks see such
+// GETs in a pipeline, on a context with the values of the batch's first
+// caller (not its cancellation), as the lock's batched scripts are (see
+// lock's package doc).
 
 // A getCall is one GET, and once answered its reply.
 type getCall struct {

@@ -120,7 +120,7 @@ func (mm *MultiMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if mm.invalid != nil {
 		return nil, false, mm.invalid
 	}
-	return tryOnce(ctx, mm.client, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	return tryOnce(ctx, &mm.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		l, retry, _, _, err := mm.try(ctx, redisutil.Token(), true, false)
 		return l, retry, err
 	})

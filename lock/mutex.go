@@ -108,7 +108,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if m.fair != nil {
 		return m.fair.TryAcquire(ctx, 1)
 	}
-	return tryOnce(ctx, m.client, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	return tryOnce(ctx, &m.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		noWait := int64(-1)
 		return m.try(ctx, &noWait)
 	})

@@ -151,7 +151,7 @@ func (o *options) observe(err error) {
 }
 
 // tryOnce is the one attempt of TryLock and its kin.
-func tryOnce(ctx context.Context, client redis.UniversalClient, o *options, try attempt) (*Lease, bool, error) {
+func tryOnce(ctx context.Context, o *options, try attempt) (*Lease, bool, error) {
 	start := time.Now()
 	l, _, err := guarded(ctx, o, try)
 	o.acquired(ctx, start, l, err)

@@ -99,7 +99,7 @@ func (r *Redlock) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if r.invalid != nil {
 		return nil, false, r.invalid
 	}
-	return tryOnce(ctx, nil, &r.opts, r.try)
+	return tryOnce(ctx, &r.opts, r.try)
 }
 
 // nodeTimeout bounds each server's round trip during an acquire. A hung

@@ -100,7 +100,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 	if rw.invalid != nil {
 		return nil, false, rw.invalid
 	}
-	return tryOnce(ctx, rw.client, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	return tryOnce(ctx, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryRead(ctx, redisutil.Token(), "try")
 	})
 }
@@ -130,7 +130,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (*Lease, bool, error) {
 	if rw.invalid != nil {
 		return nil, false, rw.invalid
 	}
-	return tryOnce(ctx, rw.client, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	return tryOnce(ctx, &rw.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return rw.tryWrite(ctx, redisutil.Token(), "try")
 	})
 }

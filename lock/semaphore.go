@@ -127,7 +127,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, bool, erro
 	if err := s.check(n); err != nil {
 		return nil, false, err
 	}
-	return tryOnce(ctx, s.client, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
+	return tryOnce(ctx, &s.opts, func(ctx context.Context) (*Lease, time.Duration, error) {
 		return s.try(ctx, redisutil.Token(), n, "try")
 	})
 }
