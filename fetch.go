@@ -101,6 +101,9 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	cl, lead := c.flights.join(id, c.heard())
 	if !lead {
 		c.stats.shared.Add(1)
+		if err := c.turnedAway(); err != nil {
+			return v, fmt.Errorf("dogpile: fetch %q: %w", key, err), false
+		}
 		return c.await(ctx, key, id, cl)
 	}
 	defer c.endIfPanic(id, cl)
@@ -261,6 +264,10 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 	case <-ctx.Done():
 		c.flights.leave(flight, cl)
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
+		// The flight's round trip may be what held the caller up, on a
+		// server that stopped answering: the breaker asks the server (see
+		// ErrUnavailable), which costs a PING if it was only slow.
+		c.breaker.Observe(ctx.Err())
 		return v, ctx.Err(), false
 	}
 	if cl.err == errRetry {

@@ -225,3 +225,42 @@ func TestBusyClientIsNotAnOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestFrozenDuringFlightNoticed: callers that join a flight whose store
+// hangs on a frozen server (sent on the flight's own context, which has no
+// deadline: it waits for the client's read timeout, 5 s) leave at their
+// deadlines, and their timeouts make the breaker ask the server; once it
+// is found down, callers fail at once with ErrUnavailable instead of
+// joining the stuck flight.
+func TestFrozenDuringFlightNoticed(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = c.Fetch(context.Background(), "k", time.Hour, func(context.Context) (string, error) {
+			close(started)
+			<-release
+			return "v", nil
+		})
+	}()
+	<-started
+	s.Pause()
+	defer s.Resume()
+	close(release) // its store now hangs on the frozen server
+	frozen := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+		_, err := c.Fetch(ctx, "k", time.Hour, constant("w"))
+		cancel()
+		if errors.Is(err, ErrUnavailable) {
+			t.Logf("first ErrUnavailable %v after the freeze", time.Since(frozen))
+			return
+		}
+		if time.Since(frozen) > 3*time.Second {
+			t.Fatalf("still %v 3 s after the freeze; want ErrUnavailable within a second (the flight's store times out at 5 s)", err)
+		}
+	}
+}

@@ -40,6 +40,19 @@ func (c *Cache[T]) allow(ctx context.Context) (func(error), error) {
 	return done, err
 }
 
+// turnedAway returns the error of a call that would wait for a flight
+// while the client's circuit is open: that flight needs Redis (unless it
+// computes without it, WithComputeWhenDown), and it may hang on a server
+// that stopped answering until its read times out, so the caller fails
+// at once, as one that reads would.
+func (c *Cache[T]) turnedAway() error {
+	if c.opts.computeIfDown || !c.breaker.Open() {
+		return nil
+	}
+	c.stats.unavailable.Add(1)
+	return c.breaker.Err()
+}
+
 // report hands the outcome of an allowed call's round trip to the breaker,
 // which logs the outage it began or ended, if any.
 func (c *Cache[T]) report(done func(error), err error) { done(err) }

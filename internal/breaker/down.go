@@ -31,3 +31,12 @@ func (b *Breaker) unavailable() error {
 	}
 	return ErrUnavailable
 }
+
+// Err returns the error of a call the circuit turns away now: nil while
+// it is closed.
+func (b *Breaker) Err() error {
+	if !b.Open() {
+		return nil
+	}
+	return b.unavailable()
+}
