@@ -18,22 +18,27 @@ import (
 
 func TestBadInput(t *testing.T) {
 	rdb := redistest.Start(t)
-	// Programmer errors panic, and say so.
+	// Programmer errors panic, and say so; an option's names the option.
 	for name, f := range map[string]func(){
-		"nil client":   func() { lock.NewMutex(nil, "x") },
-		"zero TTL":     func() { lock.WithTTL(0) },
-		"sub-ms TTL":   func() { lock.WithTTL(999 * time.Microsecond) },
-		"bad backoff":  func() { lock.WithBackoff(time.Second, time.Millisecond) },
-		"neg max hold": func() { lock.WithMaxHold(-1) },
-		"no retention": func() { lock.WithRetention(0) },
-		"nil Do fn":    func() { lock.Do(t.Context(), rdb, "x", nil) },
-		"zero permits": func() { lock.NewSemaphore(rdb, "x", 0) },
+		"nil client":         func() { lock.NewMutex(nil, "x") },
+		"WithTTL(0)":         func() { lock.WithTTL(0) },
+		"WithTTL(999µs)":     func() { lock.WithTTL(999 * time.Microsecond) },
+		"WithBackoff(1s, ":   func() { lock.WithBackoff(time.Second, time.Millisecond) },
+		"WithMaxHold(-1ns)":  func() { lock.WithMaxHold(-1) },
+		"WithRetention(0s)":  func() { lock.WithRetention(0) },
+		"WithWaitTimeout(-1": func() { lock.WithWaitTimeout(-time.Second) },
+		"nil Do fn":          func() { lock.Do(t.Context(), rdb, "x", nil) },
+		"zero permits":       func() { lock.NewSemaphore(rdb, "x", 0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
 				r := recover()
-				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "lock: ") || !strings.HasSuffix(s, "(a programmer error)") {
+				s, ok := r.(string)
+				if !ok || !strings.HasPrefix(s, "lock: ") || !strings.HasSuffix(s, "(a programmer error)") {
 					t.Errorf("panic = %v; want a \"lock: ... (a programmer error)\" message", r)
+				}
+				if strings.HasPrefix(name, "With") && !strings.Contains(s, name) {
+					t.Errorf("panic = %q; want it to name the option, %s...", s, name)
 				}
 			}()
 			f()

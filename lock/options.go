@@ -70,7 +70,7 @@ func (o *options) build(kind, name string, opts []Option) {
 // than a millisecond, the resolution of Redis expiry.
 func WithTTL(d time.Duration) Option {
 	if d < time.Millisecond {
-		panic(fmt.Sprintf("lock: TTL %v is below 1ms (a programmer error)", d))
+		panic(fmt.Sprintf("lock: WithTTL(%v): below 1ms, the resolution of Redis expiry (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.ttl = d })
 }
@@ -83,7 +83,7 @@ func WithTTL(d time.Duration) Option {
 // WithWaitTimeout panics if d is negative.
 func WithWaitTimeout(d time.Duration) Option {
 	if d < 0 {
-		panic("lock: negative wait timeout (a programmer error)")
+		panic(fmt.Sprintf("lock: WithWaitTimeout(%v): negative (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.waitTimeout = d })
 }
@@ -94,7 +94,7 @@ func WithWaitTimeout(d time.Duration) Option {
 // is 2ms to 500ms. WithBackoff panics unless 0 < min <= max.
 func WithBackoff(min, max time.Duration) Option {
 	if min <= 0 || max < min {
-		panic("lock: backoff needs 0 < min <= max (a programmer error)")
+		panic(fmt.Sprintf("lock: WithBackoff(%v, %v): needs 0 < min <= max (a programmer error)", min, max))
 	}
 	return optionFunc(func(o *options) { o.minBackoff, o.maxBackoff = min, max })
 }
@@ -119,7 +119,7 @@ func WithAutoExtend() Option {
 // running. The default is no cap. WithMaxHold panics if d is not positive.
 func WithMaxHold(d time.Duration) Option {
 	if d <= 0 {
-		panic("lock: max hold must be positive (a programmer error)")
+		panic(fmt.Sprintf("lock: WithMaxHold(%v): not positive (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.maxHold = d })
 }
@@ -150,7 +150,7 @@ const DefaultRetention = 7 * 24 * time.Hour
 // ignores it. WithRetention panics if d is less than a millisecond.
 func WithRetention(d time.Duration) Option {
 	if d < time.Millisecond {
-		panic(fmt.Sprintf("lock: retention %v is below 1ms (a programmer error)", d))
+		panic(fmt.Sprintf("lock: WithRetention(%v): below 1ms (a programmer error)", d))
 	}
 	return optionFunc(func(o *options) { o.retention = d })
 }
