@@ -21,7 +21,7 @@ func TestBadInput(t *testing.T) {
 	// Programmer errors panic, and say so; an option's names the option.
 	for name, f := range map[string]func(){
 		"nil client":         func() { lock.NewMutex(nil, "x") },
-		"WithTTL(0)":         func() { lock.WithTTL(0) },
+		"WithTTL(0s)":        func() { lock.WithTTL(0) },
 		"WithTTL(999µs)":     func() { lock.WithTTL(999 * time.Microsecond) },
 		"WithBackoff(1s, ":   func() { lock.WithBackoff(time.Second, time.Millisecond) },
 		"WithMaxHold(-1ns)":  func() { lock.WithMaxHold(-1) },
