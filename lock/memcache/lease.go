@@ -47,8 +47,10 @@ func (l *Lease) Err() error { return l.clk.Err() }
 
 // Unlock releases the lease. It returns [ErrNotHeld] if the lease had
 // expired or the key holds another owner's token, which is left untouched.
-// Unlock on a nil Lease returns ErrNotHeld. The watchdog, if any, has
-// stopped when Unlock returns.
+// A lease already lost ([Lease.Err] is [ErrLost]) returns ErrNotHeld too,
+// after deleting its token if memcached still holds it. Unlock on a nil
+// Lease returns ErrNotHeld. The watchdog, if any, has stopped when Unlock
+// returns.
 //
 // A done ctx does not stop the release, so a deferred Unlock after a
 // timeout still frees the lock at once: gomemcache takes no context, and
@@ -59,8 +61,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	l.clk.StopWatchdog()
+	// A lease that told its holder it was lost is not held, whatever
+	// memcached says (as lock's Lease.Unlock): lock.Do's caller must learn
+	// that fn's work may have overlapped another holder's.
+	lost := l.Err() == ErrLost
 	ok, err := l.m.release(l.token)
 	l.clk.End(ErrNotHeld)
+	if lost {
+		return ErrNotHeld
+	}
 	if err != nil {
 		return l.m.fail("release", err)
 	}

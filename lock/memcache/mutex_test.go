@@ -360,3 +360,26 @@ func TestGrantSlowerThanTTL(t *testing.T) {
 	}
 	_ = l.Unlock(context.Background())
 }
+
+// TestUnlockAfterLossIsNotHeld: a lease that reported itself lost (its
+// safe deadline passed) returns ErrNotHeld from Unlock although memcached
+// still holds its token (here kept alive by a Touch from outside), and the
+// token is deleted all the same.
+func TestUnlockAfterLossIsNotHeld(t *testing.T) {
+	srv := redistest.StartMemcached(t)
+	c := srv.Client(t)
+	l, err := mclock.NewMutex(c, "lost", mclock.WithTTL(time.Second)).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Touch("dogpile:mutex:lost", 60); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the lease to report itself lost", func() bool { return errors.Is(l.Err(), lock.ErrLost) })
+	if err := l.Unlock(t.Context()); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of a lost lease = %v; want ErrNotHeld", err)
+	}
+	if _, err := c.Get("dogpile:mutex:lost"); !errors.Is(err, gomemcache.ErrCacheMiss) {
+		t.Errorf("the lost lease's key after Unlock: %v; want it deleted", err)
+	}
+}
