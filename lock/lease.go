@@ -160,17 +160,16 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.end(ErrNotHeld)
 	l.o.observe(err)
-	if lost {
-		return ErrNotHeld
-	}
-	if foreign(err) {
+	switch {
+	case foreign(err):
 		return l.o.foreign("release", l.h, ErrNotHeld)
-	}
-	if err != nil {
+	case err != nil && lost:
+		// Not held, and its token may be left until it expires.
+		return fmt.Errorf("%w (lost before Unlock); release %s %q: %w", ErrNotHeld, l.o.kind, l.o.name, err)
+	case err != nil:
 		// Not failed: a done ctx must not hide the detached release's error.
 		return fmt.Errorf("lock: release %s %q: %w", l.o.kind, l.o.name, err)
-	}
-	if !ok {
+	case !ok || lost:
 		return ErrNotHeld
 	}
 	l.o.emit(ctx, Event{Kind: EventReleased})

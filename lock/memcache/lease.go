@@ -67,13 +67,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	lost := l.Err() == ErrLost
 	ok, err := l.m.release(l.token)
 	l.clk.End(ErrNotHeld)
-	if lost {
-		return ErrNotHeld
-	}
-	if err != nil {
+	switch {
+	case err != nil && lost: // not held, and its token may be left until it expires
+		return fmt.Errorf("%w (lost before Unlock); %w", ErrNotHeld, l.m.fail("release", err))
+	case err != nil:
 		return l.m.fail("release", err)
-	}
-	if !ok {
+	case !ok || lost:
 		return ErrNotHeld
 	}
 	return nil
