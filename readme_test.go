@@ -77,7 +77,7 @@ func TestReadmeSnippets(t *testing.T) {
 func TestReadmeTestCommandIsCIs(t *testing.T) {
 	var readme string
 	for _, b := range fencedBlocks(t, "README.md", "```") {
-		if strings.HasPrefix(b, "test -z ") {
+		if strings.Contains(b, "go test -race ./...") {
 			readme = b
 		}
 	}
