@@ -151,10 +151,9 @@ func keysFor(value string) keys {
 	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
 }
 
-// valueKey is the Redis key of the value cached under key (see checkKey).
-// A key without braces, the common case, is joined in one allocation (it
-// is on every hit's path: a FetchMany of 100 hits spent 8% of its time
-// here with two).
+// valueKey is the Redis key of the value cached under key (see checkKey). A
+// key without braces, the common case, is joined in one allocation: it is on
+// every hit's path (bench/HISTORY.md, "Figures moved out of code comments").
 func (c *Cache[T]) valueKey(key string) string {
 	return redisutil.Key(c.opts.prefix, key)
 }

@@ -91,9 +91,9 @@
 // client writes the key, or it expires or is evicted. Redis reports a write
 // only to the processes whose tier read the key, so a write costs one
 // message per process that holds it, however large the fleet (broadcast
-// mode would send every write under the prefix to every process: Redis's
-// CPU per write grew 5× from 1 to 64 processes, see bench/README.md, "Near
-// tiers across a fleet"). Local copies are served only while tracking is up,
+// mode would send every write under the prefix to every process, at a
+// cost that grows with the fleet: see bench/README.md, "Near tiers across
+// a fleet"). Local copies are served only while tracking is up,
 // never past the key's PTTL or its stale window; a server that cannot track
 // turns the tier off (see [Stats].NearOff).
 //

@@ -242,17 +242,14 @@ func (c *Cache[T]) endIfPanic(id flightID, cl *call) {
 	}
 }
 
-// growStack makes room on the calling goroutine's stack for a decode, in
-// one copy made while few frames are on it. A caller that waited for a
-// flight is often a goroutine started for this request, whose stack
-// begins at 2 KiB; a codec's decode (msgpack's reflection) needs more, and
-// the runtime grows a stack by copying it and fixing up every frame on it,
-// which deep in the codec's frames was the dearest work a woken waiter did:
-// a herd of 50 new goroutines on one absent key cost the process 27-32 µs
-// of CPU per caller without this, 21-24 with it (go-redis/cache's: 20-25;
-// BenchmarkHerd, bench/README.md). A stack already this deep pays only
-// the zeroing of the frame: 83-103 ns a call on this machine (5 runs of a
-// loop over growStack), once per waiting caller, never on a hit.
+// growStack makes room on the calling goroutine's stack for a decode, in one
+// copy made while few frames are on it. A caller that waited for a flight is
+// often a goroutine started for this request, whose stack begins at 2 KiB; a
+// codec's decode (msgpack's reflection) needs more, and the runtime grows a
+// stack by copying it and fixing up every frame on it, which deep in the
+// codec's frames was the dearest work a woken waiter did (bench/HISTORY.md,
+// "Figures moved out of code comments"). A stack already this deep pays only
+// the zeroing of the frame, once per waiting caller, never on a hit.
 //
 //go:noinline
 func growStack(i int) byte {

@@ -14,8 +14,8 @@ import (
 
 // With WithStale, WithEarlyRefresh or WithNearCache a hit needs the value's
 // remaining TTL as well as the value. Reading it with a PTTL pipelined
-// with the GET costs a second command per hit (15-19 % of the hits per
-// second, bench/README). Instead, such a Cache writes version 3 entries,
+// with the GET costs a second command per hit (see bench/README.md, "Hits
+// with freshness options"). Instead, such a Cache writes version 3 entries,
 // whose expiry the store script stamps in the server's clock (see
 // stampLua), and reads it against its estimate of that clock (see
 // servertime): one GET. It falls back to the pipelined PTTL while the

@@ -15,12 +15,10 @@ import (
 // roundtrip): up to roundtrip.Direct at once (twice the processors), each
 // is a GET of its own; beyond that, a GET waits for the next pipeline of
 // the server its key lives on. Concurrent hits of many keys are what a
-// busy service's cache does: with 16 goroutines reading 1,000 keys on 2
-// cores, a bare GET + decode cost the client 17.4 µs of CPU per hit and
-// the server 9.63, dogpile's hits 14.3 and 4.79 (bench/README.md, "Cache
-// hits"); system calls were 9.0 of a bare GET's 19.6 µs in a profile,
-// 2.7 of a batched hit's 12.55 ("Where the time goes"). A lone caller
-// pays nothing for this: its GET goes straight out.
+// busy service's cache does, and most of a GET's cost is its system calls,
+// which a pipeline shares (bench/README.md, "Cache hits" and "Where the
+// time goes"). A lone caller pays nothing for this: its GET goes straight
+// out.
 //
 // Each GET in a pipeline is a GET of its own key, with its own reply: a
 // key of another type answers WRONGTYPE to its caller alone (a miss, see

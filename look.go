@@ -8,13 +8,13 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// How a Fetch looks for a key first. A GET is what a hit needs; a miss
-// then sends the lock script (fetchScript, GET-or-lock), so its compute
-// starts two round trips after the call. The lock script alone returns a
-// value that is there as a GET would, so looking with it costs a hit the
-// same one round trip (and the server a script's run: 1.9 µs against a
-// GET's 0.1, commandstats of 20,000 script hits of a 200-byte value), and
-// starts a miss's compute one round trip sooner.
+// How a Fetch looks for a key first. A GET is what a hit needs; a miss then
+// sends the lock script (fetchScript, GET-or-lock), so its compute starts
+// two round trips after the call. The lock script alone returns a value that
+// is there as a GET would, so looking with it costs a hit the same one round
+// trip (and the server a script's run, many times a GET's: bench/HISTORY.md,
+// "Figures moved out of code comments"), and starts a miss's compute one
+// round trip sooner.
 //
 // So a Cache looks with a GET while most of its first looks hit, and with
 // the lock script while most miss: a cold start, a Redis that was flushed
@@ -29,8 +29,8 @@ import (
 // sent by the first caller, on its own context, from its own goroutine:
 // a hit needs no other goroutine, and a miss's lock attempt leaves at
 // once, not after a goroutine started for the flight was scheduled (in a
-// herd of callers woken together, that one waited behind the herd, 0.1 to
-// 2 ms; see bench/README.md for what that did and did not change).
+// herd of callers woken together, that one waited behind the herd; see
+// bench/HISTORY.md, "Figures moved out of code comments").
 
 // looks keeps the score that picks the first look: a first look that
 // misses raises it, one that hits lowers it, within [0, lookMax]. Above

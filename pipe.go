@@ -63,14 +63,13 @@ func unreachable(err error) bool { return breaker.Unreachable(err) }
 
 // turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
 // at once: half its client's connection pool. When many keys miss at once,
-// the store of a finished compute, the one command that wakes every
-// waiting process, must not queue in the pool behind lock attempts for
-// keys that missed later (head-of-line blocking: measured at 108 ms p50 per
-// store with 1000 keys in flight across 4 processes). Lock attempts wait
-// for their turn in the Cache instead; hits, stores and releases are not
-// limited, and always find a connection. (A Cache whose first looks mostly
-// miss looks with the lock script, see looks: that look takes a turn, hit
-// or miss.)
+// the store of a finished compute, the one command that wakes every waiting
+// process, must not queue in the pool behind lock attempts for keys that
+// missed later (head-of-line blocking, see bench/HISTORY.md, "Figures moved
+// out of code comments"). Lock attempts wait for their turn in the Cache
+// instead; hits, stores and releases are not limited, and always find a
+// connection. (A Cache whose first looks mostly miss looks with the lock
+// script, see looks: that look takes a turn, hit or miss.)
 type turns chan struct{}
 
 func newTurns(client redis.UniversalClient) turns {

@@ -84,17 +84,17 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 }
 
 // Refresh computes the value of key now and stores it for ttl, even if a
-// fresh value is cached, under the same fleet-wide compute lock as Fetch:
-// if another process is computing key at that moment, Refresh waits for its
-// result and returns it instead of computing again. Concurrent Refresh
-// calls for key in one process share one compute (one that starts after a
-// Set, Delete or Refresh of key returned computes anew), and once Refresh
-// returns, later calls of this Cache do not return an older value (a
-// Refresh whose store is refused, its lock taken by a write or an
-// invalidation meanwhile, looks again and computes again). Processes
-// waiting for key are woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's
-// error (nothing is stored, waiters get [ErrComputeFailed]), or a Redis
-// error, wrapped; an empty key or a ttl below a millisecond, one matching
+// fresh value is cached, under the same fleet-wide compute lock as Fetch: if
+// another process is computing key at that moment, Refresh waits for its
+// result and returns it instead of computing again. Concurrent Refresh calls
+// for key in one process share one compute (one that starts after a Set,
+// Delete or Refresh of key returned computes anew), and once Refresh
+// returns, later calls of this Cache do not return an older value (a Refresh
+// whose store is refused, its lock taken by a write or an invalidation
+// meanwhile, looks again and computes again). Processes waiting for key are
+// woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's error
+// (nothing is stored, waiters get [ErrComputeFailed]), or a Redis error,
+// wrapped; an empty key or a ttl below a millisecond, one matching
 // [ErrInvalid]. Refresh panics if compute is nil.
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
@@ -138,12 +138,11 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 // the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
 // refresh started only took before expiry has no room for a late start (the
 // hit that notices, the goroutine, the lock's round trip) or a compute
-// slower than the last, and callers then wait at expiry. With a floor of
-// δ·β, callers waited at one or two expiries in every run of 21 TTL periods
-// (2 processes, 2,700 calls/s, TTL 300ms, compute 30ms); with 2·δ·β, at
-// none in 6 runs, for 1.2 computes per period instead of 1.1. The cap of a
-// third of the TTL keeps a key to at most 1.5 computes per TTL period
-// (about 1.25 when δ is a tenth of the TTL).
+// slower than the last, and callers then wait at expiry: with a floor of δ·β
+// they did, with 2·δ·β they did not, for a few more computes
+// (bench/HISTORY.md, "Figures moved out of code comments"). The cap of a
+// third of the TTL keeps a key to at most 1.5 computes per TTL period (about
+// 1.25 when δ is a tenth of the TTL).
 //
 // Unlike the paper, which draws on each read, the gap is drawn once, by the
 // process that stores the value, and kept in the entry. Drawn on each read,

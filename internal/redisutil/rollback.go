@@ -12,19 +12,19 @@ import (
 // compute lock and every lock primitive undo such requests this one way.
 //
 // Rollbacks run in the background, so that no call outlives its context
-// waiting for one while Redis is slow or stopped: a caller whose context
-// is still live waits for its rollback at most RollbackGrace, which a
-// healthy Redis needs a fraction of, so that normally the state is clean
-// when the call returns (after a broken connection, say); a caller whose
-// context is done does not wait at all. (Waiting the grace after a
-// deadline made a timed-out Mutex.Lock return 6-7 ms late and a
-// Semaphore.Acquire, with two rollbacks, 12-13 ms, measured on an idle
-// machine; more on a busy one. Waiting for the whole undo, as the cache
-// once did, held the callers of a failed compute-lock attempt for up to
-// CleanupTimeout more while Redis was stalled.) They are bounded twice:
-// each by CleanupTimeout, and at most maxRollbacks at a time per process.
-// Past that many Redis is clearly not answering, and further rollbacks
-// are dropped: what they would undo expires within one TTL anyway.
+// waiting for one while Redis is slow or stopped: a caller whose context is
+// still live waits for its rollback at most RollbackGrace, which a healthy
+// Redis needs a fraction of, so that normally the state is clean when the
+// call returns (after a broken connection, say); a caller whose context is
+// done does not wait at all. (Waiting the grace after a deadline made a
+// timed-out Mutex.Lock return late, twice as late for a Semaphore.Acquire's
+// two rollbacks: bench/HISTORY.md, "Figures moved out of code comments".
+// Waiting for the whole undo, as the cache once did, held the callers of a
+// failed compute-lock attempt for up to CleanupTimeout more while Redis was
+// stalled.) They are bounded twice: each by CleanupTimeout, and at most
+// maxRollbacks at a time per process. Past that many Redis is clearly not
+// answering, and further rollbacks are dropped: what they would undo expires
+// within one TTL anyway.
 const maxRollbacks = 256
 
 // RollbackGrace is how long a caller whose context is live waits for its

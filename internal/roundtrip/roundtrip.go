@@ -32,13 +32,13 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// Direct is how many calls in progress on one batcher go straight to
-// Redis: up to that many, each keeps its own round trip, since a batch
-// waits for the one before it. Twice the processors (read once, at
-// start): with fewer callers than that (2 cores: 4 goroutines) a queue's
-// hand-offs cost more than shared system calls save; at 8 goroutines they
-// save 15 % of a lock call's time, at 16 a third to a half (see
-// bench/README.md). A variable for tests.
+// Direct is how many calls in progress on one batcher go straight to Redis:
+// up to that many, each keeps its own round trip, since a batch waits for
+// the one before it. Twice the processors (read once, at start): with fewer
+// callers than that (2 cores: 4 goroutines) a queue's hand-offs cost more
+// than shared system calls save; beyond, they save a growing share of a
+// call's time (bench/HISTORY.md, "Figures moved out of code comments"). A
+// variable for tests.
 var Direct atomic.Int32
 
 func init() { Direct.Store(int32(2 * runtime.GOMAXPROCS(0))) }
