@@ -60,9 +60,8 @@ func TestUncontendedPairCommands(t *testing.T) {
 			total += n
 		}
 	}
-	// EVALSHA, INCR (the fence), TIME (the fence stays within fenceLag of
-	// the clock, so that it survives a failover), SET NX; EVALSHA, GET,
-	// DEL.
+	// EVALSHA, TIME and SET ... GET (the fence: never below the clock,
+	// so that it survives a failover), SET NX; EVALSHA, GET, DEL.
 	if per := float64(total) / pairs; per > 7 {
 		t.Errorf("%.2f server commands per Lock+Unlock (%v); want <= 7", per, calls)
 	}

@@ -43,35 +43,43 @@
 // Redlock counts a server that slow as failed, and waits for no server
 // once a majority has answered.
 //
-// The fencing counter is the one key that outlives a lock's leases (a
-// Redlock, which has no fences, keeps none). It is kept for a retention
-// ([WithRetention], 7 days by default) and then created anew by the next
-// acquisition, so that locks named per request leave nothing behind. A
-// counter created anew starts from the Redis server's clock in
-// microseconds, so numbers keep increasing across the reset as long as
-// the server's clock does not go back by more than the retention. Fencing numbers increase with gaps: a waiter's ticket (see
-// below) and a retried request use one up.
+// A fencing number is the Redis server's clock in microseconds when it
+// was drawn, or one above the lock's previous number if that is higher (a
+// clock that went back): max(previous + 1, clock). So numbers strictly
+// increase per lock name, with gaps (a waiter's ticket, see below, and a
+// retried request use one up), and read as times. They fit an int64 (and
+// a JSON number, exactly, until the year 2255).
+//
+// The fencing counter, which holds a lock's last number, is the one key
+// that outlives its leases (a Redlock, which has no fences, keeps none).
+// It is kept for a retention ([WithRetention], 7 days by default) and then
+// created anew by the next acquisition, so that locks named per request
+// leave nothing behind. Numbers keep increasing across the reset as long
+// as the server's clock has not gone back since the last number.
 //
 // A failover, or a restart that reloads an older copy of the data, can set
-// a counter back: its last increments had not reached the replica (or the
-// disk). A number drawn from a counter more than a second behind the
-// server's clock in microseconds restarts the counter from the clock, so
-// fences never repeat as long as (1) the failover, from the last number
-// the old master drew to the first the new one draws, takes longer than a
-// second plus how far the old master's clock was ahead of the new one's
-// (Sentinel and Cluster take seconds to fail a master over), and (2) a
-// counter draws at most one number per microsecond, on average since it
-// last restarted from the clock (the scripts that draw them run for
-// microseconds each: far fewer). A lease acquired with [WithReplicaAck]
-// has its fence on the replicas that acknowledged it, so after a failover
-// to one of them, however fast, the next fence is above it. Condition (1)
-// excludes a split brain: an old master that still serves some clients
-// after the new one took over (it stalled and came back before it learned
-// of the failover) draws numbers beside it, and the two can repeat each
-// other's fences (seen by the torture checker within 30 ms). With
-// WithReplicaAck the old master's grants are refused (its replicas follow
-// the new master and acknowledge nothing); without it, only fencing at the
-// storage, or Redlock, holds then.
+// a counter back: its last numbers had not reached the replica (or the
+// disk). The next number is still above every one drawn before, however
+// fast the failover (a forced takeover, a replica promoted at once), since
+// it is not below the new master's clock: fences never repeat as long as
+// the new master's clock, when it draws its first number, is past the old
+// master's when it drew its last. That is, the servers' clocks differ by
+// less than the failover took, from the old master's last number to the
+// new master's first: clocks that NTP keeps within a millisecond of each
+// other meet it for any failover that takes longer (Sentinel and Cluster
+// take seconds to fail a master over). (A counter also gets ahead of its
+// server's clock if it draws more than one number a microsecond; a server
+// runs one script at a time, for microseconds, so it never does.) A lease
+// acquired with [WithReplicaAck] has its fence on the replicas that
+// acknowledged it, so after a failover to one of them the next fence is
+// above it, whatever the clocks. The condition excludes a split brain: an
+// old master that still serves some clients after the new one took over
+// (it stalled and came back before it learned of the failover) draws
+// numbers beside it, from its own clock, and the two can hand out the
+// same fence, or a later lease a lower one. With WithReplicaAck the old
+// master's grants are refused (its replicas follow the new master and
+// acknowledge nothing); without it, only fencing at the storage, or
+// Redlock, holds then.
 //
 // # Waiting
 //

@@ -24,11 +24,3 @@ func Rollbacks() int { return redisutil.Rollbacks() }
 // HandoffGrace is how long a release reserves the lock for its oldest
 // waiter.
 const HandoffGrace = handoffGrace
-
-// FenceLag is fenceLag.
-const FenceLag = fenceLag
-
-// FenceScripts are the sources that compare a counter with the clock.
-func FenceScripts() map[string]string {
-	return map[string]string{"fenceLib": fenceLib, "mutexAcquire's first lines": mutexAcquireHead}
-}

@@ -125,13 +125,3 @@ func cutReplication(t *testing.T, master *redistest.Server) {
 		t.Fatal(err)
 	}
 }
-
-// TestFenceLagIsTheScripts: fenceLag's microseconds are the number the
-// scripts compare with.
-func TestFenceLagIsTheScripts(t *testing.T) {
-	for name, src := range lock.FenceScripts() {
-		if !strings.Contains(src, fmt.Sprint(lock.FenceLag.Microseconds())) {
-			t.Errorf("%s does not use fenceLag (%v)", name, lock.FenceLag)
-		}
-	}
-}

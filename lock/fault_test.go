@@ -37,8 +37,10 @@ func TestAcquireReplyLost(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("TryLock after a lost reply = %v, %v; want the lock (the retry sees its own token)", ok, err)
 	}
-	if l.Fence() != warm.Fence()+2 {
-		t.Errorf("fence = %d after %d; want %d (the lost reply's fence, then the retry's)", l.Fence(), warm.Fence(), warm.Fence()+2)
+	// The counter holds the last number drawn: the retry's, drawn after
+	// the lost reply's.
+	if f, _ := srv.Client(t).Get(t.Context(), "dogpile:mutex:{flaky}:fence").Int64(); l.Fence() <= warm.Fence() || l.Fence() != f {
+		t.Errorf("fence = %d after %d, counter %d; want the counter's latest number, above the first", l.Fence(), warm.Fence(), f)
 	}
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Errorf("Unlock: %v", err)
@@ -67,8 +69,8 @@ func TestAcquireReplyLostNoRetry(t *testing.T) {
 	if n := direct.Exists(t.Context(), "dogpile:mutex:{flaky}").Val(); n != 0 {
 		t.Error("a failed acquire left the lock behind")
 	}
-	if f, _ := direct.Get(t.Context(), "dogpile:mutex:{flaky}:fence").Int64(); f != warm.Fence()+1 {
-		t.Errorf("fence counter = %d; want %d (the lost acquire did run)", f, warm.Fence()+1)
+	if f, _ := direct.Get(t.Context(), "dogpile:mutex:{flaky}:fence").Int64(); f <= warm.Fence() {
+		t.Errorf("fence counter = %d; want above %d (the lost acquire did run)", f, warm.Fence())
 	}
 }
 

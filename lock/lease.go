@@ -81,9 +81,10 @@ func (l *Lease) extendOnce(ctx context.Context, ttl time.Duration) hold.Outcome 
 func (l *Lease) Token() string { return l.token }
 
 // Fence returns the lease's fencing number. Fencing numbers of one lock
-// name strictly increase with every acquisition, across all processes, and
-// across the reset of an idle lock's counter (see [WithRetention] for the
-// clock assumption this rests on), so a storage system that remembers
+// name strictly increase with every acquisition, across all processes,
+// across the reset of an idle lock's counter and across a failover (see
+// the package doc for the clock assumption this rests on; a number is
+// the server's clock in microseconds), so a storage system that remembers
 // the highest number it has seen can reject writes from a holder whose lease
 // has silently expired: the newer holder's number is larger. A lease of a
 // [MultiMutex] returns the largest of its [Lease.Fences]; a lease of a

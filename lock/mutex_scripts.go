@@ -3,7 +3,6 @@ package lock
 import (
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,9 +11,10 @@ import (
 )
 
 // A plain mutex is one string key with the lease's TTL, "token:", as
-// lean as a lock can be: an uncontended Lock+Unlock costs Redis an INCR
-// (the fence) and a SET NX PX, then a GET and a DEL. The fence is not in
-// the value: the caller keeps it, and the release needs only the token.
+// lean as a lock can be: an uncontended Lock+Unlock costs Redis a TIME
+// and a SET ... GET (the fence, see fence_scripts.go) and a SET NX PX,
+// then a GET and a DEL. The fence is not in the value: the caller keeps
+// it, and the release needs only the token.
 // A "+" appended to the value marks that someone waits for the lock, so
 // the release publishes a wake-up only then. A fair holder (WithFair)
 // sets the same key ("token:fence"), so a plain acquirer needs no second
@@ -29,54 +29,6 @@ import (
 // one round trip, and waiters that came later queue behind the longest
 // waiter, across processes, at the cost of a key and a number per waiter.
 // If that waiter is gone, the reservation lapses after the grace.
-
-// mutexAcquireHead is mutexAcquire's common call (see there): a fence
-// from a counter within fenceLag of the clock, and the lock if it is free.
-const mutexAcquireHead = `
-if not ARGV[3] then
-  local f = redis.call('INCR', KEYS[2])
-  local t = redis.call('TIME')
-  if f + 1000000 >= tonumber(t[1]) * 1000000 + tonumber(t[2]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return f end
-end
-`
-
-// fenceLag is how far a fence counter may trail the server's clock: the
-// 1000000 (µs) of fenceLib and of mutexAcquire's first lines.
-const fenceLag = time.Second
-
-// fenceLib mints fencing numbers. A lock's counter expires keep ms after
-// it was created (WithRetention), so that per-request lock names do not
-// fill Redis, and is then created anew by the next acquisition.
-//
-// A counter never trails the server's clock, in microseconds, by more than
-// fenceLag: a number drawn from a counter further behind (a new one, which
-// INCR starts at 1; or one a failover or a restart set back, because its
-// last increments had not reached the replica or the disk) restarts the
-// counter from the clock. The clock is above every number drawn before: a
-// counter grows by one per number (acquisitions, waiters' tickets,
-// retries: far fewer than one per microsecond) and stays within fenceLag
-// of the clock, so that every number it gave before a failover is below
-// the clock by the time the failover is over, if it took longer than
-// fenceLag plus the skew between the servers' clocks (Sentinel and
-// Cluster take seconds to fail a master over), and a counter that
-// expired was last drawn from at least keep ms ago, unless the clock went
-// back by more than that. Reading the clock costs each number a TIME call.
-const fenceLib = `
-local function nextfence(key, keep)
-  local f = redis.call('INCR', key)
-  local t = redis.call('TIME')
-  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if f + 1000000 >= us then return f end -- fenceLag
-  if redis.call('PTTL', key) < 0 then
-    redis.call('SET', key, string.format('%d', us), 'PX', keep) -- new, or from before retention
-  else
-    redis.call('SET', key, string.format('%d', us), 'KEEPTTL')
-  end
-  return us
-end
--- digits formats a fence: Lua's own number to string gives 1.79e+15.
-local function digits(n) return string.format('%d', n) end
-` + oursLib
 
 // oursLib tells whether a lock's value v is held by token tok. Scripts
 // that mint no fence take only this: every function a script defines is
@@ -111,14 +63,13 @@ end
 // and fenceLib's functions, come only after it. (A value with the fence
 // in it, "token:fence", cost the common call a string.format and two
 // concatenations: 8 % of the server's instructions per Lock+Unlock.) A
-// new counter (below 10^15) goes on to the rest, which restarts it from
-// the clock.
+// counter that is new, ahead of the clock, older than the retention or
+// foreign goes on to the rest, which settles the head's draw.
 //
 // A waiter's retry (ticket > 0) looks before it draws a number: most
 // retries find the lock taken by the waiter it was reserved for, and then
 // cost neither a fence nor a failed SET.
-var mutexAcquire = redis.NewScript(mutexAcquireHead + fenceLib + strings.ReplaceAll(`
-local keep = ARGV[5] or '$RETENTION'
+var mutexAcquire = redis.NewScript(mutexAcquireHead + fenceLib + mutexFence + `
 local ticket = tonumber(ARGV[3] or 0)
 local value = ARGV[1] .. (ARGV[4] or '')
 local v = redis.call('GET', KEYS[1])
@@ -126,19 +77,19 @@ if v and ticket > 0 and string.sub(v, 1, 1) == '~' and ticket <= (tonumber(strin
   v = false -- reserved for us, or for a later ticket
 end
 if not v then
-  local f = nextfence(KEYS[2], keep)
+  local f = fence()
   redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   return f
 end
 if string.sub(v, 1, #ARGV[1]) == ARGV[1] then
-  local f = nextfence(KEYS[2], keep)
+  local f = fence()
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return f
 end
 local t = redis.call('PTTL', KEYS[1])
 if t < 0 then return 0 end
 if ticket < 0 then return {-1 - t, 0} end
-if ticket == 0 then ticket = nextfence(KEYS[2], keep) end
+if ticket == 0 then ticket = fence() end
 if string.sub(v, 1, 1) == '~' then return {-1 - t, ticket} end
 local plus = string.find(v, '+', 1, true)
 local oldest = plus and tonumber(string.sub(v, plus + 1))
@@ -147,7 +98,7 @@ if not oldest or ticket < oldest then
   redis.call('SET', KEYS[1], held .. '+' .. digits(ticket), 'KEEPTTL', 'XX')
 end
 return {-1 - t, ticket}
-`, "$RETENTION", strconv.FormatInt(redisutil.Millis(DefaultRetention), 10)))
+`)
 
 // mutexRelease frees the lock if it holds our token, or reserves it for
 // the oldest waiting ticket, and, if someone waits, wakes one waiter per

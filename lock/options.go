@@ -141,11 +141,11 @@ const DefaultRetention = 7 * 24 * time.Hour
 // WithRetention sets how long a lock's fencing counter, the one key of a
 // lock that outlives its leases, is kept: it expires d after it was created
 // and the next acquisition creates it anew, so that locks named per request
-// (an order ID, an invoice number) do not accumulate in Redis. A counter
-// created anew starts from the Redis server's clock in microseconds, so
-// fencing numbers still strictly increase per name across the reset, as
-// long as the server's clock never goes back by more than d (and a lock is
-// acquired less than a million times a second). The default is
+// (an order ID, an invoice number) do not accumulate in Redis. Fencing
+// numbers are the Redis server's clock in microseconds, or above the
+// counter's last number (see the package doc), so they still strictly
+// increase per name across the reset, as long as the server's clock has
+// not gone back since the last number was drawn. The default is
 // [DefaultRetention], 7 days. A [Redlock] has no fencing counter and
 // ignores it. WithRetention panics if d is less than a millisecond.
 func WithRetention(d time.Duration) Option {

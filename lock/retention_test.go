@@ -69,7 +69,7 @@ func TestRetentionLeavesNoKeys(t *testing.T) {
 // TestFencesIncreaseAcrossRetention: when an idle lock's counter has
 // expired, the next fence is still above every earlier one, for every
 // primitive; a counter from before retention existed (no TTL, small
-// numbers) restarts from the server's clock, above its numbers, and
+// numbers) draws the server's clock, above its numbers, and
 // expires from then on.
 func TestFencesIncreaseAcrossRetention(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)

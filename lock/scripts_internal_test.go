@@ -60,8 +60,8 @@ func TestFairAcquireRetryIsIdempotent(t *testing.T) {
 }
 
 // TestShortAcquireAndRelease: the common call's two-argument acquire is
-// idempotent too; it sets the value "token:" and restarts a new counter
-// from the server's clock. A release finds the lock ours by its exact
+// idempotent too; it sets the value "token:" and draws from a new
+// counter the server's clock. A release finds the lock ours by its exact
 // value, by its value with a waiter's mark after it (then reserving it for
 // that ticket), or with a fence after the colon (a MultiMutex's value).
 func TestShortAcquireAndRelease(t *testing.T) {
