@@ -2,6 +2,8 @@ package lock
 
 import (
 	"fmt"
+	"testing"
+	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -24,3 +26,11 @@ func Rollbacks() int { return redisutil.Rollbacks() }
 // HandoffGrace is how long a release reserves the lock for its oldest
 // waiter.
 const HandoffGrace = handoffGrace
+
+// SetWithdrawWait sets how long a waiter that gave up waits for its
+// withdrawal, until tb's end.
+func SetWithdrawWait(tb testing.TB, d time.Duration) {
+	old := withdrawWait
+	withdrawWait = d
+	tb.Cleanup(func() { withdrawWait = old })
+}

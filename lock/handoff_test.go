@@ -83,38 +83,81 @@ func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) 
 	}
 }
 
-// TestWaiterThatLeftWithdrawsItsClaim (issue 23): a waiter that gives up
-// takes its mark off the lock, so that the holder's release frees the lock
-// at once, instead of reserving it for the hand-off grace for a waiter
-// that is gone (before, a TryLock right after the Unlock failed).
+// TestWaiterThatLeftWithdrawsItsClaim (issues 23 and 43): a waiter whose
+// context ends takes back its claim before its Lock returns (a plain
+// mutex's ticket on the lock, a place in a fair mutex's or a semaphore's
+// queue, a waiting writer's hold on new readers, a waiting reader's place
+// among those the writer's release admits), so that the holder's Unlock
+// right after frees the lock for anyone: a TryLock at once gets it. Before,
+// the withdrawal ran in the background after Lock returned, and the
+// release reserved the lock for the departed ticket (or woke the departed
+// head of the queue), so the TryLock failed. Here every command sent for
+// a waiter that has given up takes 200 ms, so that the old order fails
+// every time (5 of 5 primitives, 10 of 10 runs), and the wait for the
+// withdrawal is lengthened, so that a busy machine cannot fail the new.
 func TestWaiterThatLeftWithdrawsItsClaim(t *testing.T) {
+	const slow = 200 * time.Millisecond
+	lock.SetWithdrawWait(t, 10*time.Second)
 	rdb := redistest.StartServer(t).Client(t)
+	rdb.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if w, ok := ctx.Value(leftKey{}).(context.Context); ok && w.Err() != nil {
+			time.Sleep(slow) // sent for a waiter that gave up
+		}
+		return next(ctx, cmd)
+	}})
 	ctx := t.Context()
-	m := lock.NewMutex(rdb, "left")
-	held, err := m.Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
+	zcard := func(key string) func() bool {
+		return func() bool { return rdb.ZCard(ctx, key).Val() == 1 }
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	gave := make(chan error, 1)
-	go func() {
-		_, err := lock.NewMutex(rdb, "left").Lock(wctx)
-		gave <- err
-	}()
-	redistest.Eventually(t, "the waiter's mark on the lock", func() bool {
-		return strings.Contains(rdb.Get(ctx, "dogpile:mutex:{left}").Val(), "+1") // its ticket, from the clock
-	})
-	cancel()
-	if err := <-gave; !errors.Is(err, lock.ErrNotObtained) {
-		t.Fatalf("the waiter's Lock = %v; want ErrNotObtained", err)
+	m := lock.NewMutex(rdb, "left-m")
+	fair := lock.NewMutex(rdb, "left-f", lock.WithFair())
+	s := lock.NewSemaphore(rdb, "left-s", 1)
+	rw, rr := lock.NewRWMutex(rdb, "left-w"), lock.NewRWMutex(rdb, "left-r")
+	acquire := func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) }
+	tryAcquire := func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }
+	for _, c := range []struct {
+		name       string
+		hold, wait func(context.Context) (*lock.Lease, error)
+		claimed    func() bool // the waiter's claim is in Redis
+		try        func(context.Context) (*lock.Lease, bool, error)
+	}{
+		{"Mutex", m.Lock, m.Lock, func() bool {
+			return strings.Contains(rdb.Get(ctx, "dogpile:mutex:{left-m}").Val(), "+1") // its ticket, from the clock
+		}, m.TryLock},
+		{"fair Mutex", fair.Lock, fair.Lock, zcard("dogpile:mutex:{left-f}:q"), fair.TryLock},
+		{"Semaphore", acquire, acquire, zcard("dogpile:sem:{left-s}:q"), tryAcquire},
+		{"RWMutex writer", rw.Lock, rw.Lock, zcard("dogpile:rw:{left-w}:ww"), rw.TryRLock},
+		{"RWMutex reader", rr.Lock, rr.RLock, zcard("dogpile:rw:{left-r}:rq"), rr.TryLock},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			held, err := c.hold(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			wctx = context.WithValue(wctx, leftKey{}, wctx)
+			gave := make(chan error, 1)
+			go func() {
+				_, err := c.wait(wctx)
+				gave <- err
+			}()
+			redistest.Eventually(t, "the waiter's claim", c.claimed)
+			cancel()
+			if err := <-gave; !errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("the waiter's Lock = %v; want ErrNotObtained and context.Canceled", err)
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l, ok, err := c.try(ctx)
+			if err != nil || !ok {
+				t.Fatalf("TryLock right after the Unlock = %v, %v; want the lock: nobody waits any more", ok, err)
+			}
+			l.Unlock(ctx)
+		})
 	}
-	lock.WaitRollbacks() // its withdrawal
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l, ok, err := m.TryLock(ctx)
-	if err != nil || !ok {
-		t.Fatalf("TryLock right after the Unlock = %v, %v; want the lock: nobody waits any more", ok, err)
-	}
-	l.Unlock(ctx)
 }
+
+// leftKey marks the context of a waiter, itself, for the hook that slows
+// what is sent for it once it is done.
+type leftKey struct{}

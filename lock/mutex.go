@@ -76,7 +76,8 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 // is still bounded by the holder's remaining TTL, so a lost message or a
 // crashed holder costs at most one TTL. On failure Lock returns an error
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
-// nothing.
+// nothing; a waiter has taken back its place in line, which may keep it
+// up to 20 ms past ctx's deadline (see "Deadlines" in the package doc).
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.invalid != nil {
 		return nil, m.invalid
@@ -91,7 +92,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err != nil && ticket > 0 && leftBehind(err) {
 		// A waiter that gives up withdraws its claim, so that the next
 		// release does not reserve the lock for it (see mutexWithdraw).
-		redisutil.Rollback(ctx, func(ctx context.Context) {
+		withdraw(ctx, func(ctx context.Context) {
 			_ = mutexWithdraw[m.publish].Run(ctx, m.client, m.lockKeys, ticket).Err()
 		})
 	}

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 
@@ -42,3 +43,24 @@ func releaseAfter(ctx context.Context, h holder, token string, err error) {
 // timeout, and what an earlier attempt of the wait left (a place in a
 // queue) expires within one TTL.
 func leftBehind(err error) bool { return redisutil.MayHaveRun(err) }
+
+// withdrawWait bounds how long a blocking acquire that gives up waits for
+// its withdrawal (see withdraw), past its deadline if need be: one round
+// trip on a busy machine, well under the 50 ms past a deadline that
+// TestDeadlineHoldsWhileRedisPaused allows. A variable, for a test to
+// lengthen.
+var withdrawWait = 20 * time.Millisecond
+
+// withdraw takes back the claim of a waiter that gave up, with undo: its
+// ticket on a plain mutex, its place in a queue, a waiting writer's hold
+// on new readers. Unlike a rollback, the caller waits for it even once its
+// context is done, up to withdrawWait, so that when Redis answers within
+// one round trip the claim is gone before Lock returns: the holder's
+// release right after must not reserve the lock for, or wake, a waiter
+// that has left, while a TryLock finds it taken. Past withdrawWait the
+// withdrawal goes on in the background (bounded, see redisutil.Rollback),
+// and a claim it never takes back lapses by itself (a reservation after
+// the hand-off grace, a place in a queue after one TTL).
+func withdraw(ctx context.Context, undo func(ctx context.Context)) {
+	redisutil.RollbackWithin(ctx, withdrawWait, undo)
+}

@@ -74,7 +74,8 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 // wait timeout passes, see [WithWaitTimeout]). It waits while a writer
 // holds the lock or waits for it. On failure RLock returns an error
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
-// nothing.
+// nothing; it has given up its place among the waiting readers, which may
+// keep it up to 20 ms past ctx's deadline.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if rw.invalid != nil {
 		return nil, rw.invalid
@@ -86,7 +87,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if leftBehind(err) {
 		// Withdraw token's place among the waiting readers, and its read
 		// if one was granted too late (see ask.grant) and not renewed.
-		redisutil.Rollback(ctx, func(ctx context.Context) {
+		withdraw(ctx, func(ctx context.Context) {
 			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
 			_, _ = reader{rw}.release(ctx, token)
 		})
@@ -108,7 +109,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 // Lock blocks until it holds the lock for writing or ctx is done (or the
 // wait timeout passes). While it waits, new readers are kept out. On
 // failure Lock returns an error matching [ErrNotObtained] and ctx.Err(), or
-// a Redis error; it holds nothing and no longer keeps readers out.
+// a Redis error; it holds nothing and no longer keeps readers out (taking
+// its claim back may keep it up to 20 ms past ctx's deadline).
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	if rw.invalid != nil {
 		return nil, rw.invalid
@@ -118,7 +120,8 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 		return rw.tryWrite(ctx, token, "wait")
 	})
 	if leftBehind(err) {
-		releaseLater(ctx, writer{rw}, token)
+		// Stop keeping readers out now, not when the claim expires.
+		withdraw(ctx, func(ctx context.Context) { _, _ = writer{rw}.release(ctx, token) })
 	}
 	return l, err
 }

@@ -99,8 +99,9 @@ func (s *Semaphore) asFairMutex(channel string) {
 // timeout passes, see [WithWaitTimeout]). It joins the back of the queue and
 // is woken by a message when it reaches the head and permits are free. On
 // failure Acquire returns an error matching [ErrNotObtained] and
-// ctx.Err(), or a Redis error; it holds nothing, and has left the queue (or
-// will within one TTL if Redis could not be reached).
+// ctx.Err(), or a Redis error; it holds nothing, and has left the queue,
+// which may keep it up to 20 ms past ctx's deadline (or will leave it
+// within one TTL if Redis could not be reached in that time).
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	if err := s.check(n); err != nil {
@@ -113,7 +114,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	if leftBehind(err) {
 		// Leave the queue now rather than when the ticket expires: a ghost
 		// at the head would hold up everyone behind it for one TTL.
-		releaseLater(ctx, s, token)
+		withdraw(ctx, func(ctx context.Context) { _, _ = s.release(ctx, token) })
 	}
 	return l, err
 }

@@ -37,6 +37,21 @@ var rollbackSlots = make(chan struct{}, maxRollbacks)
 // cancellation (it keeps ctx's values), bounded by CleanupTimeout, and
 // waits for it at most RollbackGrace, and not once ctx is done.
 func Rollback(ctx context.Context, undo func(ctx context.Context)) {
+	rollback(ctx, RollbackGrace, ctx.Done(), undo)
+}
+
+// RollbackWithin runs undo as Rollback does, but waits for it up to wait
+// whether or not ctx is done: for an undo that the caller's next call, or
+// another process's, must find done whenever Redis answers in time (a
+// lock's waiter that gave up takes back its place in line), at the price
+// of returning up to wait after ctx's deadline.
+func RollbackWithin(ctx context.Context, wait time.Duration, undo func(ctx context.Context)) {
+	rollback(ctx, wait, nil, undo)
+}
+
+// rollback runs undo in the background and waits for it up to wait, or
+// until gone is closed (a nil gone: never).
+func rollback(ctx context.Context, wait time.Duration, gone <-chan struct{}, undo func(ctx context.Context)) {
 	select {
 	case rollbackSlots <- struct{}{}:
 	default:
@@ -50,12 +65,12 @@ func Rollback(ctx context.Context, undo func(ctx context.Context)) {
 		defer cancel()
 		undo(rctx)
 	}()
-	t := time.NewTimer(RollbackGrace)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-	case <-ctx.Done(): // the caller's time is up: it does not wait at all
+	case <-gone: // the caller's time is up: it does not wait at all
 	}
 }
 

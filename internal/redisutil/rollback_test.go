@@ -28,6 +28,32 @@ func TestRollbackWaitsNotPastDeadline(t *testing.T) {
 	}
 }
 
+// TestRollbackWithinWaitsPastDeadline: RollbackWithin waits for its undo
+// whether or not the caller's context is done, up to its bound, and then
+// lets the undo go on in the background.
+func TestRollbackWithinWaitsPastDeadline(t *testing.T) {
+	unblock := make(chan struct{})
+	defer waitRollbacks(t)
+	defer close(unblock)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	const undo = 100 * time.Millisecond
+	if d := timed(func() { RollbackWithin(ctx, time.Minute, func(context.Context) { time.Sleep(undo) }) }); d < undo || d > 10*time.Second {
+		t.Errorf("RollbackWithin with a done context returned after %v; want once its undo is done (%v)", d, undo)
+	}
+	const bound = 50 * time.Millisecond
+	var ran bool
+	if d := timed(func() {
+		RollbackWithin(ctx, bound, func(context.Context) { <-unblock; ran = true })
+	}); d < bound || d > 10*time.Second {
+		t.Errorf("RollbackWithin of a stuck undo returned after %v; want after its bound, %v", d, bound)
+	}
+	if Rollbacks() != 1 || ran {
+		t.Errorf("%d rollbacks in flight (ran %v); want the stuck undo still running", Rollbacks(), ran)
+	}
+}
+
 // waitRollbacks waits, for at most 10 s, until no rollback is in flight.
 func waitRollbacks(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); Rollbacks() > 0; time.Sleep(time.Millisecond) {
