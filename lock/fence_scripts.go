@@ -58,7 +58,7 @@ local function settle(key, keep, us, old)
   end
   if not last then -- another program's data: put it back, and fail
     redis.call('SET', key, old, 'KEEPTTL')
-    error({err = 'WRONGTYPE the fencing counter ' .. key .. ' holds data that is not a number'})
+    error({err = 'WRONGTYPE fencing counter ' .. key .. ' holds no number'})
   end
   redis.call('SET', key, digits(last + 1), 'KEEPTTL') -- ahead of the clock
   return last + 1

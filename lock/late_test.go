@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,6 +105,9 @@ func TestUpgradeSlowerThanTTL(t *testing.T) {
 	proxy.DelayReplies(0)
 	if !errors.Is(err, lock.ErrLost) || w != nil {
 		t.Fatalf("Upgrade answered %v after the request, TTL %v: lease %t, err %v; want no lease and ErrLost", delay, ttl, w != nil, err)
+	}
+	if n := strings.Count(err.Error(), "lock:"); n != 1 {
+		t.Errorf("%q has %d \"lock:\"; want 1 (issue 43)", err, n)
 	}
 	if r.Err() == nil {
 		t.Error("the read lease is still held after its upgrade ran")

@@ -169,7 +169,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w (lost before Unlock); release %s %q: %w", ErrNotHeld, l.o.kind, l.o.name, err)
 	case err != nil:
 		// Not failed: a done ctx must not hide the detached release's error.
-		return fmt.Errorf("lock: release %s %q: %w", l.o.kind, l.o.name, err)
+		return l.o.wrapped("release", err)
 	case !ok || lost:
 		return ErrNotHeld
 	}

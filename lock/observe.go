@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -109,7 +108,7 @@ func guarded(ctx context.Context, o *options, try attempt) (*Lease, time.Duratio
 	}
 	done, err := o.breaker.Allow(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("lock: acquire %s %q: %w", o.kind, o.name, err)
+		return nil, 0, o.wrapped("acquire", err)
 	}
 	l, retry, err := try(ctx)
 	done(err)

@@ -76,7 +76,13 @@ func (o *options) script(ctx context.Context, client redis.UniversalClient, s *r
 // replicationErr is the error of an acquire that took the lock without
 // the acknowledgements WithReplicaAck asks for.
 func (o *options) replicationErr() error {
-	return fmt.Errorf("%w: %w (%d replicas within %v)", ErrNotObtained, ErrReplication, o.acks, o.ackTimeout)
+	return fmt.Errorf("%w: %w", ErrNotObtained, inner{o.unackedErr()})
+}
+
+// unackedErr says that writes went without the acknowledgements
+// WithReplicaAck asks for.
+func (o *options) unackedErr() error {
+	return fmt.Errorf("%w (%d replicas within %v)", ErrReplication, o.acks, o.ackTimeout)
 }
 
 // nodeOf is the client of the master (or the shard) that holds key: WAIT
@@ -105,7 +111,7 @@ func (o *options) unacked(r reply, acked bool) reply {
 func (o *options) extended(cmd *redis.Cmd, acked bool) (bool, error) {
 	n, err := cmd.Int64()
 	if err == nil && n > 0 && !acked {
-		return false, fmt.Errorf("extend: %w", ErrReplication)
+		return false, o.unackedErr()
 	}
 	return n > 0, err
 }

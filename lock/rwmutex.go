@@ -185,7 +185,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context, r *Lease) (*Lease, error) {
 		// (see ask.grant). r is gone too: undo the write lock.
 		releaseLater(ctx, writer{rw}, r.token)
 		r.end(ErrLost)
-		return nil, rw.opts.failed(ctx, "upgrade", fmt.Errorf("reply after the lease's safe deadline: %w", ErrLost))
+		return nil, rw.opts.failed(ctx, "upgrade", fmt.Errorf("reply after the lease's safe deadline: %w", inner{ErrLost}))
 	}
 	r.end(ErrNotHeld)
 	return newLease(writer{rw}, rw.name, r.token, res[1], sent, &rw.opts), nil
