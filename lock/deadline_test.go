@@ -21,7 +21,7 @@ import (
 // acquire runs in the background, and the caller does not wait for it once
 // its deadline has passed (it used to wait a 5 ms grace per rollback, and
 // before that for the whole rollback); a waiter's withdrawal of its claim
-// is waited for up to 20 ms (issue 43), then goes on in the background.
+// is waited for up to 10 ms (issue 43), then goes on in the background.
 // Once Redis is back, the rollbacks finish and leave no lock behind.
 //
 // Each Unlock gets a context of its own with the same deadline: one

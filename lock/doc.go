@@ -101,7 +101,7 @@
 // # Deadlines
 //
 // Every call returns by its context's deadline (a blocking acquire that
-// gives up may take up to 20 ms more, see below), provided the go-redis
+// gives up may take up to 10 ms more, see below), provided the go-redis
 // client honours it: create the client with ContextTimeoutEnabled set
 // (redis.Options, redis.ClusterOptions, redis.RingOptions or
 // redis.FailoverOptions). Without it go-redis bounds a round trip by its
@@ -120,11 +120,12 @@
 // takes back its claim before its call returns: a plain mutex's ticket, a
 // place in a fair mutex's or a semaphore's queue, a waiting writer's hold
 // on new readers, a waiting reader's place. That is one round trip, which
-// the call waits for even past its deadline, up to 20 ms, so that the
-// holder's release right after does not reserve the lock for a waiter
-// that has left, and a TryLock then finds it free. A withdrawal that takes
-// longer goes on in the background; a claim left behind lapses by itself
-// (within the 10 ms hand-off grace, or one TTL for a place in a queue).
+// the call waits for even past its deadline, up to 10 ms (not at all
+// while the client's circuit is open, see below), so that the holder's
+// release right after does not reserve the lock for a waiter that has
+// left, and a TryLock then finds it free. A withdrawal that takes longer
+// goes on in the background; a claim left behind lapses by itself (within
+// the 10 ms hand-off grace, or one TTL for a place in a queue).
 //
 // Once a server of the client is found down (a refused dial, a broken
 // connection or a call that times out makes the client's breaker PING its

@@ -77,7 +77,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 // crashed holder costs at most one TTL. On failure Lock returns an error
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
 // nothing; a waiter has taken back its place in line, which may keep it
-// up to 20 ms past ctx's deadline (see "Deadlines" in the package doc).
+// up to 10 ms past ctx's deadline (see "Deadlines" in the package doc).
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if m.invalid != nil {
 		return nil, m.invalid
@@ -92,7 +92,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	if err != nil && ticket > 0 && leftBehind(err) {
 		// A waiter that gives up withdraws its claim, so that the next
 		// release does not reserve the lock for it (see mutexWithdraw).
-		withdraw(ctx, func(ctx context.Context) {
+		m.opts.withdraw(ctx, func(ctx context.Context) {
 			_ = mutexWithdraw[m.publish].Run(ctx, m.client, m.lockKeys, ticket).Err()
 		})
 	}

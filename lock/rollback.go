@@ -46,10 +46,11 @@ func leftBehind(err error) bool { return redisutil.MayHaveRun(err) }
 
 // withdrawWait bounds how long a blocking acquire that gives up waits for
 // its withdrawal (see withdraw), past its deadline if need be: one round
-// trip on a busy machine, well under the 50 ms past a deadline that
-// TestDeadlineHoldsWhileRedisPaused allows. A variable, for a test to
-// lengthen.
-var withdrawWait = 20 * time.Millisecond
+// trip on a busy machine, a fifth of the 50 ms past a deadline that
+// TestDeadlineHoldsWhileRedisPaused allows. (At 20 ms, 3 of its 73 runs
+// beside two CPU-bound processes went past the 50 ms; at 10 ms, none of
+// 30.) A variable, for a test to lengthen.
+var withdrawWait = 10 * time.Millisecond
 
 // withdraw takes back the claim of a waiter that gave up, with undo: its
 // ticket on a plain mutex, its place in a queue, a waiting writer's hold
@@ -57,10 +58,16 @@ var withdrawWait = 20 * time.Millisecond
 // context is done, up to withdrawWait, so that when Redis answers within
 // one round trip the claim is gone before Lock returns: the holder's
 // release right after must not reserve the lock for, or wake, a waiter
-// that has left, while a TryLock finds it taken. Past withdrawWait the
-// withdrawal goes on in the background (bounded, see redisutil.Rollback),
-// and a claim it never takes back lapses by itself (a reservation after
-// the hand-off grace, a place in a queue after one TTL).
-func withdraw(ctx context.Context, undo func(ctx context.Context)) {
-	redisutil.RollbackWithin(ctx, withdrawWait, undo)
+// that has left, while a TryLock finds it taken. It does not wait while
+// the client's circuit is open: Redis was found down, no round trip comes
+// back in time. Past withdrawWait the withdrawal goes on in the background
+// (bounded, see redisutil.Rollback), and a claim it never takes back
+// lapses by itself (a reservation after the hand-off grace, a place in a
+// queue after one TTL).
+func (o *options) withdraw(ctx context.Context, undo func(ctx context.Context)) {
+	wait := withdrawWait
+	if o.breaker != nil && o.breaker.Open() {
+		wait = 0
+	}
+	redisutil.RollbackWithin(ctx, wait, undo)
 }

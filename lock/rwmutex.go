@@ -75,7 +75,7 @@ func NewRWMutex(client redis.UniversalClient, name string, opts ...Option) *RWMu
 // holds the lock or waits for it. On failure RLock returns an error
 // matching [ErrNotObtained] and ctx.Err(), or a Redis error, and holds
 // nothing; it has given up its place among the waiting readers, which may
-// keep it up to 20 ms past ctx's deadline.
+// keep it up to 10 ms past ctx's deadline.
 func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if rw.invalid != nil {
 		return nil, rw.invalid
@@ -87,7 +87,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (*Lease, error) {
 	if leftBehind(err) {
 		// Withdraw token's place among the waiting readers, and its read
 		// if one was granted too late (see ask.grant) and not renewed.
-		withdraw(ctx, func(ctx context.Context) {
+		rw.opts.withdraw(ctx, func(ctx context.Context) {
 			_ = rwRCancel.Run(ctx, rw.client, []string{rw.keys[5], rw.keys[6], rw.wr}, token, rw.publish).Err()
 			_, _ = reader{rw}.release(ctx, token)
 		})
@@ -110,7 +110,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (*Lease, bool, error) {
 // wait timeout passes). While it waits, new readers are kept out. On
 // failure Lock returns an error matching [ErrNotObtained] and ctx.Err(), or
 // a Redis error; it holds nothing and no longer keeps readers out (taking
-// its claim back may keep it up to 20 ms past ctx's deadline).
+// its claim back may keep it up to 10 ms past ctx's deadline).
 func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	if rw.invalid != nil {
 		return nil, rw.invalid
@@ -121,7 +121,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (*Lease, error) {
 	})
 	if leftBehind(err) {
 		// Stop keeping readers out now, not when the claim expires.
-		withdraw(ctx, func(ctx context.Context) { _, _ = writer{rw}.release(ctx, token) })
+		rw.opts.withdraw(ctx, func(ctx context.Context) { _, _ = writer{rw}.release(ctx, token) })
 	}
 	return l, err
 }

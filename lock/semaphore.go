@@ -100,7 +100,7 @@ func (s *Semaphore) asFairMutex(channel string) {
 // is woken by a message when it reaches the head and permits are free. On
 // failure Acquire returns an error matching [ErrNotObtained] and
 // ctx.Err(), or a Redis error; it holds nothing, and has left the queue,
-// which may keep it up to 20 ms past ctx's deadline (or will leave it
+// which may keep it up to 10 ms past ctx's deadline (or will leave it
 // within one TTL if Redis could not be reached in that time).
 // Acquire panics if n is not between 1 and the semaphore's permits.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
@@ -114,7 +114,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	if leftBehind(err) {
 		// Leave the queue now rather than when the ticket expires: a ghost
 		// at the head would hold up everyone behind it for one TTL.
-		withdraw(ctx, func(ctx context.Context) { _, _ = s.release(ctx, token) })
+		s.opts.withdraw(ctx, func(ctx context.Context) { _, _ = s.release(ctx, token) })
 	}
 	return l, err
 }
