@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/lock"
 )
 
 // TestFenceAboveEveryIssuedAfterFastFailover (issue 43): a failover that
@@ -26,67 +25,31 @@ import (
 // short form (the common call) and its long one.
 func TestFenceAboveEveryIssuedAfterFastFailover(t *testing.T) {
 	master, replica := startReplicated(t)
-	ctx := t.Context()
-	acquires := map[string]func(rdb redis.UniversalClient) (*lock.Lease, error){
-		"mutex": func(rdb redis.UniversalClient) (*lock.Lease, error) { return lock.NewMutex(rdb, "m").Lock(ctx) },
-		"fair": func(rdb redis.UniversalClient) (*lock.Lease, error) {
-			return lock.NewMutex(rdb, "f", lock.WithFair()).Lock(ctx)
-		},
-		"semaphore": func(rdb redis.UniversalClient) (*lock.Lease, error) {
-			return lock.NewSemaphore(rdb, "s", 2).Acquire(ctx, 1)
-		},
-		"rwmutex writer": func(rdb redis.UniversalClient) (*lock.Lease, error) { return lock.NewRWMutex(rdb, "w").Lock(ctx) },
-		"rwmutex reader": func(rdb redis.UniversalClient) (*lock.Lease, error) { return lock.NewRWMutex(rdb, "r").RLock(ctx) },
-		"multimutex": func(rdb redis.UniversalClient) (*lock.Lease, error) {
-			return lock.NewMultiMutex(rdb, []string{"a", "b"}).Lock(ctx)
-		},
-		"mutex with retention": func(rdb redis.UniversalClient) (*lock.Lease, error) {
-			return lock.NewMutex(rdb, "k", lock.WithRetention(lock.DefaultRetention/2)).Lock(ctx) // the script's long form
-		},
-	}
-	// draw acquires and releases kind on rdb and returns its fences, one
-	// per counter.
-	draw := func(rdb redis.UniversalClient, kind string) map[string]int64 {
-		t.Helper()
-		l, err := acquires[kind](rdb)
-		if err != nil {
-			t.Fatalf("%s: %v", kind, err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatalf("%s: Unlock: %v", kind, err)
-		}
-		return l.Fences()
-	}
-	old := master.Client(t)
-	top := map[string]map[string]int64{} // per kind, the highest fence issued, per counter
+	old, promoted := master.Client(t), replica.Client(t)
+	top := map[string]int64{} // the highest fence issued, per primitive and counter
 	issue := func() {
-		for kind := range acquires {
+		for _, p := range fencers(old) {
 			for range 3 {
-				for name, f := range draw(old, kind) {
-					if top[kind] == nil {
-						top[kind] = map[string]int64{}
-					}
-					top[kind][name] = max(top[kind][name], f)
+				for name, f := range draw(t, p).Fences() {
+					top[p.name+" "+name] = max(top[p.name+" "+name], f)
 				}
 			}
 		}
 	}
 	issue()
-	promoted := replica.Client(t)
 	// The replica has every counter. (Not WAIT: it sometimes takes a
 	// second, when the replica acknowledges on its own schedule, and a
 	// counter a second behind the clock hid the defect.)
 	want := replOffset(t, old, "master_repl_offset")
 	redistest.Eventually(t, "the replica to catch up", func() bool { return replOffset(t, promoted, "slave_repl_offset") >= want })
-	if err := promoted.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+	if err := promoted.Do(t.Context(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	issue() // lost with the old master
-	for kind, last := range top {
-		for name, f := range draw(promoted, kind) {
-			if f <= last[name] {
-				t.Errorf("%s: fence %d after the failover; want above %d, the highest issued before it",
-					strings.TrimSpace(kind+" "+name), f, last[name])
+	for _, p := range fencers(promoted) {
+		for name, f := range draw(t, p).Fences() {
+			if last := top[p.name+" "+name]; f <= last {
+				t.Errorf("%s %s: fence %d after the failover; want above %d, the highest issued before it", p.name, name, f, last)
 			}
 		}
 	}

@@ -19,7 +19,9 @@ type fencer struct {
 	try           func(ctx context.Context) (*lock.Lease, bool, error)
 }
 
-// fencers returns every primitive that draws fences, on rdb.
+// fencers returns every primitive that draws fences, on rdb: the mutex's
+// script in its short form (the common call) and its long one, and a
+// MultiMutex of two names, a counter each.
 func fencers(rdb redis.UniversalClient) []fencer {
 	s := lock.NewSemaphore(rdb, "s", 2)
 	rw := lock.NewRWMutex(rdb, "w")
@@ -31,7 +33,7 @@ func fencers(rdb redis.UniversalClient) []fencer {
 		{"Semaphore", "dogpile:sem:{s}:fence", func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }},
 		{"RWMutex writer", "dogpile:rw:{w}:fence", rw.TryLock},
 		{"RWMutex reader", "dogpile:rw:{r}:fence", rr.TryRLock},
-		{"MultiMutex", "dogpile:mutex:{a}:fence", lock.NewMultiMutex(rdb, []string{"a"}).TryLock},
+		{"MultiMutex", "dogpile:mutex:{a}:fence", lock.NewMultiMutex(rdb, []string{"a", "b"}).TryLock},
 	}
 }
 
@@ -98,14 +100,17 @@ func TestFenceCounterWithForeignString(t *testing.T) {
 }
 
 // fence acquires and releases p once and returns the fence.
-func fence(t *testing.T, p fencer) int64 {
+func fence(t *testing.T, p fencer) int64 { t.Helper(); return draw(t, p).Fence() }
+
+// draw acquires and releases p once and returns the lease.
+func draw(t *testing.T, p fencer) *lock.Lease {
 	t.Helper()
 	l, ok, err := p.try(t.Context())
 	if !ok || err != nil {
-		t.Fatalf("TryLock = %v, %v", ok, err)
+		t.Fatalf("%s: TryLock = %v, %v", p.name, ok, err)
 	}
 	if err := l.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: Unlock: %v", p.name, err)
 	}
-	return l.Fence()
+	return l
 }
