@@ -47,9 +47,9 @@ func leftBehind(err error) bool { return redisutil.MayHaveRun(err) }
 // withdrawWait bounds how long a blocking acquire that gives up waits for
 // its withdrawal (see withdraw), past its deadline if need be: one round
 // trip on a busy machine, a fifth of the 50 ms past a deadline that
-// TestDeadlineHoldsWhileRedisPaused allows. (At 20 ms, 3 of its 73 runs
-// beside two CPU-bound processes went past the 50 ms; at 10 ms, none of
-// 30.) A variable, for a test to lengthen.
+// TestDeadlineHoldsWhileRedisPaused allows (twice as long made that test
+// go past it beside CPU-bound processes: bench/HISTORY.md, issue 43). A
+// variable, for a test to lengthen.
 var withdrawWait = 10 * time.Millisecond
 
 // withdraw takes back the claim of a waiter that gave up, with undo: its
