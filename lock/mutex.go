@@ -56,6 +56,7 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 		invalid: checkName(name),
 	}
 	m.opts.build("mutex", name, opts)
+	m.opts.watch(client) // before the fair semaphore copies the options
 	if m.opts.fair {
 		m.fair = newSemaphore(client, ks, name, 1, m.opts)
 		m.fair.asFairMutex(m.channel)
@@ -65,7 +66,6 @@ func NewMutex(client redis.UniversalClient, name string, opts ...Option) *Mutex 
 	m.releaseScript = mutexRelease[m.publish]
 	m.batch = batcherFor(client)
 	m.ttlArg, m.retentionArg = redisutil.Millis(m.opts.ttl), m.opts.retentionMs
-	m.opts.watch(client)
 	return m
 }
 

@@ -189,3 +189,25 @@ func TestObserverLostUnobserved(t *testing.T) {
 		t.Errorf("events %v; want %v", got, want)
 	}
 }
+
+// TestFairMutexBehindBreaker: a fair Mutex goes through its client's
+// circuit breaker as a plain one does: with Redis killed, its acquires
+// fail at once with ErrUnavailable once the breaker has found the server
+// down (its options were copied into its semaphore before the breaker was
+// set, so it went to Redis every time).
+func TestFairMutexBehindBreaker(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	m := lock.NewMutex(rdb, "fair", lock.WithFair())
+	s.Kill()
+	redistest.Eventually(t, "a fair TryLock to fail with ErrUnavailable", func() bool {
+		_, _, err := m.TryLock(t.Context())
+		return errors.Is(err, lock.ErrUnavailable)
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := m.Lock(ctx); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("fair Lock with the circuit open = %v; want ErrUnavailable", err)
+	}
+}
