@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,55 +13,6 @@ import (
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
-
-var (
-	// ErrMiss is returned by [Cache.Get] when key holds no value, or holds
-	// what does not decode (which Fetch would treat as a miss too).
-	ErrMiss = errors.New("dogpile: miss")
-
-	// ErrComputeFailed is returned by [Cache.Fetch] to callers that waited
-	// for another process's compute when that compute failed (returned an
-	// error or panicked). The error's text carries the other process's
-	// error message; nothing was cached.
-	ErrComputeFailed = errors.New("dogpile: compute failed in another process")
-
-	// ErrNotFound is what compute returns (wrapped or not) to say that the
-	// value does not exist, as opposed to failing. Fetch returns it to every
-	// caller waiting for that compute, in every process; with
-	// [WithNegativeTTL] it is also remembered, so that the backend is not
-	// asked again for a while. Get returns it for a key whose remembered
-	// answer is "not found".
-	ErrNotFound = errors.New("dogpile: not found")
-
-	// ErrInvalid is returned for an argument that may come from data rather
-	// than from the program: an empty key, or a TTL below a millisecond. The
-	// error names the argument; nothing is read or written.
-	ErrInvalid = errors.New("dogpile: invalid argument")
-
-	// ErrUnavailable is returned, wrapped, by calls that did not go to Redis
-	// because a server of the client was found down moments ago; its
-	// message names the server and why ("redis unavailable: 10.0.0.7:6379:
-	// no reply to PING within 500ms"). A failed dial, a broken connection
-	// or a call that times out makes the client's breaker PING its servers
-	// (a Cluster's masters) on connections of its own: one that refuses, or
-	// stays silent for half a second (or the client's ReadTimeout, if
-	// shorter), opens the client's circuit. A busy client or a slow reply
-	// opens nothing: the server answers the PING. From then on every Cache
-	// and lock on that client fails at once instead of spending go-redis's
-	// retries or the caller's whole deadline; the program's own commands on
-	// the client are left alone. Every 100 ms one call waits while the
-	// servers are asked again, so calls succeed again within about a tenth
-	// of a second of Redis's return, whatever the outage's length. Each
-	// outage is logged when it begins and when it ends (and once a minute
-	// while it lasts) to every logger given to the client's caches and
-	// locks ([WithLogger], lock.WithLogger). With [WithComputeWhenDown],
-	// Fetch computes instead, deduplicated in the process.
-	// lock.ErrUnavailable is the same error.
-	ErrUnavailable = breaker.ErrUnavailable
-)
-
-// notFound is the error of a key whose answer is a not-found tombstone.
-func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }
 
 // Defaults of the options.
 const (

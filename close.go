@@ -2,13 +2,9 @@ package dogpile
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 )
-
-// ErrClosed is returned by the calls of a Cache after [Cache.Close].
-var ErrClosed = errors.New("dogpile: cache closed")
 
 // Close stops the Cache's background work and waits for it to end: the
 // near tier's tracking (see [WithNearCache]), and the flights and

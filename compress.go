@@ -26,16 +26,6 @@ func (c *Cache[T]) compress(p []byte) ([]byte, bool) {
 	return p, false
 }
 
-// tooLarge is the error of an encoded value above WithMaxValueSize. It
-// matches ErrInvalid without repeating its prefix after the caller's.
-type tooLarge struct{ n, max int }
-
-func (e tooLarge) Error() string {
-	return fmt.Sprintf("value of %d bytes is above the limit of %d (see WithMaxValueSize)", e.n, e.max)
-}
-
-func (tooLarge) Is(target error) bool { return target == ErrInvalid }
-
 // decompress returns the S2 payload p, after a header of head bytes,
 // decompressed. It refuses, before allocating anything, one whose entry
 // would then exceed WithMaxValueSize, the bound encodeEntry checked: only

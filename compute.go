@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -15,39 +17,12 @@ import (
 
 // Computing a value under the compute lock and storing it, fenced.
 
-// A job is one key's miss in one process: what to compute and where to
-// store it.
-type job[T any] struct {
-	flight  flightID // the flight the job serves
-	key     string
-	ks      keys
-	ttl     time.Duration
-	compute func(context.Context) (T, error)
-	cl      *call    // the flight the result goes to
-	refresh bool     // a background refresh (see refreshLater)
-	first   []any    // FetchMany's lock reply for key (never "locked"), to start the miss from
-	m       *miss[T] // the miss begun by Fetch's first look, with its reply (see lookWithScript)
-
-	// How the miss starts (see Cache.runMiss).
-	bad   string // SHA1 of stored bytes that did not decode, or ""
-	down  bool   // Redis is unreachable and WithComputeWhenDown is set: compute without it
-	force bool   // Refresh's: compute even if a value is there
-}
-
-// errComputeTooLong is the cause that ends compute's context after the
-// bound set by WithMaxCompute (see Cache.tooLong).
-var errComputeTooLong = errors.New("dogpile: compute ran past its limit")
-
 // tooLong is the cause that ends compute's context after the bound set by
 // WithMaxCompute: errComputeTooLong, naming the option and its bound
 // (compute may return the cause as its error).
 func (c *Cache[T]) tooLong() error {
 	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
 }
-
-// errLeaseLost is the cancellation cause of compute's context when the
-// compute lock was lost.
-var errLeaseLost = errors.New("dogpile: compute lock lost")
 
 // computeHeld runs j's compute while holding the lock with token, acquired
 // by a request sent at sent, and stores the result. again reports that the
@@ -159,14 +134,6 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	return c.stored(ctx, j, token, err)
 }
 
-// errRefused is store's answer when nothing was stored because the lock no
-// longer held our token (a Set, Delete or InvalidateTag took it, or the
-// lease ran out and another process took over), or because an
-// InvalidateTag of a tag compute gave the value came after compute tagged
-// it (the lock was then released). The flight looks again (see
-// computeHeld).
-var errRefused = errors.New("dogpile: store refused")
-
 // storeCall is the script call of store.
 func (c *Cache[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
 	return scriptCall{storeScript, []string{ks.value, ks.lock, ks.channel},
@@ -257,16 +224,6 @@ func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Conte
 	return f(ctx)
 }
 
-// A panicError is a compute's panic. Its text carries the panic value only:
-// it reaches the callers and, cut to 512 bytes, the other processes; the
-// stack goes to the log (see WithLogger).
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("dogpile: compute panicked: %v", e.value) }
-
 // errText is the text of a failed compute that waiting processes receive,
 // cut to a size that is reasonable to keep in Redis, without a leading
 // "dogpile: " (they wrap it in an error of their own that has one).
@@ -278,3 +235,76 @@ func errText(err error) string {
 	}
 	return s
 }
+
+// entry turns compute's answer for j (v, or cerr) into the entry to store
+// and its TTL: a value with the metadata the freshness options need, or a
+// tombstone for ErrNotFound with WithNegativeTTL. took is how long the
+// value took to get, round trips included. It returns an error if there is
+// nothing to store: compute failed, or the value does not encode.
+func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
+	fresh, ttl := c.storeTTL(j.ttl, ro)
+	m := meta{}
+	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
+		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), meta{notFound: true, took: took}
+	} else if c.opts.beta > 0 && fresh > 0 {
+		m = meta{took: took, early: c.earlyGap(took, fresh)}
+	}
+	if cerr != nil {
+		return nil, 0, cerr
+	}
+	if b, err = c.encodeEntry(v, m); err != nil {
+		return nil, 0, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
+	}
+	return b, ttl, nil
+}
+
+// storeTTL is how long a computed value is fresh, the TTL compute set (see
+// SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
+// in Redis: that plus the stale window. 0 stores nothing.
+func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
+	if d, ok := ro.get(); ok {
+		if d <= 0 {
+			return 0, 0
+		}
+		ttl = d
+	}
+	fresh = c.jittered(ttl)
+	return fresh, fresh + c.opts.stale
+}
+
+// jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
+// below a millisecond (Redis's resolution).
+func (c *Cache[T]) jittered(ttl time.Duration) time.Duration {
+	if c.opts.jitter == 0 {
+		return ttl
+	}
+	spread := c.opts.jitter * (2*rand.Float64() - 1)
+	return max(time.Millisecond, ttl+time.Duration(float64(ttl)*spread))
+}
+
+// earlyGap draws, once per stored value, how long before its TTL runs out
+// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
+// refresh started only took before expiry has no room for a late start (the
+// hit that notices, the goroutine, the lock's round trip) or a compute
+// slower than the last, and callers then wait at expiry: with a floor of δ·β
+// they did, with 2·δ·β they did not, for a few more computes
+// (bench/HISTORY.md, "Figures moved out of code comments"). The cap of a
+// third of the TTL keeps a key to at most 1.5 computes per TTL period (about
+// 1.25 when δ is a tenth of the TTL).
+//
+// Unlike the paper, which draws on each read, the gap is drawn once, by the
+// process that stores the value, and kept in the entry. Drawn on each read,
+// the chance that some read refreshes early grows with the call rate: at
+// thousands of calls a second the refresh would start near δ·β·ln(rate·δ)
+// before expiry, several times a TTL period. With one draw per value every
+// process agrees on one refresh point, which neither drifts earlier with
+// load nor comes later than 2·δ·β before expiry; the draw also spreads the
+// refreshes of many keys stored at the same moment.
+func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
+	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
+	gap := time.Duration(float64(took) * c.opts.beta * draw)
+	return min(gap, ttl/3)
+}
+
+// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
+const earlyFloor = 2

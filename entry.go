@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"time"
 )
 
@@ -231,50 +230,4 @@ func sha1hex(b []byte) string {
 	}
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// entry turns compute's answer for j (v, or cerr) into the entry to store
-// and its TTL: a value with the metadata the freshness options need, or a
-// tombstone for ErrNotFound with WithNegativeTTL. took is how long the
-// value took to get, round trips included. It returns an error if there is
-// nothing to store: compute failed, or the value does not encode.
-func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
-	fresh, ttl := c.storeTTL(j.ttl, ro)
-	m := meta{}
-	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
-		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), meta{notFound: true, took: took}
-	} else if c.opts.beta > 0 && fresh > 0 {
-		m = meta{took: took, early: c.earlyGap(took, fresh)}
-	}
-	if cerr != nil {
-		return nil, 0, cerr
-	}
-	if b, err = c.encodeEntry(v, m); err != nil {
-		return nil, 0, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
-	}
-	return b, ttl, nil
-}
-
-// storeTTL is how long a computed value is fresh, the TTL compute set (see
-// SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
-// in Redis: that plus the stale window. 0 stores nothing.
-func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
-	if d, ok := ro.get(); ok {
-		if d <= 0 {
-			return 0, 0
-		}
-		ttl = d
-	}
-	fresh = c.jittered(ttl)
-	return fresh, fresh + c.opts.stale
-}
-
-// jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
-// below a millisecond (Redis's resolution).
-func (c *Cache[T]) jittered(ttl time.Duration) time.Duration {
-	if c.opts.jitter == 0 {
-		return ttl
-	}
-	spread := c.opts.jitter * (2*rand.Float64() - 1)
-	return max(time.Millisecond, ttl+time.Duration(float64(ttl)*spread))
 }

@@ -2,16 +2,11 @@ package dogpile
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"runtime/debug"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -90,10 +85,6 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 	}
 }
 
-// errRetry ends a flight whose first caller gave up during the GET: the
-// callers that joined it start over (one of them leads the next flight).
-var errRetry = errors.New("dogpile: retry")
-
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
 func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
@@ -152,196 +143,4 @@ func (c *Cache[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration,
 	}
 	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
 	return c.await(ctx, key, id, cl)
-}
-
-// read is the hit path's round trip: a GET, which tells the value's
-// remaining TTL when freshness options or the near tier need it (see
-// readRedis). pttl is negative when it was not read or the key has no TTL. With
-// the near tier, o is the Owner of the value when it was read on a tracked
-// connection (see near.Owner), nil otherwise; before a read on another,
-// the flight cl (named id) is made one no later caller joins. It goes through the client's circuit breaker
-// (see ErrUnavailable) without a closure, which would cost every hit an
-// allocation.
-func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
-	done, err := c.allow(ctx)
-	if err != nil {
-		return nil, -1, nil, err
-	}
-	if c.near != nil {
-		b, pttl, o, err = c.readNear(ctx, vk, id, cl)
-	} else {
-		b, pttl, err = c.readRedis(ctx, c.client, vk)
-	}
-	c.report(done, err)
-	return b, pttl, o, err
-}
-
-// readNear reads vk on one of the near tier's tracked connections if one
-// is free, and otherwise through the client, after making the flight cl
-// one no later caller joins (see Cache.unheard): also
-// when the reader could not serve the read (its node answered with an
-// error, a Cluster's slot that moved; its connection failed or its session
-// ended), unless ctx ended or the read timed out (the server is slow: the
-// client would wait as long again).
-func (c *Cache[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
-	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
-		var rerr error
-		b, pttl, rerr = c.readRedis(ctx, cn, vk)
-		return rerr
-	})
-	switch {
-	case ok && o != nil && !answered(err):
-		return b, pttl, o, err
-	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
-		return nil, -1, nil, err
-	}
-	c.unheard(id, cl)
-	b, pttl, err = c.readRedis(ctx, c.client, vk)
-	return b, pttl, nil, err
-}
-
-// timedOut reports whether err is a network timeout.
-func timedOut(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// answered reports whether err is an error reply other than redis.Nil:
-// the node could not serve the read.
-func answered(err error) bool {
-	return err != nil && err != redis.Nil && near.IsReply(err)
-}
-
-// startFlight runs the miss path of j in its own goroutine, on a context
-// detached from the leader's, so that the leader may leave on its own ctx
-// like the other callers (see Fetch).
-//
-// A leader whose ctx can never end (no Done channel: Background, TODO,
-// WithoutCancel) runs it in the calling goroutine instead, if here is true:
-// it waits for the flight's end whatever happens, so a goroutine to leave
-// it behind would buy it nothing, and the hand-off costs a cold miss a
-// thread's wake-up (about a tenth of its time to compute, see
-// bench/README.md). The other callers still join and leave as they
-// like. Callers that start several flights at once pass false.
-func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
-	here = here && ctx.Done() == nil
-	base, stop := c.life.detach(ctx)
-	var wctx context.Context
-	var cancel context.CancelFunc
-	if c.opts.waitTimeout > 0 {
-		wctx, cancel = context.WithTimeout(base, c.opts.waitTimeout)
-	} else {
-		wctx, cancel = context.WithCancel(base)
-	}
-	c.flights.detach(j.cl, cancel)
-	started := c.life.run(here, func() {
-		defer stop()
-		defer cancel()
-		r := c.runMiss(base, wctx, j)
-		if r.err != nil && c.life.done() {
-			r = outcome{err: ErrClosed} // whatever the cancellation made of it
-		}
-		c.flights.end(j.flight, j.cl, r)
-	})
-	if !started {
-		cancel()
-		stop()
-		if j.m != nil {
-			j.m.abandon(ctx)
-		}
-		c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
-	}
-}
-
-// await waits for the flight cl of key (flight is its name in the group),
-// or for ctx.
-func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
-	select {
-	case <-cl.done:
-	case <-ctx.Done():
-		c.flights.leave(flight, cl)
-		c.emit(ctx, Event{Kind: EventMiss, Key: key})
-		// The flight's round trip may be what held the caller up, on a
-		// server that stopped answering: the breaker asks the server (see
-		// ErrUnavailable), which costs a PING if it was only slow.
-		c.breaker.Observe(ctx.Err())
-		return v, ctx.Err(), false
-	}
-	if cl.err == errRetry {
-		return v, nil, true
-	}
-	if cl.b == nil {
-		c.count(ctx, key, cl.outcome, errors.Is(cl.err, ErrNotFound))
-		if u, ok := cl.v.(T); ok {
-			v = u // computed but not stored: it did not encode
-		}
-		return v, cl.err, false
-	}
-	growStack(0) // before the codec's deep frames (see growStack)
-	v, m, derr := c.decodeEntry(cl.b)
-	c.count(ctx, key, cl.outcome, m.notFound)
-	switch {
-	case derr != nil: // cannot happen: the flight decoded b already
-		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
-	case m.notFound && errors.Is(cl.err, ErrNotFound):
-		return v, cl.err, false // compute's own error, in the process that computed
-	case m.notFound:
-		return v, notFound(key), false
-	}
-	return v, cl.err, false
-}
-
-// count reports a caller's answer: a hit, stale or not, or a miss; either
-// may be "not found".
-func (c *Cache[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
-	if r.hit {
-		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
-	} else {
-		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
-	}
-}
-
-// runMiss is the miss path of one process for one key: it looks across the
-// fleet (see miss) and computes when it wins the lock. ctx is detached from
-// the callers; wctx also ends when every caller left or the wait timeout
-// passed.
-func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
-	defer func() {
-		if p := recover(); p != nil { // a bug here must not crash the caller's process
-			r = outcome{err: fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, p, debug.Stack())}
-		}
-	}()
-	if j.down {
-		return c.computeLocal(ctx, j)
-	}
-	m := j.m
-	if m == nil {
-		m = c.newMiss(j.key, j.ks, j.bad, j.force)
-		m.first = j.first
-	}
-	defer m.close()
-	for {
-		end, b, err := m.resolve(ctx, wctx)
-		switch {
-		case err != nil || end == missValue:
-			return outcome{b: b, err: err}
-		case end == missDown:
-			return c.computeLocal(ctx, j)
-		}
-		if m.takeover() {
-			c.stats.takeovers.Add(1)
-			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
-		}
-		r, again := c.computeHeld(ctx, j, m.token, m.sent)
-		if !again {
-			return r
-		}
-		// Our lease was lost while compute ran (the key was Set or Deleted,
-		// or Redis was unreachable for a lease) and compute gave up, or a
-		// Refresh's store was refused: look again, as a newcomer.
-		m.restart()
-	}
 }

@@ -15,9 +15,6 @@ import (
 // (two lost replies in a row cost nothing), the WithMaxCompute bound as the
 // cap past which it is no longer renewed.
 
-// errComputeEnded ends a compute lease whose compute returned.
-var errComputeEnded = errors.New("dogpile: compute ended")
-
 // An extender extends the leases of the held locks once, to ttl, and
 // reports whether any is still held.
 type extender func(ctx context.Context, ttl time.Duration) (held bool, err error)

@@ -1,11 +1,7 @@
 package dogpile
 
 import (
-	"context"
-	"fmt"
 	"sync/atomic"
-
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // How a Fetch looks for a key first. A GET is what a hit needs; a miss then
@@ -66,79 +62,4 @@ func (l *looks) saw(hit bool) {
 			return
 		}
 	}
-}
-
-// lookWithScript is Fetch's first look with the lock script, for the
-// flight j that the caller leads. A value that decodes is a hit, answered
-// here. Any other reply (the lock, now ours; a holder to wait for; a
-// holder's failure) goes on in the flight's miss (see startFlight), which
-// starts from it; bytes that do not decode, as after a GET, in a miss
-// whose first try passes over them.
-func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
-	m := c.newMiss(j.key, j.ks, "", false)
-	m.look = true
-	res, err := m.try(ctx)
-	if err != nil {
-		return c.lookFailed(ctx, j, m, err)
-	}
-	if kind, _ := at[int64](res, 0); kind == replyValue {
-		s, _ := at[string](res, 1)
-		b := []byte(s)
-		v, meta, derr := c.decodeEntry(b)
-		if derr == nil {
-			m.close()
-			c.looks.saw(true)
-			r := outcome{b: b, hit: true}
-			c.flights.end(j.flight, j.cl, r)
-			c.count(ctx, j.key, r, meta.notFound)
-			if meta.notFound {
-				return v, notFound(j.key), false
-			}
-			return v, nil, false
-		}
-		c.decodeError(ctx, j.key, derr)
-		m.bad, res = sha1hex(b), nil
-	}
-	m.first, j.m = res, m
-	c.startFlight(ctx, j, true)
-	return c.await(ctx, j.key, j.flight, j.cl)
-}
-
-// lookFailed ends the flight j whose first look, with the lock script,
-// got no reply, as a failed GET would: its callers start over if the
-// first caller's ctx ended, else they get the error, unless Redis is
-// unreachable and WithComputeWhenDown is set. A lock the script may have
-// taken is released first; callers that start over wait for that release
-// (the Cache's background work, see Close), or the look one of them leads
-// would find this one's lock and wait for it as for another process's
-// compute.
-func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
-	m.close()
-	mayHold := redisutil.MayHaveRun(err)
-	release := releaseCall(m.ks, m.token, c.publish)
-	if ctx.Err() != nil {
-		if !mayHold || !c.life.goBackground(func() {
-			rctx, cancel := redisutil.Detached(ctx)
-			defer cancel()
-			c.runPipelined(rctx, []scriptCall{release})
-			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
-		}) {
-			if mayHold {
-				c.rollback(ctx, release) // closed: as other undos
-			}
-			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
-		}
-		return v, ctx.Err(), false
-	}
-	if mayHold {
-		c.rollback(ctx, release)
-	}
-	if c.opts.computeIfDown && unreachable(err) {
-		j.down = true
-		c.startFlight(ctx, j, true)
-		return c.await(ctx, j.key, j.flight, j.cl)
-	}
-	err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
-	c.flights.end(j.flight, j.cl, outcome{err: err})
-	return v, err, false
 }

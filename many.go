@@ -88,9 +88,6 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 	return out, errors.Join(errs...)
 }
 
-// A manyFunc is FetchMany's compute.
-type manyFunc[T any] func(ctx context.Context, missing []string) (map[string]T, error)
-
 // uniqueKeys returns keys without duplicates, in order, or an error naming
 // an empty key.
 func uniqueKeys(keys []string) ([]string, error) {
@@ -106,15 +103,6 @@ func uniqueKeys(keys []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// A missing is a key that FetchMany did not find.
-type missing struct {
-	key, vk string
-	bad     string // SHA1 of stored bytes that did not decode, or ""
-	down    bool   // Redis is unreachable and WithComputeWhenDown is set
-	tracked bool   // read on a near tier's tracked connection
-	tk      near.Ticket
 }
 
 // hits answers every key it can from the near tier, reads the others in
@@ -190,12 +178,6 @@ func (c *Cache[T]) nearMany(ctx context.Context, keys []string, out map[string]T
 		}
 	}
 	return rest, vks
-}
-
-// A want is a missing key of a FetchMany and the flight that answers it.
-type want struct {
-	missing
-	cl *call
 }
 
 // collect waits for the flight of each want and puts its value in out, or

@@ -83,23 +83,6 @@ const (
 	WakeError                    // Redis failed
 )
 
-// WithObserver makes the Cache call f with each [Event], synchronously, on
-// the goroutine that does the work: keep f fast. For EventComputeStart and
-// EventWaitStart, the context f returns (nil: ctx unchanged) is the one the
-// compute runs with and the one given with the matching end event, so that
-// a tracer may start a span at the start event, end it at the end event,
-// and see compute's own spans as its children. ctx carries the values of
-// the caller that started the work (its span, for instance), not its
-// cancellation. The module github.com/dogpile-go/dogpile/dogpileotel
-// records OpenTelemetry metrics and spans with it. WithObserver panics if
-// f is nil.
-func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
-	if f == nil {
-		panic("dogpile: nil observer (a programmer error)")
-	}
-	return optionFunc(func(o *options) { o.observer = f })
-}
-
 // Stats are counters of a Cache since New. All counts are per process.
 // Most count the events an observer receives (see [WithObserver]): Hits,
 // Stale and NearHits count EventHit; Misses, EventMiss; NotFound, either

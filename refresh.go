@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -133,30 +131,3 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 	c.forget(vk) // this process reads its own refresh at once
 	return v, err
 }
-
-// earlyGap draws, once per stored value, how long before its TTL runs out
-// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
-// refresh started only took before expiry has no room for a late start (the
-// hit that notices, the goroutine, the lock's round trip) or a compute
-// slower than the last, and callers then wait at expiry: with a floor of δ·β
-// they did, with 2·δ·β they did not, for a few more computes
-// (bench/HISTORY.md, "Figures moved out of code comments"). The cap of a
-// third of the TTL keeps a key to at most 1.5 computes per TTL period (about
-// 1.25 when δ is a tenth of the TTL).
-//
-// Unlike the paper, which draws on each read, the gap is drawn once, by the
-// process that stores the value, and kept in the entry. Drawn on each read,
-// the chance that some read refreshes early grows with the call rate: at
-// thousands of calls a second the refresh would start near δ·β·ln(rate·δ)
-// before expiry, several times a TTL period. With one draw per value every
-// process agrees on one refresh point, which neither drifts earlier with
-// load nor comes later than 2·δ·β before expiry; the draw also spreads the
-// refreshes of many keys stored at the same moment.
-func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
-	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
-	gap := time.Duration(float64(took) * c.opts.beta * draw)
-	return min(gap, ttl/3)
-}
-
-// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
-const earlyFloor = 2

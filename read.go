@@ -3,14 +3,78 @@ package dogpile
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
+	"github.com/redis/go-redis/v9"
 )
+
+// read is the hit path's round trip: a GET, which tells the value's
+// remaining TTL when freshness options or the near tier need it (see
+// readRedis). pttl is negative when it was not read or the key has no TTL. With
+// the near tier, o is the Owner of the value when it was read on a tracked
+// connection (see near.Owner), nil otherwise; before a read on another,
+// the flight cl (named id) is made one no later caller joins. It goes through the client's circuit breaker
+// (see ErrUnavailable) without a closure, which would cost every hit an
+// allocation.
+func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+	done, err := c.allow(ctx)
+	if err != nil {
+		return nil, -1, nil, err
+	}
+	if c.near != nil {
+		b, pttl, o, err = c.readNear(ctx, vk, id, cl)
+	} else {
+		b, pttl, err = c.readRedis(ctx, c.client, vk)
+	}
+	c.report(done, err)
+	return b, pttl, o, err
+}
+
+// readNear reads vk on one of the near tier's tracked connections if one
+// is free, and otherwise through the client, after making the flight cl
+// one no later caller joins (see Cache.unheard): also
+// when the reader could not serve the read (its node answered with an
+// error, a Cluster's slot that moved; its connection failed or its session
+// ended), unless ctx ended or the read timed out (the server is slow: the
+// client would wait as long again).
+func (c *Cache[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
+		var rerr error
+		b, pttl, rerr = c.readRedis(ctx, cn, vk)
+		return rerr
+	})
+	switch {
+	case ok && o != nil && !answered(err):
+		return b, pttl, o, err
+	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
+		return nil, -1, nil, err
+	}
+	c.unheard(id, cl)
+	b, pttl, err = c.readRedis(ctx, c.client, vk)
+	return b, pttl, nil, err
+}
+
+// timedOut reports whether err is a network timeout.
+func timedOut(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// answered reports whether err is an error reply other than redis.Nil:
+// the node could not serve the read.
+func answered(err error) bool {
+	return err != nil && err != redis.Nil && near.IsReply(err)
+}
 
 // With WithStale, WithEarlyRefresh or WithNearCache a hit needs the value's
 // remaining TTL as well as the value. Reading it with a PTTL pipelined
@@ -207,4 +271,78 @@ func (c *Cache[T]) readyClock() bool {
 		})
 	}()
 	return ready
+}
+
+// readMany is the hit path of many keys: an MGET per slot group (see
+// readManyRedis), one round trip per node, through the client's circuit
+// breaker.
+func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
+	rs := make([]read, len(vks))
+	done, err := c.allow(ctx)
+	if err != nil {
+		for i := range rs {
+			rs[i].err = err
+		}
+		return rs
+	}
+	if c.near != nil {
+		err = c.readManyNear(ctx, vks, rs)
+	} else {
+		err = c.readManyRedis(ctx, c.client, vks, rs)
+	}
+	c.report(done, err)
+	return rs
+}
+
+// readManyNear reads the keys of each node on one of the near tier's
+// tracked connections of that node, if one is free (the nodes in
+// parallel), and the others through the client (see readNear).
+func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
+	nodes := make(map[string][]int)
+	for i, vk := range vks {
+		n := c.near.t.Node(vk)
+		nodes[n] = append(nodes[n], i)
+	}
+	var mu sync.Mutex
+	var rest []int
+	var wg sync.WaitGroup
+	for node, is := range nodes {
+		read := func() {
+			ks, part := make([]string, len(is)), make([]read, len(is))
+			for n, i := range is {
+				ks[n] = vks[i]
+			}
+			o, err, ok := c.near.t.Read(ctx, node, func(cn redis.Cmdable) error {
+				return c.readManyRedis(ctx, cn, ks, part)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok || o == nil || answered(err) { // see readNear
+				rest = append(rest, is...)
+				return
+			}
+			for n, i := range is {
+				rs[i] = part[n]
+				rs[i].owner = o
+			}
+		}
+		if len(nodes) == 1 {
+			read() // a single server: no goroutine
+		} else {
+			wg.Go(read)
+		}
+	}
+	wg.Wait()
+	if len(rest) == 0 {
+		return nil
+	}
+	ks, part := make([]string, len(rest)), make([]read, len(rest))
+	for n, i := range rest {
+		ks[n] = vks[i]
+	}
+	err := c.readManyRedis(ctx, c.client, ks, part)
+	for n, i := range rest {
+		rs[i] = part[n]
+	}
+	return err
 }

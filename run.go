@@ -1,0 +1,217 @@
+package dogpile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+)
+
+// startFlight runs the miss path of j in its own goroutine, on a context
+// detached from the leader's, so that the leader may leave on its own ctx
+// like the other callers (see Fetch).
+//
+// A leader whose ctx can never end (no Done channel: Background, TODO,
+// WithoutCancel) runs it in the calling goroutine instead, if here is true:
+// it waits for the flight's end whatever happens, so a goroutine to leave
+// it behind would buy it nothing, and the hand-off costs a cold miss a
+// thread's wake-up (about a tenth of its time to compute, see
+// bench/README.md). The other callers still join and leave as they
+// like. Callers that start several flights at once pass false.
+func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
+	here = here && ctx.Done() == nil
+	base, stop := c.life.detach(ctx)
+	var wctx context.Context
+	var cancel context.CancelFunc
+	if c.opts.waitTimeout > 0 {
+		wctx, cancel = context.WithTimeout(base, c.opts.waitTimeout)
+	} else {
+		wctx, cancel = context.WithCancel(base)
+	}
+	c.flights.detach(j.cl, cancel)
+	started := c.life.run(here, func() {
+		defer stop()
+		defer cancel()
+		r := c.runMiss(base, wctx, j)
+		if r.err != nil && c.life.done() {
+			r = outcome{err: ErrClosed} // whatever the cancellation made of it
+		}
+		c.flights.end(j.flight, j.cl, r)
+	})
+	if !started {
+		cancel()
+		stop()
+		if j.m != nil {
+			j.m.abandon(ctx)
+		}
+		c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+	}
+}
+
+// await waits for the flight cl of key (flight is its name in the group),
+// or for ctx.
+func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		c.flights.leave(flight, cl)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
+		// The flight's round trip may be what held the caller up, on a
+		// server that stopped answering: the breaker asks the server (see
+		// ErrUnavailable), which costs a PING if it was only slow.
+		c.breaker.Observe(ctx.Err())
+		return v, ctx.Err(), false
+	}
+	if cl.err == errRetry {
+		return v, nil, true
+	}
+	if cl.b == nil {
+		c.count(ctx, key, cl.outcome, errors.Is(cl.err, ErrNotFound))
+		if u, ok := cl.v.(T); ok {
+			v = u // computed but not stored: it did not encode
+		}
+		return v, cl.err, false
+	}
+	growStack(0) // before the codec's deep frames (see growStack)
+	v, m, derr := c.decodeEntry(cl.b)
+	c.count(ctx, key, cl.outcome, m.notFound)
+	switch {
+	case derr != nil: // cannot happen: the flight decoded b already
+		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
+	case m.notFound && errors.Is(cl.err, ErrNotFound):
+		return v, cl.err, false // compute's own error, in the process that computed
+	case m.notFound:
+		return v, notFound(key), false
+	}
+	return v, cl.err, false
+}
+
+// count reports a caller's answer: a hit, stale or not, or a miss; either
+// may be "not found".
+func (c *Cache[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
+	if r.hit {
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
+	} else {
+		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
+	}
+}
+
+// runMiss is the miss path of one process for one key: it looks across the
+// fleet (see miss) and computes when it wins the lock. ctx is detached from
+// the callers; wctx also ends when every caller left or the wait timeout
+// passed.
+func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
+	defer func() {
+		if p := recover(); p != nil { // a bug here must not crash the caller's process
+			r = outcome{err: fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, p, debug.Stack())}
+		}
+	}()
+	if j.down {
+		return c.computeLocal(ctx, j)
+	}
+	m := j.m
+	if m == nil {
+		m = c.newMiss(j.key, j.ks, j.bad, j.force)
+		m.first = j.first
+	}
+	defer m.close()
+	for {
+		end, b, err := m.resolve(ctx, wctx)
+		switch {
+		case err != nil || end == missValue:
+			return outcome{b: b, err: err}
+		case end == missDown:
+			return c.computeLocal(ctx, j)
+		}
+		if m.takeover() {
+			c.stats.takeovers.Add(1)
+			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
+		}
+		r, again := c.computeHeld(ctx, j, m.token, m.sent)
+		if !again {
+			return r
+		}
+		// Our lease was lost while compute ran (the key was Set or Deleted,
+		// or Redis was unreachable for a lease) and compute gave up, or a
+		// Refresh's store was refused: look again, as a newcomer.
+		m.restart()
+	}
+}
+
+// lookWithScript is Fetch's first look with the lock script, for the
+// flight j that the caller leads. A value that decodes is a hit, answered
+// here. Any other reply (the lock, now ours; a holder to wait for; a
+// holder's failure) goes on in the flight's miss (see startFlight), which
+// starts from it; bytes that do not decode, as after a GET, in a miss
+// whose first try passes over them.
+func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
+	m := c.newMiss(j.key, j.ks, "", false)
+	m.look = true
+	res, err := m.try(ctx)
+	if err != nil {
+		return c.lookFailed(ctx, j, m, err)
+	}
+	if kind, _ := at[int64](res, 0); kind == replyValue {
+		s, _ := at[string](res, 1)
+		b := []byte(s)
+		v, meta, derr := c.decodeEntry(b)
+		if derr == nil {
+			m.close()
+			c.looks.saw(true)
+			r := outcome{b: b, hit: true}
+			c.flights.end(j.flight, j.cl, r)
+			c.count(ctx, j.key, r, meta.notFound)
+			if meta.notFound {
+				return v, notFound(j.key), false
+			}
+			return v, nil, false
+		}
+		c.decodeError(ctx, j.key, derr)
+		m.bad, res = sha1hex(b), nil
+	}
+	m.first, j.m = res, m
+	c.startFlight(ctx, j, true)
+	return c.await(ctx, j.key, j.flight, j.cl)
+}
+
+// lookFailed ends the flight j whose first look, with the lock script,
+// got no reply, as a failed GET would: its callers start over if the
+// first caller's ctx ended, else they get the error, unless Redis is
+// unreachable and WithComputeWhenDown is set. A lock the script may have
+// taken is released first; callers that start over wait for that release
+// (the Cache's background work, see Close), or the look one of them leads
+// would find this one's lock and wait for it as for another process's
+// compute.
+func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
+	m.close()
+	mayHold := redisutil.MayHaveRun(err)
+	release := releaseCall(m.ks, m.token, c.publish)
+	if ctx.Err() != nil {
+		if !mayHold || !c.life.goBackground(func() {
+			rctx, cancel := redisutil.Detached(ctx)
+			defer cancel()
+			c.runPipelined(rctx, []scriptCall{release})
+			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+		}) {
+			if mayHold {
+				c.rollback(ctx, release) // closed: as other undos
+			}
+			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+		}
+		return v, ctx.Err(), false
+	}
+	if mayHold {
+		c.rollback(ctx, release)
+	}
+	if c.opts.computeIfDown && unreachable(err) {
+		j.down = true
+		c.startFlight(ctx, j, true)
+		return c.await(ctx, j.key, j.flight, j.cl)
+	}
+	err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
+	c.flights.end(j.flight, j.cl, outcome{err: err})
+	return v, err, false
+}
