@@ -3,22 +3,14 @@ package dogpile
 import (
 	"context"
 	"fmt"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/wake"
-)
-
-// Defaults of the options.
-const (
-	defaultPrefix   = "dogpile:"
-	defaultLease    = 5 * time.Second
-	defaultMaxValue = 64 << 20 // see WithMaxValueSize
 )
 
 // A Cache is a typed read-through cache of values of type T in Redis, shared
@@ -27,28 +19,7 @@ const (
 // A Cache is safe for concurrent use. The zero value is not usable; create
 // one with [New].
 type Cache[T any] struct {
-	client  redis.UniversalClient
-	opts    options
-	publish string // PUBLISH or SPUBLISH, for the scripts
-	flights group
-	stats   counters
-
-	attempts turns                       // bounds the lock attempts in flight
-	looks    looks                       // picks a Fetch's first look (see look.go)
-	loaded   sync.Map                    // *redis.Script → true once run by this Cache (see run)
-	breaker  *breaker.Breaker            // the client's (see ErrUnavailable)
-	gets     *roundtrip.Batcher[getCall] // the client's (see getbatch.go)
-	near     *nearTier[T]                // WithNearCache; nil: none
-	fresh    *freshRead                  // with freshness options or a near tier; nil: none
-	life     life                        // what Close ends
-
-	// onWait, if set, is called when a flight starts waiting for another
-	// process's compute (tests use it to order events without sleeping).
-	onWait func(key string)
-	// beforeCompute, if set, is called once the lock is held, before its
-	// lease starts (tests stall the whole process there: the lease's
-	// watchdog too).
-	beforeCompute func(key string)
+	*core[T]
 }
 
 // New returns a Cache that keeps values of type T in client's Redis. It
@@ -60,7 +31,7 @@ type Cache[T any] struct {
 // tag, so each Fetch touches a single cluster slot.
 func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	redisutil.MustClient("dogpile", client)
-	c := &Cache[T]{
+	c := &core[T]{
 		client:   client,
 		opts:     buildOptions(opts),
 		publish:  wake.PublishCommand(client),
@@ -80,32 +51,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(c)
 	}
-	return c
-}
-
-// keys are the Redis names of one cache key. They share the hash tag
-// "{...}", so they land in one cluster slot and one script may touch all.
-type keys struct {
-	value    string // the encoded value, with the caller's TTL
-	lock     string // compute lock: the holder's token, with the lease as TTL
-	errs     string // hash {token: error text} of recently failed computes
-	channel  string // wake-ups: a value was stored, a compute failed, ...
-	throttle string // set for the retry interval after a failed refresh
-}
-
-func (c *Cache[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
-
-// keysFor derives the other names of a cache key from its value key. Only
-// the miss path needs them: a hit builds the value key alone.
-func keysFor(value string) keys {
-	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
-}
-
-// valueKey is the Redis key of the value cached under key (see checkKey). A
-// key without braces, the common case, is joined in one allocation: it is on
-// every hit's path (bench/HISTORY.md, "Figures moved out of code comments").
-func (c *Cache[T]) valueKey(key string) string {
-	return redisutil.Key(c.opts.prefix, key)
+	return &Cache[T]{c}
 }
 
 // Get returns the value cached under key. It returns an error matching
@@ -156,49 +102,6 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 	return c.set(ctx, key, v, ttl, nil)
 }
 
-// set is Set, and SetTagged with tags.
-func (c *Cache[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
-	if err := c.checkTTL(key, ttl); err != nil {
-		return err
-	}
-	ks := c.keys(key)
-	b, err := c.encode(v)
-	if err != nil {
-		return fmt.Errorf("dogpile: encode %q: %w", key, err)
-	}
-	stored := c.jittered(ttl) + c.opts.stale
-	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{setScript, []string{ks.value, ks.lock, ks.channel},
-		[]any{b, redisutil.Millis(stored), c.publish}})
-	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
-	err = c.guard(ctx, func() error {
-		if len(calls) == 1 || !c.oneNode() {
-			// Where a tag's set and the value live on different nodes,
-			// the value first: added to a set before it is stored, it
-			// could be voided by an InvalidateTag in between and then
-			// stored, out of every set, for good.
-			err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
-			if err == nil && len(calls) > 1 {
-				err = firstErr(c.runPipelined(ctx, calls[1:]))
-			}
-			if err != nil && len(calls) > 1 {
-				// Stored (or its reply lost) but maybe in no tag's set,
-				// where InvalidateTag would never find it: undone, unless
-				// a later write replaced it.
-				redisutil.Rollback(ctx, func(ctx context.Context) {
-					_ = c.run(ctx, undoSetScript, []string{ks.value}, b).Err()
-				})
-			}
-			return err
-		}
-		return firstErr(c.runPipelined(ctx, calls))
-	})
-	c.forget(ks.value)
-	if err != nil {
-		return redisutil.Failed(ctx, "dogpile", "set", key, err)
-	}
-	return nil
-}
-
 // Delete removes the value cached under key, if any. Like [Cache.Set], it
 // also takes the compute lock away from a compute of key running at that
 // moment, so a value computed from data older than the Delete is not
@@ -220,43 +123,144 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// forget makes this process read vk afresh after it wrote vk (Set, Delete,
-// Refresh): once the write has returned, no later call joins a flight
-// whose read or compute may predate it, and the near tier drops its copy
-// before Redis's invalidation arrives. Called after the write's reply (or
-// failure: it may have been applied), so that a flight started after
-// forget reads after the write.
-func (c *Cache[T]) forget(vk string) {
-	c.flights.forget(vk)
-	c.nearForget(vk)
+// Close stops the Cache's background work and waits for it to end: the
+// near tier's tracking (see [WithNearCache]), and the flights and
+// background refreshes in progress, whose compute's context is cancelled
+// with cause ErrClosed (a compute that gives up releases its lock, so
+// another process takes over at once, and is no compute error in [Stats]
+// or to the observer; one that ignores its context is waited for).
+// Callers waiting for them get ErrClosed, and every call after Close
+// returns ErrClosed. So no goroutine of the Cache outlives Close.
+//
+// Close does not close the client, which the program owns. What is kept
+// per client, for every Cache and lock on it, outlives Close: the circuit
+// breaker, and the wake-up connection, which closes 250 ms after its last
+// waiter leaves; so does a rollback in flight (an undo of a request whose
+// reply was lost), bounded by 3 s, and a sample of the servers' clock in
+// flight (a TIME per server, see WithStale), until its reply. Close may be
+// called more than once.
+func (c *Cache[T]) Close() error {
+	if !c.life.close() {
+		return nil
+	}
+	if c.near != nil {
+		c.near.t.Stop()
+	}
+	c.life.wg.Wait()
+	return nil
 }
 
-// checkKey and checkTTL reject a call on a closed Cache (ErrClosed), and
-// arguments that may come from data with an error matching ErrInvalid, not
-// a panic: a server must not crash on a request's input.
-func (c *Cache[T]) checkKey(key string) error {
-	switch {
-	case c.life.done():
+// Stats returns a snapshot of the Cache's counters.
+func (c *Cache[T]) Stats() Stats {
+	s := &c.stats
+	st := Stats{
+		Hits: s.hits.Load(), Misses: s.misses.Load(), Computes: s.computes.Load(),
+		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
+		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
+		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
+		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
+	}
+	if c.near != nil {
+		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
+	}
+	return st
+}
+
+// SetTagged is [Cache.Set] of a value with tags (see [Tag]): a later
+// [Cache.InvalidateTag] of any of them drops it. Empty tags are ignored.
+func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Duration, tags ...string) error {
+	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
+}
+
+// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
+// compute, or [Cache.SetTagged]) a miss in every process, near tiers
+// included (as Redis reports each change, and in this process at once);
+// with [WithStale] it makes them stale instead: served while one process
+// refreshes each in the background. A compute of such a value in progress
+// loses its lock, as after [Cache.Delete].
+//
+// With a near tier, InvalidateTag then waits until the tier has applied
+// the invalidations of values that another process's InvalidateTag of the
+// tags voided first (this call finds them gone from the tags' sets): until
+// its tracking connections answer a ping sent now (a reader busy with a
+// read, after that read): about a round trip. If that takes 100 ms, or
+// ctx ends, this process's tier is emptied instead.
+//
+// A compute that called Tag with one of tags before InvalidateTag began
+// does not leave its value served after InvalidateTag returned, whenever
+// it stores it: its store is refused, on a Cluster or a Ring too, where a
+// tag's keys and a value's live on different nodes, and its flight
+// computes again, so the value reaches no caller in any process (a caller
+// may have joined the flight after InvalidateTag returned); and no call of
+// this process that starts after InvalidateTag returned joins such a
+// compute. A key stays in a tag's set
+// until the set expires: a later value stored under it without the tag
+// may be voided by an InvalidateTag of the tag too.
+//
+// InvalidateTag works through a tag's values a few hundred at a time, so
+// Redis is never blocked for long; it returns once they are all voided,
+// those of another InvalidateTag of the tag still at work included. It
+// returns the first error: the values not yet reached are kept for the
+// next InvalidateTag of the tag. An empty tag returns an error matching
+// [ErrInvalid].
+func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
+	if c.life.done() {
 		return ErrClosed
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}
+	if slices.Contains(tags, "") {
+		return fmt.Errorf("%w: empty tag", ErrInvalid)
+	}
+	start := time.Now()
+	// After the voids, as Set forgets after its write: a compute that
+	// tagged before them will not keep its value (see forgetTagged).
+	defer c.flights.forgetTagged(tags)
+	for _, t := range tags {
+		if err := c.invalidateTag(ctx, t); err != nil {
+			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
+		}
+	}
+	// The values another process's InvalidateTag of these tags voided
+	// first are gone from the tags' sets, and from this tier only once
+	// their invalidations arrive: wait for them.
+	c.nearSync(ctx)
+	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }
 
-func (c *Cache[T]) checkTTL(key string, ttl time.Duration) error {
-	if err := c.checkKey(key); err != nil {
-		return err
+// Clear removes every key the Cache wrote, on every master of a Cluster or
+// shard of a Ring: each value with its compute lock, its records of failed
+// computes and its retry mark (see the package doc, "Redis keys"), and the
+// tags' bookkeeping (see [Tag]): each tag's set of values and its epoch,
+// and the sets an InvalidateTag still works through, whose values it voids
+// first. It tells these keys by the shape of their names, and leaves alone
+// every other key, under its prefix or not: the lock package's, those of
+// Caches with other prefixes, any other program's, and the key that a
+// Cache with freshness options writes for a few milliseconds to check the
+// server's clock, which removes itself.
+//
+// A compute running anywhere at that moment loses its lock, so its value
+// is not stored (as after [Cache.Delete]); near tiers in every process drop
+// their copies as Redis reports each deletion, and this process's at once.
+// Clear walks the keyspace with SCAN, twice (three times if tags were
+// used), and removes keys with UNLINK, a thousand at a time, so Redis is
+// never blocked for long. A value stored while Clear runs may survive it
+// (in its tags' sets); an InvalidateTag that also runs meanwhile may then
+// leave it served, if its compute took the lock after Clear began. Clear
+// returns the first error a node reported (the keys of that node may be
+// partly removed).
+func (c *Cache[T]) Clear(ctx context.Context) error {
+	if c.life.done() {
+		return ErrClosed
 	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: ttl %v for %q is below 1ms", ErrInvalid, ttl, key)
+	err := c.clear(ctx)
+	// After the deletes, as Set does after its write (see forget).
+	c.flights.forgetAll()
+	if c.near != nil {
+		c.near.x.DropAll()
+	}
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
 	}
 	return nil
-}
-
-// oneNode reports whether every key lives on one server, so that one
-// script may touch a value's keys and its tags' together.
-func (c *Cache[T]) oneNode() bool {
-	_, ok := c.client.(*redis.Client)
-	return ok
 }

@@ -24,43 +24,6 @@ import (
 // between.
 const clearBatch = 1000
 
-// Clear removes every key the Cache wrote, on every master of a Cluster or
-// shard of a Ring: each value with its compute lock, its records of failed
-// computes and its retry mark (see the package doc, "Redis keys"), and the
-// tags' bookkeeping (see [Tag]): each tag's set of values and its epoch,
-// and the sets an InvalidateTag still works through, whose values it voids
-// first. It tells these keys by the shape of their names, and leaves alone
-// every other key, under its prefix or not: the lock package's, those of
-// Caches with other prefixes, any other program's, and the key that a
-// Cache with freshness options writes for a few milliseconds to check the
-// server's clock, which removes itself.
-//
-// A compute running anywhere at that moment loses its lock, so its value
-// is not stored (as after [Cache.Delete]); near tiers in every process drop
-// their copies as Redis reports each deletion, and this process's at once.
-// Clear walks the keyspace with SCAN, twice (three times if tags were
-// used), and removes keys with UNLINK, a thousand at a time, so Redis is
-// never blocked for long. A value stored while Clear runs may survive it
-// (in its tags' sets); an InvalidateTag that also runs meanwhile may then
-// leave it served, if its compute took the lock after Clear began. Clear
-// returns the first error a node reported (the keys of that node may be
-// partly removed).
-func (c *Cache[T]) Clear(ctx context.Context) error {
-	if c.life.done() {
-		return ErrClosed
-	}
-	err := c.clear(ctx)
-	// After the deletes, as Set does after its write (see forget).
-	c.flights.forgetAll()
-	if c.near != nil {
-		c.near.x.DropAll()
-	}
-	if err != nil {
-		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
-	}
-	return nil
-}
-
 // clear removes the keys in passes over every node's keys. First the
 // values with their locks: after that pass, no compute that held a lock
 // when Clear began can store, so removing an epoch that it read cannot let
@@ -68,7 +31,7 @@ func (c *Cache[T]) Clear(ctx context.Context) error {
 // a tag's set went, the values again: one stored during the first pass,
 // which SCAN may miss, would be left in no tag's set, where no
 // InvalidateTag would find it.
-func (c *Cache[T]) clear(ctx context.Context) error {
+func (c *core[T]) clear(ctx context.Context) error {
 	p := globEscape(c.opts.prefix)
 	values := func(ctx context.Context, n *redis.Client) error {
 		return scanNode(ctx, n, p+"{*", func(keys []string) error {
@@ -94,7 +57,7 @@ func (c *Cache[T]) clear(ctx context.Context) error {
 // epochs; it voids the values of the sets aside that a registry lists, as
 // InvalidateTag does (see drain), so that one running now does not return
 // while they are served; and it records in sets whether it removed a set.
-func (c *Cache[T]) clearTags(ctx context.Context, n *redis.Client, keys []string, sets *atomic.Bool) error {
+func (c *core[T]) clearTags(ctx context.Context, n *redis.Client, keys []string, sets *atomic.Bool) error {
 	for _, k := range keys {
 		if c.kindOf(k) != tagRegistry {
 			continue
@@ -139,7 +102,7 @@ var perKeySuffixes = keysFor("")
 // kindOf tells what key is, from its name: the Cache's prefix, a hash tag
 // as redisutil.Tag makes one, and what the Cache puts around it (see keysFor
 // and tagKeys).
-func (c *Cache[T]) kindOf(key string) keyKind {
+func (c *core[T]) kindOf(key string) keyKind {
 	rest, ok := strings.CutPrefix(key, c.opts.prefix)
 	if !ok {
 		return foreign

@@ -6,33 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// Close stops the Cache's background work and waits for it to end: the
-// near tier's tracking (see [WithNearCache]), and the flights and
-// background refreshes in progress, whose compute's context is cancelled
-// with cause ErrClosed (a compute that gives up releases its lock, so
-// another process takes over at once, and is no compute error in [Stats]
-// or to the observer; one that ignores its context is waited for).
-// Callers waiting for them get ErrClosed, and every call after Close
-// returns ErrClosed. So no goroutine of the Cache outlives Close.
-//
-// Close does not close the client, which the program owns. What is kept
-// per client, for every Cache and lock on it, outlives Close: the circuit
-// breaker, and the wake-up connection, which closes 250 ms after its last
-// waiter leaves; so does a rollback in flight (an undo of a request whose
-// reply was lost), bounded by 3 s, and a sample of the servers' clock in
-// flight (a TIME per server, see WithStale), until its reply. Close may be
-// called more than once.
-func (c *Cache[T]) Close() error {
-	if !c.life.close() {
-		return nil
-	}
-	if c.near != nil {
-		c.near.t.Stop()
-	}
-	c.life.wg.Wait()
-	return nil
-}
-
 // life is what Close ends: the background goroutines of a Cache, and the
 // contexts they run with.
 type life struct {

@@ -1,6 +1,15 @@
 package dogpile
 
-import "github.com/vmihailenco/msgpack/v5"
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/vmihailenco/msgpack/v5"
+)
 
 // A Codec turns values into bytes and back. Unmarshal receives a pointer to
 // a value of the Cache's type T. A Codec must be safe for concurrent use.
@@ -17,3 +26,130 @@ type msgpackCodec struct{}
 
 func (msgpackCodec) Marshal(v any) ([]byte, error)   { return msgpack.Marshal(v) }
 func (msgpackCodec) Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
+
+// encode encodes v as a plain (version 1) entry.
+func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
+
+// encodeEntry encodes v with m; a tombstone carries no value. With
+// WithCompression, a payload longer than its threshold is compressed, if
+// that makes it shorter. WithMaxValueSize bounds the entry as it would be
+// uncompressed: the size a reader checks before decompressing it, so that
+// whatever is stored can be read back (see decompress).
+func (c *core[T]) encodeEntry(v T, m meta) (b []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec panicked: %v", r)
+		}
+	}()
+	var p []byte
+	if !m.notFound {
+		if p, err = c.opts.codec.Marshal(v); err != nil {
+			return nil, err
+		}
+	}
+	raw := len(p)
+	p, m.compressed = c.compress(p)
+	switch {
+	case c.fresh != nil:
+		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
+		b = append(b, magic0, magic1, formatDeadline, 0, 0, 0, 0, 0, 0, 0, 0)
+		b = m.append(b)
+	case m == (meta{}):
+		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
+	default:
+		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
+		b = m.append(b)
+	}
+	if n := len(b) + raw; n > c.opts.maxValue {
+		return nil, tooLarge{n, c.opts.maxValue}
+	}
+	return append(b, p...), nil
+}
+
+// decode decodes the value of an entry; a tombstone is an error.
+func (c *core[T]) decode(b []byte) (T, error) {
+	v, m, err := c.decodeEntry(b)
+	if err == nil && m.notFound {
+		err = errors.New("a not-found tombstone")
+	}
+	return v, err
+}
+
+// decodeEntry never panics: a codec that panics on foreign bytes reports an
+// error instead.
+func (c *core[T]) decodeEntry(b []byte) (v T, m meta, err error) {
+	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
+		return v, m, errHeader
+	}
+	p := b[headerLen:]
+	switch b[2] {
+	case formatVersion:
+	case formatMeta, formatDeadline:
+		if b[2] == formatDeadline {
+			if len(p) < deadlineLen {
+				return v, m, errors.New("entry too short for its expiry")
+			}
+			p = p[deadlineLen:]
+		}
+		if p, m, err = readMeta(p); err != nil || m.notFound {
+			return v, m, err
+		}
+		if m.compressed {
+			if p, err = c.decompress(p, len(b)-len(p)); err != nil {
+				return v, m, err
+			}
+		}
+	default:
+		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("codec panicked: %v", r)
+		}
+	}()
+	err = c.opts.codec.Unmarshal(p, &v)
+	return v, m, err
+}
+
+// decodeError counts and logs stored bytes of key that did not decode.
+func (c *core[T]) decodeError(ctx context.Context, key string, err error) {
+	c.stats.decodeErrors.Add(1)
+	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
+}
+
+// Compression (WithCompression) and the size bound (WithMaxValueSize),
+// which is one bound for both ends: the entry as it is uncompressed. A
+// store checks it (see encodeEntry) and a read checks it again from S2's
+// length prefix before decompressing, so whatever is stored is readable,
+// and no read allocates more than the bound for a value.
+
+// compress returns p S2-compressed, and true, if it is longer than the
+// WithCompression threshold and that makes it shorter; else p and false.
+// A payload that encodeEntry refuses anyway is not compressed: no CPU is
+// spent on it.
+func (c *core[T]) compress(p []byte) ([]byte, bool) {
+	if c.opts.compressMin == 0 || len(p) <= c.opts.compressMin || headerLen+len(p) > c.opts.maxValue {
+		return p, false
+	}
+	if z := s2.Encode(nil, p); len(z) < len(p) {
+		return z, true
+	}
+	return p, false
+}
+
+// decompress returns the S2 payload p, after a header of head bytes,
+// decompressed. It refuses, before allocating anything, one whose entry
+// would then exceed WithMaxValueSize, the bound encodeEntry checked: only
+// bytes that no Cache with this limit stored (another limit's, or bytes
+// crafted to exhaust memory: S2's length prefix is a claim) are refused.
+func (c *core[T]) decompress(p []byte, head int) ([]byte, error) {
+	n, err := s2.DecodedLen(p)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("compressed payload: %w", err)
+	case head+n > c.opts.maxValue:
+		return nil, tooLarge{head + n, c.opts.maxValue}
+	}
+	return s2.Decode(nil, p)
+}

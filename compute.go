@@ -17,18 +17,11 @@ import (
 
 // Computing a value under the compute lock and storing it, fenced.
 
-// tooLong is the cause that ends compute's context after the bound set by
-// WithMaxCompute: errComputeTooLong, naming the option and its bound
-// (compute may return the cause as its error).
-func (c *Cache[T]) tooLong() error {
-	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
-}
-
 // computeHeld runs j's compute while holding the lock with token, acquired
 // by a request sent at sent, and stores the result. again reports that the
 // lease was lost and compute failed, or that the store was refused (see
 // errRefused): the caller should start over.
-func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
+func (c *core[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
 	c.flights.setBusy(j.cl, ro)
@@ -84,7 +77,7 @@ func (c *Cache[T]) computeHeld(ctx context.Context, j *job[T], token string, sen
 // unstored is the outcome of a compute whose answer (v, or cerr) could not
 // be stored for err: compute's own error, or v with an error naming why
 // (it did not encode), as Fetch documents.
-func (c *Cache[T]) unstored(v T, cerr, err error) outcome {
+func (c *core[T]) unstored(v T, cerr, err error) outcome {
 	if cerr != nil {
 		return outcome{err: err}
 	}
@@ -97,7 +90,7 @@ func (c *Cache[T]) unstored(v T, cerr, err error) outcome {
 // what compute may say about its result (SetTTL). stop releases it. The
 // bound ends compute's context just before the lease, capped at the same
 // bound (see holdLease), stops being safe: the cause says why.
-func (c *Cache[T]) computeContext(ctx context.Context, sent time.Time) (cctx context.Context, cancel context.CancelCauseFunc, ro *resultOpts, stop func()) {
+func (c *core[T]) computeContext(ctx context.Context, sent time.Time) (cctx context.Context, cancel context.CancelCauseFunc, ro *resultOpts, stop func()) {
 	cctx, cancel = context.WithCancelCause(ctx)
 	stop = func() { cancel(nil) }
 	if c.opts.maxCompute > 0 {
@@ -118,7 +111,7 @@ func (c *Cache[T]) computeContext(ctx context.Context, sent time.Time) (cctx con
 // its callers still get the value it computed.
 //
 // With tags (see Tag) the store is made as storeCallFor says.
-func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration, ro *resultOpts) error {
+func (c *core[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration, ro *resultOpts) error {
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
@@ -134,15 +127,9 @@ func (c *Cache[T]) store(ctx context.Context, j *job[T], token string, b []byte,
 	return c.stored(ctx, j, token, err)
 }
 
-// storeCall is the script call of store.
-func (c *Cache[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
-	return scriptCall{storeScript, []string{ks.value, ks.lock, ks.channel},
-		[]any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
-}
-
 // stored handles the outcome err of j's store: a failed store releases the
 // lock, so that no process waits a lease for nothing.
-func (c *Cache[T]) stored(ctx context.Context, j *job[T], token string, err error) error {
+func (c *core[T]) stored(ctx context.Context, j *job[T], token string, err error) error {
 	if err == nil || c.opts.computeIfDown && unreachable(err) {
 		return nil
 	}
@@ -150,16 +137,12 @@ func (c *Cache[T]) stored(ctx context.Context, j *job[T], token string, err erro
 	return fmt.Errorf("dogpile: store %q: %w", j.key, err)
 }
 
-// notFoundMark starts the error text of a compute that found no value, so
-// that waiting processes return ErrNotFound rather than ErrComputeFailed.
-const notFoundMark = "\x00not found: "
-
 // fail releases the lock after compute failed with cerr and tells the
 // waiting processes; the next Fetch tries again. With a freshness option,
 // no process refreshes the key in the background for the retry interval. A
 // value found not to exist any more is deleted rather than served stale.
 // It reports false only if the lock was no longer ours: nothing was done.
-func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error) (done bool) {
+func (c *core[T]) fail(ctx context.Context, j *job[T], token string, cerr error) (done bool) {
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc := c.failCall(j.ks, token, cerr)
@@ -168,7 +151,7 @@ func (c *Cache[T]) fail(ctx context.Context, j *job[T], token string, cerr error
 }
 
 // failCall is the script call of fail.
-func (c *Cache[T]) failCall(ks keys, token string, cerr error) scriptCall {
+func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
 	text, drop := errText(cerr), ""
 	if errors.Is(cerr, ErrNotFound) {
 		text, drop = notFoundMark+text, "drop"
@@ -183,7 +166,7 @@ func (c *Cache[T]) failCall(ks keys, token string, cerr error) scriptCall {
 
 // computeLocal runs j's compute without the cache, when Redis is
 // unreachable and WithComputeWhenDown is set.
-func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
+func (c *core[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 	c.flights.setBusy(j.cl, nil)
 	var v T
 	err := c.runCompute(ctx, Event{Key: j.key}, func(ctx context.Context) (err error) {
@@ -204,7 +187,7 @@ func (c *Cache[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 // goes to the log, not to the callers), between a ComputeStart and a
 // ComputeEnd event made from e. A compute that failed once Close had ended
 // its context ends with ErrClosed: a clean shutdown is no compute error.
-func (c *Cache[T]) runCompute(ctx context.Context, e Event, f func(context.Context) error) (err error) {
+func (c *core[T]) runCompute(ctx context.Context, e Event, f func(context.Context) error) (err error) {
 	cctx := ctx
 	e.Kind = EventComputeStart
 	ctx = c.emit(ctx, e)
@@ -241,7 +224,7 @@ func errText(err error) string {
 // tombstone for ErrNotFound with WithNegativeTTL. took is how long the
 // value took to get, round trips included. It returns an error if there is
 // nothing to store: compute failed, or the value does not encode.
-func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
+func (c *core[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
 	fresh, ttl := c.storeTTL(j.ttl, ro)
 	m := meta{}
 	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
@@ -261,7 +244,7 @@ func (c *Cache[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *res
 // storeTTL is how long a computed value is fresh, the TTL compute set (see
 // SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
 // in Redis: that plus the stale window. 0 stores nothing.
-func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
+func (c *core[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
 	if d, ok := ro.get(); ok {
 		if d <= 0 {
 			return 0, 0
@@ -274,7 +257,7 @@ func (c *Cache[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored ti
 
 // jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
 // below a millisecond (Redis's resolution).
-func (c *Cache[T]) jittered(ttl time.Duration) time.Duration {
+func (c *core[T]) jittered(ttl time.Duration) time.Duration {
 	if c.opts.jitter == 0 {
 		return ttl
 	}
@@ -300,7 +283,7 @@ func (c *Cache[T]) jittered(ttl time.Duration) time.Duration {
 // process agrees on one refresh point, which neither drifts earlier with
 // load nor comes later than 2·δ·β before expiry; the draw also spreads the
 // refreshes of many keys stored at the same moment.
-func (c *Cache[T]) earlyGap(took, ttl time.Duration) time.Duration {
+func (c *core[T]) earlyGap(took, ttl time.Duration) time.Duration {
 	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
 	gap := time.Duration(float64(took) * c.opts.beta * draw)
 	return min(gap, ttl/3)

@@ -1,13 +1,11 @@
 package dogpile
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"time"
 )
@@ -64,45 +62,6 @@ var (
 	errVersion = errors.New("unknown dogpile format version")
 )
 
-// encode encodes v as a plain (version 1) entry.
-func (c *Cache[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
-
-// encodeEntry encodes v with m; a tombstone carries no value. With
-// WithCompression, a payload longer than its threshold is compressed, if
-// that makes it shorter. WithMaxValueSize bounds the entry as it would be
-// uncompressed: the size a reader checks before decompressing it, so that
-// whatever is stored can be read back (see decompress).
-func (c *Cache[T]) encodeEntry(v T, m meta) (b []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("codec panicked: %v", r)
-		}
-	}()
-	var p []byte
-	if !m.notFound {
-		if p, err = c.opts.codec.Marshal(v); err != nil {
-			return nil, err
-		}
-	}
-	raw := len(p)
-	p, m.compressed = c.compress(p)
-	switch {
-	case c.fresh != nil:
-		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
-		b = append(b, magic0, magic1, formatDeadline, 0, 0, 0, 0, 0, 0, 0, 0)
-		b = m.append(b)
-	case m == (meta{}):
-		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
-	default:
-		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
-		b = m.append(b)
-	}
-	if n := len(b) + raw; n > c.opts.maxValue {
-		return nil, tooLarge{n, c.opts.maxValue}
-	}
-	return append(b, p...), nil
-}
-
 // append appends m as a version 2 or 3 header ends: flags and durations.
 func (m meta) append(b []byte) []byte {
 	b = append(b, m.flags())
@@ -139,52 +98,6 @@ func isTombstone(b []byte) bool {
 	return len(b) > at && b[at]&flagNotFound != 0
 }
 
-// decode decodes the value of an entry; a tombstone is an error.
-func (c *Cache[T]) decode(b []byte) (T, error) {
-	v, m, err := c.decodeEntry(b)
-	if err == nil && m.notFound {
-		err = errors.New("a not-found tombstone")
-	}
-	return v, err
-}
-
-// decodeEntry never panics: a codec that panics on foreign bytes reports an
-// error instead.
-func (c *Cache[T]) decodeEntry(b []byte) (v T, m meta, err error) {
-	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
-		return v, m, errHeader
-	}
-	p := b[headerLen:]
-	switch b[2] {
-	case formatVersion:
-	case formatMeta, formatDeadline:
-		if b[2] == formatDeadline {
-			if len(p) < deadlineLen {
-				return v, m, errors.New("entry too short for its expiry")
-			}
-			p = p[deadlineLen:]
-		}
-		if p, m, err = readMeta(p); err != nil || m.notFound {
-			return v, m, err
-		}
-		if m.compressed {
-			if p, err = c.decompress(p, len(b)-len(p)); err != nil {
-				return v, m, err
-			}
-		}
-	default:
-		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			var zero T
-			v, err = zero, fmt.Errorf("codec panicked: %v", r)
-		}
-	}()
-	err = c.opts.codec.Unmarshal(p, &v)
-	return v, m, err
-}
-
 // readMeta reads the metadata of a version 2 or 3 entry from p and returns the
 // rest: the payload.
 func readMeta(p []byte) ([]byte, meta, error) {
@@ -205,12 +118,6 @@ func readMeta(p []byte) ([]byte, meta, error) {
 		return nil, m, errors.New("a tombstone with a payload")
 	}
 	return rest, m, nil
-}
-
-// decodeError counts and logs stored bytes of key that did not decode.
-func (c *Cache[T]) decodeError(ctx context.Context, key string, err error) {
-	c.stats.decodeErrors.Add(1)
-	c.log(ctx, slog.LevelWarn, "dogpile: stored value does not decode; recomputing it", key, slog.Any("error", err))
 }
 
 // hasExpiry reports whether b is a version 3 entry, whose expiry follows

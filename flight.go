@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"fmt"
 	"sync"
 )
 
@@ -227,18 +226,6 @@ func (g *group) end(key flightID, cl *call, r outcome) {
 	g.mu.Unlock()
 	if g.onEnd != nil {
 		g.onEnd(key)
-	}
-}
-
-// endIfPanic, deferred by a flight's leader, ends the flight cl (named
-// id) if the leader is panicking (in a client hook, say) before it handed
-// the flight to a goroutine of its own, and panics on: a program that
-// recovers (net/http does) must not find the key's later callers joining a
-// flight nobody ends.
-func (c *Cache[T]) endIfPanic(id flightID, cl *call) {
-	if p := recover(); p != nil {
-		c.flights.endUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
-		panic(p)
 	}
 }
 

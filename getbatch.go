@@ -70,19 +70,6 @@ func sendGets(ctx context.Context, q []*getCall, _ []context.Context) {
 	}
 }
 
-// get GETs vk on rc: in a batch of the Cache's GETs when rc is the
-// Cache's client, alone on any other (a near tier's tracked connection).
-func (c *Cache[T]) get(ctx context.Context, rc redis.Cmdable, vk string) ([]byte, error) {
-	if rc != redis.Cmdable(c.client) {
-		return notString(rc.Get(ctx, vk).Bytes())
-	}
-	g, err := c.gets.Do(ctx, getCall{client: c.client, key: vk})
-	if err != nil {
-		return nil, err
-	}
-	return notString(g.b, g.err)
-}
-
 // notString turns the reply of a GET of a value key that holds another
 // type than a string (a list, a hash: something else wrote it under the
 // prefix) into bytes that do not decode: a miss, like any foreign value,

@@ -2,9 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,61 +19,6 @@ import (
 // its other clients every millisecond or two.
 const tagBatch = 256
 
-// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
-// compute, or [Cache.SetTagged]) a miss in every process, near tiers
-// included (as Redis reports each change, and in this process at once);
-// with [WithStale] it makes them stale instead: served while one process
-// refreshes each in the background. A compute of such a value in progress
-// loses its lock, as after [Cache.Delete].
-//
-// With a near tier, InvalidateTag then waits until the tier has applied
-// the invalidations of values that another process's InvalidateTag of the
-// tags voided first (this call finds them gone from the tags' sets): until
-// its tracking connections answer a ping sent now (a reader busy with a
-// read, after that read): about a round trip. If that takes 100 ms, or
-// ctx ends, this process's tier is emptied instead.
-//
-// A compute that called Tag with one of tags before InvalidateTag began
-// does not leave its value served after InvalidateTag returned, whenever
-// it stores it: its store is refused, on a Cluster or a Ring too, where a
-// tag's keys and a value's live on different nodes, and its flight
-// computes again, so the value reaches no caller in any process (a caller
-// may have joined the flight after InvalidateTag returned); and no call of
-// this process that starts after InvalidateTag returned joins such a
-// compute. A key stays in a tag's set
-// until the set expires: a later value stored under it without the tag
-// may be voided by an InvalidateTag of the tag too.
-//
-// InvalidateTag works through a tag's values a few hundred at a time, so
-// Redis is never blocked for long; it returns once they are all voided,
-// those of another InvalidateTag of the tag still at work included. It
-// returns the first error: the values not yet reached are kept for the
-// next InvalidateTag of the tag. An empty tag returns an error matching
-// [ErrInvalid].
-func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
-	if c.life.done() {
-		return ErrClosed
-	}
-	if slices.Contains(tags, "") {
-		return fmt.Errorf("%w: empty tag", ErrInvalid)
-	}
-	start := time.Now()
-	// After the voids, as Set forgets after its write: a compute that
-	// tagged before them will not keep its value (see forgetTagged).
-	defer c.flights.forgetTagged(tags)
-	for _, t := range tags {
-		if err := c.invalidateTag(ctx, t); err != nil {
-			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
-		}
-	}
-	// The values another process's InvalidateTag of these tags voided
-	// first are gone from the tags' sets, and from this tier only once
-	// their invalidations arrive: wait for them.
-	c.nearSync(ctx)
-	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
-	return nil
-}
-
 // invalidateTag bumps t's epoch and moves its set aside, then voids the
 // values of every set aside of t a batch at a time: its own, and any that
 // another InvalidateTag of t is still working through, or left behind when
@@ -85,7 +27,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 // should void is still served (two may void a value twice; that is
 // harmless). On an error the values not yet voided stay aside, for the
 // next InvalidateTag of t.
-func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
+func (c *core[T]) invalidateTag(ctx context.Context, t string) error {
 	set, epoch := c.tagKeys(t)
 	registry := c.opts.prefix + tagRegistryName + redisutil.Tag(t)
 	aside := set + ":" + redisutil.Token() // same hash tag: same slot
@@ -103,7 +45,7 @@ func (c *Cache[T]) invalidateTag(ctx context.Context, t string) error {
 
 // drain voids the values of aside, a set of t's value keys moved aside,
 // until it is empty, and then drops it from t's registry of asides.
-func (c *Cache[T]) drain(ctx context.Context, registry, aside string) error {
+func (c *core[T]) drain(ctx context.Context, registry, aside string) error {
 	for {
 		vks, err := c.client.SRandMemberN(ctx, aside, tagBatch).Result()
 		if err != nil {
@@ -123,7 +65,7 @@ func (c *Cache[T]) drain(ctx context.Context, registry, aside string) error {
 
 // void makes the values vks a miss (or stale), in one pipeline, and drops
 // this process's copies and flights of them.
-func (c *Cache[T]) void(ctx context.Context, vks []string) error {
+func (c *core[T]) void(ctx context.Context, vks []string) error {
 	calls := make([]scriptCall, len(vks))
 	stale := redisutil.Millis(c.opts.stale)
 	for i, vk := range vks {

@@ -3,6 +3,7 @@ package dogpile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
@@ -20,7 +21,7 @@ import (
 type extender func(ctx context.Context, ttl time.Duration) (held bool, err error)
 
 // extendOne extends the lease of one key's lock held with token.
-func (c *Cache[T]) extendOne(ks keys, token string) extender {
+func (c *core[T]) extendOne(ks keys, token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
 		n, err := c.run(ctx, extendScript, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
 		return n > 0, err
@@ -33,7 +34,7 @@ func (c *Cache[T]) extendOne(ks keys, token string) extender {
 // extension was confirmed before the lease may have run out in Redis, the
 // lease is lost and cancel is called with errLeaseLost (errComputeTooLong
 // once past the WithMaxCompute bound).
-func (c *Cache[T]) holdLease(sent time.Time, cancel context.CancelCauseFunc, extend extender) *hold.Clock {
+func (c *core[T]) holdLease(sent time.Time, cancel context.CancelCauseFunc, extend extender) *hold.Clock {
 	k := new(hold.Clock)
 	k.Start(hold.Config{
 		Sent: sent, TTL: c.opts.lease, MaxHold: c.opts.maxCompute, AutoExtend: true,
@@ -77,4 +78,11 @@ func endLease(k *hold.Clock, cctx context.Context) (lost bool) {
 	lost = errors.Is(context.Cause(cctx), errLeaseLost)
 	k.End(errComputeEnded)
 	return lost
+}
+
+// tooLong is the cause that ends compute's context after the bound set by
+// WithMaxCompute: errComputeTooLong, naming the option and its bound
+// (compute may return the cause as its error).
+func (c *core[T]) tooLong() error {
+	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
 }

@@ -111,7 +111,7 @@ func uniqueKeys(keys []string) ([]string, error) {
 // keys to compute or wait for, and the errors of keys that failed. Hits do
 // not join the in-process flights (so concurrent batches of the same hot
 // keys never queue behind one another's reads); only misses do.
-func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T], out map[string]T) ([]missing, []error, error) {
+func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, compute manyFunc[T], out map[string]T) ([]missing, []error, error) {
 	keys, vks := c.nearMany(ctx, keys, out)
 	if len(keys) == 0 {
 		return nil, nil, nil
@@ -158,7 +158,7 @@ func (c *Cache[T]) hits(ctx context.Context, keys []string, ttl time.Duration, c
 
 // nearMany answers the keys it can from the near tier into out, and
 // returns the others with their value keys.
-func (c *Cache[T]) nearMany(ctx context.Context, keys []string, out map[string]T) (rest, vks []string) {
+func (c *core[T]) nearMany(ctx context.Context, keys []string, out map[string]T) (rest, vks []string) {
 	vks = make([]string, 0, len(keys))
 	if c.near == nil {
 		for _, k := range keys {
@@ -184,7 +184,7 @@ func (c *Cache[T]) nearMany(ctx context.Context, keys []string, out map[string]T
 // its error in errs. It returns the keys to look for again: those whose flight
 // was abandoned by a Fetch that led it (see errRetry). When ctx ends first,
 // it leaves the flights it still waits for and returns ctx.Err().
-func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, errs []error) (again []missing, _ []error, _ error) {
+func (c *core[T]) collect(ctx context.Context, ws []want, out map[string]T, errs []error) (again []missing, _ []error, _ error) {
 	for i, w := range ws {
 		select {
 		case <-w.cl.done:
@@ -210,7 +210,7 @@ func (c *Cache[T]) collect(ctx context.Context, ws []want, out map[string]T, err
 // answer puts the value of key in r, if any, into out, and reports whether
 // r says that key does not exist. It returns r's error, naming key, unless
 // it only says that.
-func (c *Cache[T]) answer(key string, r outcome, out map[string]T) (notFound bool, err error) {
+func (c *core[T]) answer(key string, r outcome, out map[string]T) (notFound bool, err error) {
 	if r.b != nil {
 		v, m, err := c.decodeEntry(r.b)
 		switch {

@@ -19,7 +19,7 @@ import (
 // value, fenced by its own lock, wakes the waiters and ends each key's
 // flight. A key compute leaves out of its map is not found; compute's
 // error fails every key of js.
-func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, sent time.Time, compute manyFunc[T]) {
+func (c *core[T]) computeMany(ctx context.Context, js []*job[T], token string, sent time.Time, compute manyFunc[T]) {
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
 	keys := make([]string, len(js))
@@ -75,7 +75,7 @@ func (c *Cache[T]) computeMany(ctx context.Context, js []*job[T], token string, 
 // compute gave them (ro; see tagFirst), and ends each key's flight but
 // those of the keys whose store was refused (see errRefused), which it
 // returns.
-func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) (overtaken []*job[T]) {
+func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, entry func(*job[T]) ([]byte, time.Duration, error), ro *resultOpts) (overtaken []*job[T]) {
 	calls, outs := make([]scriptCall, len(js)), make([]outcome, len(js))
 	var splitAt []int // the keys whose tags go first
 	var vks []string
@@ -120,7 +120,7 @@ func (c *Cache[T]) storeMany(ctx context.Context, js []*job[T], token string, en
 // extendScript per slot group, in one pipeline. It reports them held while
 // any is: a key whose lock was taken away (Set, Delete) is fenced off at
 // its store, and must not cancel the compute of the others.
-func (c *Cache[T]) extendMany(js []*job[T], token string) extender {
+func (c *core[T]) extendMany(js []*job[T], token string) extender {
 	vks := make([]string, len(js))
 	for i, j := range js {
 		vks[i] = j.ks.value
@@ -155,7 +155,7 @@ func (c *Cache[T]) extendMany(js []*job[T], token string) extender {
 // restartMany gives up the locks of js held with token, and starts each
 // key's miss over in Fetch's miss path, with compute called for that key
 // alone.
-func (c *Cache[T]) restartMany(ctx context.Context, js []*job[T], token string, compute manyFunc[T]) {
+func (c *core[T]) restartMany(ctx context.Context, js []*job[T], token string, compute manyFunc[T]) {
 	c.releaseMany(ctx, js, token)
 	for _, j := range js {
 		j.first, j.compute, j.bad = nil, one(j.key, compute), ""
@@ -164,7 +164,7 @@ func (c *Cache[T]) restartMany(ctx context.Context, js []*job[T], token string, 
 }
 
 // releaseMany gives up the locks of js held with token, in one pipeline.
-func (c *Cache[T]) releaseMany(ctx context.Context, js []*job[T], token string) {
+func (c *core[T]) releaseMany(ctx context.Context, js []*job[T], token string) {
 	undo := make([]scriptCall, len(js))
 	for i, j := range js {
 		undo[i] = releaseCall(j.ks, token, c.publish)
@@ -176,7 +176,7 @@ func (c *Cache[T]) releaseMany(ctx context.Context, js []*job[T], token string) 
 
 // computeLocalMany runs compute for the keys of js without the cache, when
 // Redis is unreachable and WithComputeWhenDown is set.
-func (c *Cache[T]) computeLocalMany(ctx context.Context, js []*job[T], compute manyFunc[T]) {
+func (c *core[T]) computeLocalMany(ctx context.Context, js []*job[T], compute manyFunc[T]) {
 	keys := make([]string, len(js))
 	for i, j := range js {
 		c.flights.setBusy(j.cl, nil)

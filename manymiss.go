@@ -24,7 +24,7 @@ type batch[T any] struct {
 // joinMisses joins or starts the flight of each missing key (see Fetch):
 // a key whose flight another caller in this process leads is awaited, and
 // the others start one batch.
-func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Duration, compute manyFunc[T]) []want {
+func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Duration, compute manyFunc[T]) []want {
 	ws := make([]want, len(misses))
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
@@ -61,7 +61,7 @@ func (c *Cache[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Du
 // runBatch is the miss path of a batch, on a context detached from the
 // caller's: one lock attempt for all its keys, then one compute for the
 // keys it won, while the others wait (each in Fetch's miss path).
-func (c *Cache[T]) runBatch(ctx context.Context, b *batch[T]) {
+func (c *core[T]) runBatch(ctx context.Context, b *batch[T]) {
 	defer func() {
 		if r := recover(); r != nil { // a bug here must not crash the caller's process
 			err := fmt.Errorf("dogpile: fetch many: internal panic: %v\n%s", r, debug.Stack())
@@ -117,7 +117,7 @@ type lockReply struct {
 
 // lockMany runs fetchManyScript for the keys of b, one call per slot
 // group in one pipeline, in one turn among the Cache's lock attempts.
-func (c *Cache[T]) lockMany(ctx context.Context, b *batch[T], token string) []lockReply {
+func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []lockReply {
 	vks := make([]string, len(b.jobs))
 	for i, j := range b.jobs {
 		vks[i] = j.ks.value
@@ -156,7 +156,7 @@ func (c *Cache[T]) lockMany(ctx context.Context, b *batch[T], token string) []lo
 // lockFailed handles the keys whose lock attempt got no reply (errs, in
 // order): it undoes the locks the script may have taken, then computes
 // without the cache (Redis unreachable, WithComputeWhenDown) or fails them.
-func (c *Cache[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, token string, compute manyFunc[T]) {
+func (c *core[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, token string, compute manyFunc[T]) {
 	var undo []scriptCall
 	var down []*job[T]
 	for i, j := range js {

@@ -28,7 +28,7 @@ const (
 
 // A miss is the state of one process's miss for one key.
 type miss[T any] struct {
-	c  *Cache[T]
+	c  *core[T]
 	ks keys
 
 	key   string
@@ -58,7 +58,7 @@ type miss[T any] struct {
 
 // newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
 // force (Refresh) passes over a value until another holder was awaited.
-func (c *Cache[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T] {
+func (c *core[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T] {
 	f := ""
 	if force {
 		f = "force"
@@ -292,7 +292,7 @@ const maxWakeValue = 64 << 10
 // other wake-up fall back to reading Redis again (the fetch script), as
 // does a payload replaced by a later message (Set, Delete) before we read
 // it: Payload keeps the latest.
-func (c *Cache[T]) storedBy(holder, payload string) ([]byte, bool) {
+func (c *core[T]) storedBy(holder, payload string) ([]byte, bool) {
 	token, value, ok := wake.StoredValue(payload)
 	if !ok || holder == "" || token != holder {
 		return nil, false
@@ -312,3 +312,7 @@ func (m *miss[T]) waitErr(wctx context.Context) error {
 	}
 	return wctx.Err()
 }
+
+// notFoundMark starts the error text of a compute that found no value, so
+// that waiting processes return ErrNotFound rather than ErrComputeFailed.
+const notFoundMark = "\x00not found: "

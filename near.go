@@ -51,7 +51,7 @@ type nearTier[T any] struct {
 	t     *near.Tracker
 }
 
-func newNear[T any](c *Cache[T]) *nearTier[T] {
+func newNear[T any](c *core[T]) *nearTier[T] {
 	store := otter.Must(&otter.Options[string, nearEntry[T]]{
 		MaximumSize: c.opts.nearEntries,
 		// Maintenance runs on the goroutine that writes: no goroutine of the
@@ -81,7 +81,7 @@ func newNear[T any](c *Cache[T]) *nearTier[T] {
 
 // nearKey is the key whose value key is vk, or vk itself for a key stored
 // under a hash of its name (see redisutil.Tag): "" stays "".
-func (c *Cache[T]) nearKey(vk string) string {
+func (c *core[T]) nearKey(vk string) string {
 	rest, ok := strings.CutPrefix(vk, c.opts.prefix)
 	if name, plain := strings.CutSuffix(rest, "}"); ok && plain && strings.HasPrefix(name, "{") {
 		return name[1:]
@@ -91,7 +91,7 @@ func (c *Cache[T]) nearKey(vk string) string {
 
 // nearHit answers Fetch from the near tier, if it holds a live value for
 // vk and tracking is up.
-func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
 	n := c.near
 	now := near.Now()
 	n.t.Use(now)
@@ -123,7 +123,7 @@ func (c *Cache[T]) nearHit(ctx context.Context, key, vk string) (v T, err error,
 // or Redis down) nothing of other processes' writes is heard anyway, as in
 // a Cache without a tier: flights are shared as they are there (a compute
 // WithComputeWhenDown runs once, not once per caller).
-func (c *Cache[T]) heard() bool {
+func (c *core[T]) heard() bool {
 	return c.near == nil || !c.near.x.Up() || c.near.t.Heard(near.Now())
 }
 
@@ -131,14 +131,14 @@ func (c *Cache[T]) heard() bool {
 // caller joins (see group.join), while tracking is in place: otherwise
 // none is heard (see heard), and the flights of that time are forgotten
 // when it comes back (see near.Index.SetUp).
-func (c *Cache[T]) unheard(id flightID, cl *call) {
+func (c *core[T]) unheard(id flightID, cl *call) {
 	if c.near.x.Up() {
 		c.flights.unheard(id, cl)
 	}
 }
 
 // nearTicket is taken before Fetch reads vk from Redis.
-func (c *Cache[T]) nearTicket(vk string) near.Ticket {
+func (c *core[T]) nearTicket(vk string) near.Ticket {
 	if c.near == nil {
 		return near.Ticket{}
 	}
@@ -151,7 +151,7 @@ func (c *Cache[T]) nearTicket(vk string) near.Ticket {
 // value that may not enter (read on no tracked connection, o nil; without
 // a TTL; already past that point) removes an older copy, as a refused one
 // does (see near.Index.Admit).
-func (c *Cache[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
+func (c *core[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
 	if c.near == nil {
 		return
 	}
@@ -160,7 +160,7 @@ func (c *Cache[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m
 
 // nearAdmit returns the put of a value read from Redis into the tier, or
 // nil if it may not enter (see nearPut).
-func (c *Cache[T]) nearAdmit(vk string, o *near.Owner, tk near.Ticket, b []byte, m meta, pttl time.Duration) func() {
+func (c *core[T]) nearAdmit(vk string, o *near.Owner, tk near.Ticket, b []byte, m meta, pttl time.Duration) func() {
 	if o == nil || pttl <= 0 { // a key without a TTL is no dogpile value
 		return nil
 	}
@@ -183,7 +183,7 @@ func (c *Cache[T]) nearAdmit(vk string, o *near.Owner, tk near.Ticket, b []byte,
 
 // nearForget removes vk after this process wrote it (Set, Delete), before
 // Redis's invalidation arrives: this process reads its own writes.
-func (c *Cache[T]) nearForget(vk string) {
+func (c *core[T]) nearForget(vk string) {
 	if c.near != nil {
 		c.near.x.Drop(vk)
 	}
@@ -197,7 +197,7 @@ func (c *Cache[T]) nearForget(vk string) {
 // trip. If it takes longer than near.MaxLag, or ctx ends, it empties the
 // tier instead. A tier that is down, or goes down meanwhile, was emptied
 // already and serves nothing.
-func (c *Cache[T]) nearSync(ctx context.Context) {
+func (c *core[T]) nearSync(ctx context.Context) {
 	if c.near == nil {
 		return
 	}
@@ -224,7 +224,7 @@ func (c *Cache[T]) nearSync(ctx context.Context) {
 }
 
 // nearOff records that the near tier cannot work here, and says so once.
-func (c *Cache[T]) nearOff(reason string) {
+func (c *core[T]) nearOff(reason string) {
 	if c.stats.nearOff.Swap(true) {
 		return
 	}

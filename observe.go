@@ -1,10 +1,6 @@
 package dogpile
 
 import (
-	"context"
-	"errors"
-	"log/slog"
-	"sync/atomic"
 	"time"
 )
 
@@ -117,83 +113,4 @@ type Stats struct {
 	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
 	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
-}
-
-type counters struct {
-	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
-	nearOff atomic.Bool
-}
-
-// Stats returns a snapshot of the Cache's counters.
-func (c *Cache[T]) Stats() Stats {
-	s := &c.stats
-	st := Stats{
-		Hits: s.hits.Load(), Misses: s.misses.Load(), Computes: s.computes.Load(),
-		Waits: s.waits.Load(), PushWakeups: s.push.Load(), PollWakeups: s.poll.Load(),
-		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
-		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
-		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
-	}
-	if c.near != nil {
-		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
-	}
-	return st
-}
-
-// emit is where every Event goes: the Stats counters, then the observer.
-// It returns the context to use from here (see WithObserver).
-func (c *Cache[T]) emit(ctx context.Context, e Event) context.Context {
-	s := &c.stats
-	switch e.Kind {
-	case EventHit:
-		s.hits.Add(1)
-		if e.Stale {
-			s.stale.Add(1)
-		}
-		if e.Near {
-			s.nearHits.Add(1)
-		}
-		if e.NotFound {
-			s.notFound.Add(1)
-		}
-	case EventMiss:
-		s.misses.Add(1)
-		if e.NotFound {
-			s.notFound.Add(1)
-		}
-	case EventComputeStart:
-		s.computes.Add(1)
-		if e.Refresh {
-			s.refreshes.Add(1)
-		}
-	case EventComputeEnd:
-		if e.Err != nil && !e.NotFound && !errors.Is(e.Err, ErrClosed) {
-			s.computeErrors.Add(1)
-		}
-	case EventWaitStart:
-		s.waits.Add(1)
-	case EventWaitEnd:
-		if e.Wake == WakeFailed && !e.NotFound {
-			s.remoteErrors.Add(1)
-		}
-	}
-	if c.opts.observer == nil {
-		return ctx
-	}
-	e.Prefix = c.opts.prefix
-	if r := c.opts.observer(ctx, e); r != nil {
-		return r
-	}
-	return ctx
-}
-
-// log logs a rare event (see WithLogger).
-func (c *Cache[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
-	if c.opts.logger == nil {
-		return
-	}
-	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
-	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }

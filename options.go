@@ -258,6 +258,13 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(o *options) { o.logger = l })
 }
 
+// Defaults of the options.
+const (
+	defaultPrefix   = "dogpile:"
+	defaultLease    = 5 * time.Second
+	defaultMaxValue = 64 << 20 // see WithMaxValueSize
+)
+
 // WithObserver makes the Cache call f with each [Event], synchronously, on
 // the goroutine that does the work: keep f fast. For EventComputeStart and
 // EventWaitStart, the context f returns (nil: ctx unchanged) is the one the

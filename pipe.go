@@ -30,7 +30,7 @@ const maxGroup = 256
 // this Cache sends its body (EVAL, which loads it); later ones send its
 // SHA (EVALSHA), and the calls that find it missing (another node, a
 // restarted server) are sent again, with the body, in a second pipeline.
-func (c *Cache[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redis.Cmd {
+func (c *core[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
 		for i, sc := range calls {

@@ -2,11 +2,9 @@ package dogpile
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/near"
@@ -23,7 +21,7 @@ import (
 // the flight cl (named id) is made one no later caller joins. It goes through the client's circuit breaker
 // (see ErrUnavailable) without a closure, which would cost every hit an
 // allocation.
-func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+func (c *core[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	done, err := c.allow(ctx)
 	if err != nil {
 		return nil, -1, nil, err
@@ -44,7 +42,7 @@ func (c *Cache[T]) read(ctx context.Context, vk string, id flightID, cl *call) (
 // error, a Cluster's slot that moved; its connection failed or its session
 // ended), unless ctx ended or the read timed out (the server is slow: the
 // client would wait as long again).
-func (c *Cache[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
+func (c *core[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
 	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
 		var rerr error
 		b, pttl, rerr = c.readRedis(ctx, cn, vk)
@@ -86,41 +84,10 @@ func answered(err error) bool {
 // estimate is missing, old or too uncertain, and for an entry without an
 // expiry (written by a Cache without those options).
 
-// freshRead is what a Cache with freshness options keeps to read a value's
-// remaining TTL from its entry.
-type freshRead struct {
-	clock servertime.Clock
-	// pttlFirst is set when a GET found an entry without an expiry: the
-	// next reads pipeline a PTTL again, until one finds an expiry.
-	pttlFirst atomic.Bool
-}
-
-// deadlineOf returns the expiry stamped in entry b, unix ms in the server's
-// clock, or 0 if it carries none.
-func deadlineOf(b []byte) int64 {
-	if !hasExpiry(b) {
-		return 0
-	}
-	if d := binary.BigEndian.Uint64(b[headerLen:]); d <= uint64(servertime.MaxDeadline) {
-		return int64(d)
-	}
-	return 0
-}
-
-// remaining is the least time entry b has left in Redis, from its expiry
-// and the clock, or false if either cannot tell.
-func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
-	d := deadlineOf(b)
-	if d == 0 {
-		return 0, false
-	}
-	return f.clock.Remaining(d)
-}
-
 // readRedis is read's round trip on rc, behind the circuit breaker: a GET,
 // and when the remaining TTL is needed and cannot be read from the entry,
 // a PTTL pipelined with it (one slot, one round trip).
-func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b []byte, pttl time.Duration, err error) {
+func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b []byte, pttl time.Duration, err error) {
 	f := c.fresh
 	if f == nil {
 		b, err = c.get(ctx, rc, vk)
@@ -161,7 +128,7 @@ func (c *Cache[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (
 // breaker: an MGET per slot group, and a PTTL per key if the remaining
 // TTLs are needed and cannot be read from the entries (see readRedis). It
 // returns the pipeline's first error; each key has its own in rs.
-func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
+func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
 	groups := slotGroups(c.client, vks)
 	gets := make([]*redis.SliceCmd, len(groups))
 	var pttls []*redis.DurationCmd
@@ -219,7 +186,7 @@ func (c *Cache[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []st
 // entryTTLs sets the remaining TTL of each value read in rs from its entry,
 // and reads the PTTLs of those whose entry cannot tell, in one more round
 // trip.
-func (c *Cache[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) {
+func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) {
 	var ask []int
 	for i := range rs {
 		if rs[i].err != nil {
@@ -256,7 +223,7 @@ func (c *Cache[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string
 // servertime.Period, but go-redis does not bound a request that went out
 // by its context (unless ContextTimeoutEnabled): the client's read timeout
 // does.
-func (c *Cache[T]) readyClock() bool {
+func (c *core[T]) readyClock() bool {
 	ready, due := c.fresh.clock.Check()
 	if !due {
 		return ready
@@ -276,7 +243,7 @@ func (c *Cache[T]) readyClock() bool {
 // readMany is the hit path of many keys: an MGET per slot group (see
 // readManyRedis), one round trip per node, through the client's circuit
 // breaker.
-func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
+func (c *core[T]) readMany(ctx context.Context, vks []string) []read {
 	rs := make([]read, len(vks))
 	done, err := c.allow(ctx)
 	if err != nil {
@@ -297,7 +264,7 @@ func (c *Cache[T]) readMany(ctx context.Context, vks []string) []read {
 // readManyNear reads the keys of each node on one of the near tier's
 // tracked connections of that node, if one is free (the nodes in
 // parallel), and the others through the client (see readNear).
-func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
+func (c *core[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
 	nodes := make(map[string][]int)
 	for i, vk := range vks {
 		n := c.near.t.Node(vk)
@@ -345,4 +312,17 @@ func (c *Cache[T]) readManyNear(ctx context.Context, vks []string, rs []read) er
 		rs[i] = part[n]
 	}
 	return err
+}
+
+// get GETs vk on rc: in a batch of the Cache's GETs when rc is the
+// Cache's client, alone on any other (a near tier's tracked connection).
+func (c *core[T]) get(ctx context.Context, rc redis.Cmdable, vk string) ([]byte, error) {
+	if rc != redis.Cmdable(c.client) {
+		return notString(rc.Get(ctx, vk).Bytes())
+	}
+	g, err := c.gets.Do(ctx, getCall{client: c.client, key: vk})
+	if err != nil {
+		return nil, err
+	}
+	return notString(g.b, g.err)
 }

@@ -2,8 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -16,7 +14,7 @@ import (
 
 // stale reports whether a value read with pttl is past its TTL, in its
 // stale window (see WithStale).
-func (c *Cache[T]) stale(pttl time.Duration) bool {
+func (c *core[T]) stale(pttl time.Duration) bool {
 	return c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale
 }
 
@@ -24,7 +22,7 @@ func (c *Cache[T]) stale(pttl time.Duration) bool {
 // now, and the highest PTTL at which it still should (refreshScript checks it
 // again in Redis, so a value that another process refreshed meanwhile is
 // left alone).
-func (c *Cache[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool) {
+func (c *core[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool) {
 	if pttl < 0 || m.notFound {
 		return 0, false
 	}
@@ -45,7 +43,7 @@ func (c *Cache[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool
 // it, no refresh failed within the retry interval, and the value's PTTL is
 // still at most limit; then it computes and stores as a Fetch would, waking
 // any process that waits for the key.
-func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
+func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
 	j.flight = flightID{laterFlight, j.ks.value}
 	cl, ok := c.flights.start(j.flight)
 	if !ok {
@@ -79,55 +77,4 @@ func (c *Cache[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durat
 		stop()
 		c.flights.end(j.flight, cl, outcome{err: ErrClosed})
 	}
-}
-
-// Refresh computes the value of key now and stores it for ttl, even if a
-// fresh value is cached, under the same fleet-wide compute lock as Fetch: if
-// another process is computing key at that moment, Refresh waits for its
-// result and returns it instead of computing again. Concurrent Refresh calls
-// for key in one process share one compute (one that starts after a Set,
-// Delete or Refresh of key returned computes anew), and once Refresh
-// returns, later calls of this Cache do not return an older value (a Refresh
-// whose store is refused, its lock taken by a write or an invalidation
-// meanwhile, looks again and computes again). Processes waiting for key are
-// woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's error
-// (nothing is stored, waiters get [ErrComputeFailed]), or a Redis error,
-// wrapped; an empty key or a ttl below a millisecond, one matching
-// [ErrInvalid]. Refresh panics if compute is nil.
-func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
-	if compute == nil {
-		panic("dogpile: nil compute function (a programmer error)")
-	}
-	if err := c.checkTTL(key, ttl); err != nil {
-		var zero T
-		return zero, err
-	}
-	// Refresh has no read of its own to probe Redis with: while the
-	// circuit is open it fails fast, or computes without the cache; when
-	// the circuit lets a probe through, a PING is that probe (else a
-	// process that only refreshes would never see Redis come back).
-	var probe error
-	if c.breaker.Open() {
-		probe = c.guard(ctx, func() error { return c.client.Ping(ctx).Err() })
-	}
-	down := probe != nil
-	if down && !c.opts.computeIfDown {
-		if !errors.Is(probe, ErrUnavailable) { // else guard counted it
-			c.stats.unavailable.Add(1)
-		}
-		var zero T
-		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
-	}
-	vk := c.valueKey(key)
-	flight := flightID{refreshFlight, vk}
-	cl, lead := c.flights.join(flight, true) // its compute writes after every write before it
-	if !lead {
-		c.stats.shared.Add(1)
-	} else {
-		j := &job[T]{flight: flight, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, down: down, force: true}
-		c.startFlight(ctx, j, true)
-	}
-	v, err, _ := c.await(ctx, key, flight, cl)
-	c.forget(vk) // this process reads its own refresh at once
-	return v, err
 }

@@ -21,7 +21,7 @@ import (
 // thread's wake-up (about a tenth of its time to compute, see
 // bench/README.md). The other callers still join and leave as they
 // like. Callers that start several flights at once pass false.
-func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
+func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 	here = here && ctx.Done() == nil
 	base, stop := c.life.detach(ctx)
 	var wctx context.Context
@@ -53,7 +53,7 @@ func (c *Cache[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 
 // await waits for the flight cl of key (flight is its name in the group),
 // or for ctx.
-func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
+func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
@@ -91,7 +91,7 @@ func (c *Cache[T]) await(ctx context.Context, key string, flight flightID, cl *c
 
 // count reports a caller's answer: a hit, stale or not, or a miss; either
 // may be "not found".
-func (c *Cache[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
+func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
 		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
 	} else {
@@ -103,7 +103,7 @@ func (c *Cache[T]) count(ctx context.Context, key string, r outcome, notFound bo
 // fleet (see miss) and computes when it wins the lock. ctx is detached from
 // the callers; wctx also ends when every caller left or the wait timeout
 // passed.
-func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
+func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 	defer func() {
 		if p := recover(); p != nil { // a bug here must not crash the caller's process
 			r = outcome{err: fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, p, debug.Stack())}
@@ -147,7 +147,7 @@ func (c *Cache[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 // holder's failure) goes on in the flight's miss (see startFlight), which
 // starts from it; bytes that do not decode, as after a GET, in a miss
 // whose first try passes over them.
-func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
+func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
 	m := c.newMiss(j.key, j.ks, "", false)
 	m.look = true
 	res, err := m.try(ctx)
@@ -185,7 +185,7 @@ func (c *Cache[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err erro
 // (the Cache's background work, see Close), or the look one of them leads
 // would find this one's lock and wait for it as for another process's
 // compute.
-func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
+func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
 	m.close()
 	mayHold := redisutil.MayHaveRun(err)
 	release := releaseCall(m.ks, m.token, c.publish)
@@ -214,4 +214,16 @@ func (c *Cache[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err er
 	err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
 	c.flights.end(j.flight, j.cl, outcome{err: err})
 	return v, err, false
+}
+
+// endIfPanic, deferred by a flight's leader, ends the flight cl (named
+// id) if the leader is panicking (in a client hook, say) before it handed
+// the flight to a goroutine of its own, and panics on: a program that
+// recovers (net/http does) must not find the key's later callers joining a
+// flight nobody ends.
+func (c *core[T]) endIfPanic(id flightID, cl *call) {
+	if p := recover(); p != nil {
+		c.flights.endUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
+		panic(p)
+	}
 }

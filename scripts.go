@@ -266,7 +266,7 @@ return 1
 // runs; after that it sends only its SHA (EVALSHA), and go-redis falls back
 // to EVAL on a NOSCRIPT error (another cluster node, a restarted server). So
 // the first miss on a fresh server costs one round trip, not two.
-func (c *Cache[T]) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (c *core[T]) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if _, loaded := c.loaded.LoadOrStore(s, true); !loaded {
 		return s.Eval(ctx, c.client, keys, args...)
 	}
@@ -288,12 +288,12 @@ func at[E any](res []any, i int) (E, bool) {
 // token they may have left holding a lock: the way the lock package undoes
 // its lost acquires too (see redisutil.Rollback). ctx's end means that no
 // caller waits any more.
-func (c *Cache[T]) rollback(ctx context.Context, undo ...scriptCall) {
+func (c *core[T]) rollback(ctx context.Context, undo ...scriptCall) {
 	redisutil.Rollback(ctx, func(ctx context.Context) { c.runPipelined(ctx, undo) })
 }
 
 // release gives up the lock if it still holds token, and wakes waiters.
-func (c *Cache[T]) release(ctx context.Context, ks keys, token string) {
+func (c *core[T]) release(ctx context.Context, ks keys, token string) {
 	ctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc := releaseCall(ks, token, c.publish)

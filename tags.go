@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,20 +27,14 @@ const (
 
 // tagKeys are the Redis names of tag t: its set of value keys, and its
 // epoch. Both share t's hash slot.
-func (c *Cache[T]) tagKeys(t string) (set, epoch string) {
+func (c *core[T]) tagKeys(t string) (set, epoch string) {
 	tag := redisutil.Tag(t)
 	return c.opts.prefix + tagSetName + tag, c.opts.prefix + tagEpochName + tag
 }
 
-// SetTagged is [Cache.Set] of a value with tags (see [Tag]): a later
-// [Cache.InvalidateTag] of any of them drops it. Empty tags are ignored.
-func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Duration, tags ...string) error {
-	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
-}
-
 // tagCalls are the calls that add value key vk, stored for ttl, to the
 // sets of tags.
-func (c *Cache[T]) tagCalls(vk string, ttl time.Duration, tags []string) []scriptCall {
+func (c *core[T]) tagCalls(vk string, ttl time.Duration, tags []string) []scriptCall {
 	calls := make([]scriptCall, len(tags))
 	for i, t := range tags {
 		set, epoch := c.tagKeys(t)
@@ -52,7 +45,7 @@ func (c *Cache[T]) tagCalls(vk string, ttl time.Duration, tags []string) []scrip
 
 // readEpochs reads the epochs of tags ("" for none), in one round trip
 // (one per node). It is what Tag calls.
-func (c *Cache[T]) readEpochs(ctx context.Context, tags []string) ([]string, error) {
+func (c *core[T]) readEpochs(ctx context.Context, tags []string) ([]string, error) {
 	cmds := make([]*redis.StringCmd, len(tags))
 	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
 		for i, t := range tags {
@@ -80,7 +73,7 @@ func (c *Cache[T]) readEpochs(ctx context.Context, tags []string) ([]string, err
 // store whose tags tagFirst must add before it; or, when the cache cannot
 // vouch for the tags (Tag could not read them), one that keeps nothing but
 // hands the value to the waiters.
-func (c *Cache[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
+func (c *core[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
 	tags, seen, vouch := ro.tagged()
 	switch {
 	case len(tags) == 0 || ttl == 0:
@@ -110,7 +103,7 @@ func (c *Cache[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Durati
 // deleted, before the InvalidateTag returns), and one whose epoch moved
 // before is never stored: no value tagged before an InvalidateTag is
 // served after it returned, and no waiter is handed one meanwhile.
-func (c *Cache[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, ttls []time.Duration) (overtaken []bool) {
+func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, ttls []time.Duration) (overtaken []bool) {
 	tags, seen, _ := ro.tagged()
 	var calls []scriptCall
 	for i, vk := range vks {
@@ -180,3 +173,9 @@ var tagAddScript = redis.NewScript(tagLua + `
 tagadd(KEYS[1], ARGV[1], ARGV[2])
 return redis.call('GET', KEYS[2]) or ''
 `)
+
+// storeCall is the script call of store.
+func (c *core[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
+	return scriptCall{storeScript, []string{ks.value, ks.lock, ks.channel},
+		[]any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
+}

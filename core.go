@@ -1,0 +1,230 @@
+package dogpile
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
+	"github.com/dogpile-go/dogpile/internal/servertime"
+	"github.com/redis/go-redis/v9"
+)
+
+// core is the engine behind a Cache: its state, shared by the mechanism
+// that the exported methods run.
+type core[T any] struct {
+	client  redis.UniversalClient
+	opts    options
+	publish string // PUBLISH or SPUBLISH, for the scripts
+	flights group
+	stats   counters
+
+	attempts turns                       // bounds the lock attempts in flight
+	looks    looks                       // picks a Fetch's first look (see look.go)
+	loaded   sync.Map                    // *redis.Script → true once run by this Cache (see run)
+	breaker  *breaker.Breaker            // the client's (see ErrUnavailable)
+	gets     *roundtrip.Batcher[getCall] // the client's (see getbatch.go)
+	near     *nearTier[T]                // WithNearCache; nil: none
+	fresh    *freshRead                  // with freshness options or a near tier; nil: none
+	life     life                        // what Close ends
+
+	// onWait, if set, is called when a flight starts waiting for another
+	// process's compute (tests use it to order events without sleeping).
+	onWait func(key string)
+	// beforeCompute, if set, is called once the lock is held, before its
+	// lease starts (tests stall the whole process there: the lease's
+	// watchdog too).
+	beforeCompute func(key string)
+}
+
+// keys are the Redis names of one cache key. They share the hash tag
+// "{...}", so they land in one cluster slot and one script may touch all.
+type keys struct {
+	value    string // the encoded value, with the caller's TTL
+	lock     string // compute lock: the holder's token, with the lease as TTL
+	errs     string // hash {token: error text} of recently failed computes
+	channel  string // wake-ups: a value was stored, a compute failed, ...
+	throttle string // set for the retry interval after a failed refresh
+}
+
+func (c *core[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
+
+// keysFor derives the other names of a cache key from its value key. Only
+// the miss path needs them: a hit builds the value key alone.
+func keysFor(value string) keys {
+	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
+}
+
+// valueKey is the Redis key of the value cached under key (see checkKey). A
+// key without braces, the common case, is joined in one allocation: it is on
+// every hit's path (bench/HISTORY.md, "Figures moved out of code comments").
+func (c *core[T]) valueKey(key string) string {
+	return redisutil.Key(c.opts.prefix, key)
+}
+
+// checkKey and checkTTL reject a call on a closed Cache (ErrClosed), and
+// arguments that may come from data with an error matching ErrInvalid, not
+// a panic: a server must not crash on a request's input.
+func (c *core[T]) checkKey(key string) error {
+	switch {
+	case c.life.done():
+		return ErrClosed
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	return nil
+}
+
+func (c *core[T]) checkTTL(key string, ttl time.Duration) error {
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: ttl %v for %q is below 1ms", ErrInvalid, ttl, key)
+	}
+	return nil
+}
+
+// oneNode reports whether every key lives on one server, so that one
+// script may touch a value's keys and its tags' together.
+func (c *core[T]) oneNode() bool {
+	_, ok := c.client.(*redis.Client)
+	return ok
+}
+
+type counters struct {
+	hits, misses, computes, waits, push, poll, takeovers,
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
+	nearOff atomic.Bool
+}
+
+// turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
+// at once: half its client's connection pool. When many keys miss at once,
+// the store of a finished compute, the one command that wakes every waiting
+// process, must not queue in the pool behind lock attempts for keys that
+// missed later (head-of-line blocking, see bench/HISTORY.md, "Figures moved
+// out of code comments"). Lock attempts wait for their turn in the Cache
+// instead; hits, stores and releases are not limited, and always find a
+// connection. (A Cache whose first looks mostly miss looks with the lock
+// script, see looks: that look takes a turn, hit or miss.)
+type turns chan struct{}
+
+func newTurns(client redis.UniversalClient) turns {
+	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
+	switch c := client.(type) {
+	case *redis.Client:
+		size = c.Options().PoolSize
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		size = c.Options().PoolSize
+	}
+	return make(turns, max(1, size/2))
+}
+
+// take waits for a turn to send a lock attempt; give gives it back.
+func (t turns) take(ctx context.Context) error {
+	select {
+	case t <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t turns) give() { <-t }
+
+// freshRead is what a Cache with freshness options keeps to read a value's
+// remaining TTL from its entry.
+type freshRead struct {
+	clock servertime.Clock
+	// pttlFirst is set when a GET found an entry without an expiry: the
+	// next reads pipeline a PTTL again, until one finds an expiry.
+	pttlFirst atomic.Bool
+}
+
+// deadlineOf returns the expiry stamped in entry b, unix ms in the server's
+// clock, or 0 if it carries none.
+func deadlineOf(b []byte) int64 {
+	if !hasExpiry(b) {
+		return 0
+	}
+	if d := binary.BigEndian.Uint64(b[headerLen:]); d <= uint64(servertime.MaxDeadline) {
+		return int64(d)
+	}
+	return 0
+}
+
+// remaining is the least time entry b has left in Redis, from its expiry
+// and the clock, or false if either cannot tell.
+func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
+	d := deadlineOf(b)
+	if d == 0 {
+		return 0, false
+	}
+	return f.clock.Remaining(d)
+}
+
+// emit is where every Event goes: the Stats counters, then the observer.
+// It returns the context to use from here (see WithObserver).
+func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
+	s := &c.stats
+	switch e.Kind {
+	case EventHit:
+		s.hits.Add(1)
+		if e.Stale {
+			s.stale.Add(1)
+		}
+		if e.Near {
+			s.nearHits.Add(1)
+		}
+		if e.NotFound {
+			s.notFound.Add(1)
+		}
+	case EventMiss:
+		s.misses.Add(1)
+		if e.NotFound {
+			s.notFound.Add(1)
+		}
+	case EventComputeStart:
+		s.computes.Add(1)
+		if e.Refresh {
+			s.refreshes.Add(1)
+		}
+	case EventComputeEnd:
+		if e.Err != nil && !e.NotFound && !errors.Is(e.Err, ErrClosed) {
+			s.computeErrors.Add(1)
+		}
+	case EventWaitStart:
+		s.waits.Add(1)
+	case EventWaitEnd:
+		if e.Wake == WakeFailed && !e.NotFound {
+			s.remoteErrors.Add(1)
+		}
+	}
+	if c.opts.observer == nil {
+		return ctx
+	}
+	e.Prefix = c.opts.prefix
+	if r := c.opts.observer(ctx, e); r != nil {
+		return r
+	}
+	return ctx
+}
+
+// log logs a rare event (see WithLogger).
+func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
+	if c.opts.logger == nil {
+		return
+	}
+	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
+	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
+}

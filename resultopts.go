@@ -1,0 +1,149 @@
+package dogpile
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/hold"
+)
+
+// SetTTL, called by a compute function with the context it was given, sets
+// how long the value it returns is cached, in place of the ttl passed to
+// Fetch or Refresh: for example the max-age of an upstream's Cache-Control
+// header. A ttl of zero or less means that the value is not stored at all:
+// it is returned to the callers waiting for this compute, in this process
+// and in the others, and the next Fetch computes again (max-age=0, or a
+// result known to be partial). The stale window of [WithStale] is added as
+// for any value. SetTTL does nothing on a context that did not come from
+// this package's compute call; the last call wins.
+//
+// A compute that fails with [ErrNotFound] is cached for the [WithNegativeTTL]
+// duration instead, whatever SetTTL said.
+func SetTTL(ctx context.Context, ttl time.Duration) {
+	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
+		ro.set(ttl)
+	}
+}
+
+// Tag, called by a compute function with the context it was given,
+// attaches tags to the value it returns (to every value of a FetchMany
+// call), so that [Cache.InvalidateTag] of any of them later makes the value
+// a miss, in every process (see there). Call Tag before reading the data
+// the value is computed from: an InvalidateTag that begins after Tag
+// returned voids the value even if it is stored later, and one that ended
+// before Tag was called is of no concern to it. Tag reads the tags' epochs
+// from Redis (one round trip, per node on a Cluster); if that fails, the
+// value is returned to its callers but not kept in the cache, which cannot
+// vouch for it. A read still stuck at the compute lock's safe deadline,
+// when the lease may be lost and ctx ends for it, fails then if the client
+// was created with redis.Options.ContextTimeoutEnabled (else go-redis's
+// read timeout bounds it), so that compute is free to stop. Empty tags are
+// ignored. Tag does nothing on a context that did not come from this
+// package's compute call.
+func Tag(ctx context.Context, tags ...string) {
+	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
+		ro.tag(ctx, tags)
+	}
+}
+
+type resultKey struct{}
+
+// resultOpts holds what compute said about its result. compute may call
+// SetTTL and Tag from any goroutine, hence the mutex.
+type resultOpts struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	ok  bool
+
+	tags   []string // see Tag, in the order given
+	seen   []string // each tag's epoch when it was tagged
+	vouch  bool     // false once an epoch could not be read
+	epochs func(ctx context.Context, tags []string) ([]string, error)
+	lease  *hold.Clock // the compute lock's, once compute may run (see tag)
+
+	// named holds every tag given to Tag, published before its epoch is
+	// read, so that an InvalidateTag in this process can drop the flight
+	// of the compute without waiting for mu (see group.forgetTagged).
+	named atomic.Pointer[[]string]
+}
+
+// taggedWith reports whether compute gave its result any of tags.
+func (r *resultOpts) taggedWith(tags []string) bool {
+	named := r.named.Load()
+	return named != nil && slices.ContainsFunc(tags, func(t string) bool { return slices.Contains(*named, t) })
+}
+
+// tag adds the new ones of tags, with their epochs.
+func (r *resultOpts) tag(ctx context.Context, tags []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var fresh []string
+	for _, t := range tags {
+		if t != "" && !slices.Contains(r.tags, t) && !slices.Contains(fresh, t) {
+			fresh = append(fresh, t)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	named := append(slices.Clone(r.tags), fresh...)
+	r.named.Store(&named)
+	e, err := r.read(ctx, fresh)
+	if err != nil {
+		r.vouch = false
+		e = make([]string, len(fresh))
+	}
+	r.tags, r.seen = append(r.tags, fresh...), append(r.seen, e...)
+}
+
+// read reads the epochs of tags. A read still stuck when the lease may be
+// lost is cut then, at the lease's safe deadline (with
+// ContextTimeoutEnabled, which puts a context's deadline on the socket;
+// go-redis does not cut a read when compute's context is cancelled):
+// compute, told by its context that it lost the lock, must be free to
+// stop, for another process may compute by then. A read cut at a deadline
+// that a renewal has moved since is sent again: the lease still holds.
+func (r *resultOpts) read(ctx context.Context, tags []string) ([]string, error) {
+	for {
+		if r.lease == nil {
+			return r.epochs(ctx, tags)
+		}
+		d := r.lease.Deadline()
+		rctx, cancel := context.WithDeadline(ctx, d)
+		e, err := r.epochs(rctx, tags)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().Before(d) || r.lease.Err() != nil {
+			return e, err
+		}
+	}
+}
+
+// tagged returns the tags of the result with the epochs seen, and whether
+// the cache can vouch for them.
+func (r *resultOpts) tagged() (tags, seen []string, vouch bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tags, r.seen, r.vouch
+}
+
+// leased gives r the lease of the compute lock, before compute runs.
+func (r *resultOpts) leased(k *hold.Clock) {
+	r.mu.Lock()
+	r.lease = k
+	r.mu.Unlock()
+}
+
+func (r *resultOpts) set(ttl time.Duration) {
+	r.mu.Lock()
+	r.ttl, r.ok = ttl, true
+	r.mu.Unlock()
+}
+
+func (r *resultOpts) get() (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ttl, r.ok
+}
