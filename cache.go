@@ -123,22 +123,14 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Close stops the Cache's background work and waits for it to end: the
-// near tier's tracking (see [WithNearCache]), and the flights and
-// background refreshes in progress, whose compute's context is cancelled
-// with cause ErrClosed (a compute that gives up releases its lock, so
-// another process takes over at once, and is no compute error in [Stats]
-// or to the observer; one that ignores its context is waited for).
-// Callers waiting for them get ErrClosed, and every call after Close
-// returns ErrClosed. So no goroutine of the Cache outlives Close.
-//
-// Close does not close the client, which the program owns. What is kept
-// per client, for every Cache and lock on it, outlives Close: the circuit
-// breaker, and the wake-up connection, which closes 250 ms after its last
-// waiter leaves; so does a rollback in flight (an undo of a request whose
-// reply was lost), bounded by 3 s, and a sample of the servers' clock in
-// flight (a TIME per server, see WithStale), until its reply. Close may be
-// called more than once.
+// Close stops the Cache's background work and waits for it to end: the near
+// tier's tracking, and the flights and background refreshes in progress,
+// whose computes' context ends with cause ErrClosed (a compute that gives up
+// releases its lock, and is no compute error). Callers waiting for them, and
+// every call after Close, get ErrClosed. No goroutine of the Cache outlives
+// Close. It does not close the client, and what is kept per client (the
+// breaker, the wake-up connection) outlives it. Close may be called more
+// than once.
 func (c *Cache[T]) Close() error {
 	if !c.life.close() {
 		return nil
@@ -175,35 +167,20 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 
 // InvalidateTag makes every value tagged with any of tags (by [Tag] in a
 // compute, or [Cache.SetTagged]) a miss in every process, near tiers
-// included (as Redis reports each change, and in this process at once);
-// with [WithStale] it makes them stale instead: served while one process
-// refreshes each in the background. A compute of such a value in progress
-// loses its lock, as after [Cache.Delete].
+// included; with [WithStale] it makes them stale instead, refreshed in the
+// background. A compute of such a value in progress loses its lock, as
+// after [Cache.Delete].
 //
-// With a near tier, InvalidateTag then waits until the tier has applied
-// the invalidations of values that another process's InvalidateTag of the
-// tags voided first (this call finds them gone from the tags' sets): until
-// its tracking connections answer a ping sent now (a reader busy with a
-// read, after that read): about a round trip. If that takes 100 ms, or
-// ctx ends, this process's tier is emptied instead.
+// Once InvalidateTag returns, no call that starts later, in any process,
+// returns a value tagged before it began, even one whose compute called Tag
+// then and stores afterwards: that store is refused and the flight computes
+// again. A key stays in a tag's set until the set expires, so a later value
+// stored under it without the tag may be voided too.
 //
-// A compute that called Tag with one of tags before InvalidateTag began
-// does not leave its value served after InvalidateTag returned, whenever
-// it stores it: its store is refused, on a Cluster or a Ring too, where a
-// tag's keys and a value's live on different nodes, and its flight
-// computes again, so the value reaches no caller in any process (a caller
-// may have joined the flight after InvalidateTag returned); and no call of
-// this process that starts after InvalidateTag returned joins such a
-// compute. A key stays in a tag's set
-// until the set expires: a later value stored under it without the tag
-// may be voided by an InvalidateTag of the tag too.
-//
-// InvalidateTag works through a tag's values a few hundred at a time, so
-// Redis is never blocked for long; it returns once they are all voided,
-// those of another InvalidateTag of the tag still at work included. It
-// returns the first error: the values not yet reached are kept for the
-// next InvalidateTag of the tag. An empty tag returns an error matching
-// [ErrInvalid].
+// It works through a tag's values a few hundred at a time and returns once
+// they are all voided, or the first error (the rest are kept for the next
+// InvalidateTag). An empty tag returns an error matching [ErrInvalid].
+// docs/design.md, "Tags", tells how.
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if c.life.done() {
 		return ErrClosed
@@ -228,27 +205,14 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	return nil
 }
 
-// Clear removes every key the Cache wrote, on every master of a Cluster or
-// shard of a Ring: each value with its compute lock, its records of failed
-// computes and its retry mark (see the package doc, "Redis keys"), and the
-// tags' bookkeeping (see [Tag]): each tag's set of values and its epoch,
-// and the sets an InvalidateTag still works through, whose values it voids
-// first. It tells these keys by the shape of their names, and leaves alone
-// every other key, under its prefix or not: the lock package's, those of
-// Caches with other prefixes, any other program's, and the key that a
-// Cache with freshness options writes for a few milliseconds to check the
-// server's clock, which removes itself.
-//
-// A compute running anywhere at that moment loses its lock, so its value
-// is not stored (as after [Cache.Delete]); near tiers in every process drop
-// their copies as Redis reports each deletion, and this process's at once.
-// Clear walks the keyspace with SCAN, twice (three times if tags were
-// used), and removes keys with UNLINK, a thousand at a time, so Redis is
-// never blocked for long. A value stored while Clear runs may survive it
-// (in its tags' sets); an InvalidateTag that also runs meanwhile may then
-// leave it served, if its compute took the lock after Clear began. Clear
-// returns the first error a node reported (the keys of that node may be
-// partly removed).
+// Clear removes every key the Cache wrote, on every node: each value with
+// its lock and records, and the tags' sets and epochs. It leaves alone every
+// other key, under its prefix or not (it tells its own by their names). A
+// compute running anywhere loses its lock, as after [Cache.Delete], and near
+// tiers drop their copies. Clear walks the keyspace with SCAN and UNLINKs a
+// thousand keys at a time, so Redis is never blocked for long; a value stored
+// while Clear runs may survive it. Clear returns the first error a node
+// reported (that node's keys may be partly removed).
 func (c *Cache[T]) Clear(ctx context.Context) error {
 	if c.life.done() {
 		return ErrClosed
@@ -261,6 +225,49 @@ func (c *Cache[T]) Clear(ctx context.Context) error {
 	}
 	if err != nil {
 		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
+	}
+	return nil
+}
+
+// set is Set, and SetTagged with tags.
+func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
+	if err := c.checkTTL(key, ttl); err != nil {
+		return err
+	}
+	ks := c.keys(key)
+	b, err := c.encode(v)
+	if err != nil {
+		return fmt.Errorf("dogpile: encode %q: %w", key, err)
+	}
+	stored := c.jittered(ttl) + c.opts.stale
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{setScript, []string{ks.value, ks.lock, ks.channel},
+		[]any{b, redisutil.Millis(stored), c.publish}})
+	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
+	err = c.guard(ctx, func() error {
+		if len(calls) == 1 || !c.oneNode() {
+			// Where a tag's set and the value live on different nodes,
+			// the value first: added to a set before it is stored, it
+			// could be voided by an InvalidateTag in between and then
+			// stored, out of every set, for good.
+			err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
+			if err == nil && len(calls) > 1 {
+				err = firstErr(c.runPipelined(ctx, calls[1:]))
+			}
+			if err != nil && len(calls) > 1 {
+				// Stored (or its reply lost) but maybe in no tag's set,
+				// where InvalidateTag would never find it: undone, unless
+				// a later write replaced it.
+				redisutil.Rollback(ctx, func(ctx context.Context) {
+					_ = c.run(ctx, undoSetScript, []string{ks.value}, b).Err()
+				})
+			}
+			return err
+		}
+		return firstErr(c.runPipelined(ctx, calls))
+	})
+	c.forget(ks.value)
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "set", key, err)
 	}
 	return nil
 }

@@ -228,3 +228,14 @@ func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, at
 	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
 	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }
+
+// forget makes this process read vk afresh after it wrote vk (Set, Delete,
+// Refresh): once the write has returned, no later call joins a flight
+// whose read or compute may predate it, and the near tier drops its copy
+// before Redis's invalidation arrives. Called after the write's reply (or
+// failure: it may have been applied), so that a flight started after
+// forget reads after the write.
+func (c *core[T]) forget(vk string) {
+	c.flights.forget(vk)
+	c.nearForget(vk)
+}

@@ -32,23 +32,13 @@ var (
 	ErrInvalid = errors.New("dogpile: invalid argument")
 
 	// ErrUnavailable is returned, wrapped, by calls that did not go to Redis
-	// because a server of the client was found down moments ago; its
-	// message names the server and why ("redis unavailable: 10.0.0.7:6379:
-	// no reply to PING within 500ms"). A failed dial, a broken connection
-	// or a call that times out makes the client's breaker PING its servers
-	// (a Cluster's masters) on connections of its own: one that refuses, or
-	// stays silent for half a second (or the client's ReadTimeout, if
-	// shorter), opens the client's circuit. A busy client or a slow reply
-	// opens nothing: the server answers the PING. From then on every Cache
-	// and lock on that client fails at once instead of spending go-redis's
-	// retries or the caller's whole deadline; the program's own commands on
-	// the client are left alone. Every 100 ms one call waits while the
-	// servers are asked again, so calls succeed again within about a tenth
-	// of a second of Redis's return, whatever the outage's length. Each
-	// outage is logged when it begins and when it ends (and once a minute
-	// while it lasts) to every logger given to the client's caches and
-	// locks ([WithLogger], lock.WithLogger). With [WithComputeWhenDown],
-	// Fetch computes instead, deduplicated in the process.
+	// because a server of the client was found down moments ago; its message
+	// names the server and why ("redis unavailable: 10.0.0.7:6379: no reply to
+	// PING within 500ms"). A refused dial, a broken connection or a timeout makes
+	// the client's breaker PING its servers; one that refuses or stays silent for
+	// half a second opens the circuit, and every Cache and lock on the client then
+	// fails at once until a PING, tried every 100 ms, is answered. A busy client
+	// opens nothing. docs/design.md, "The circuit breaker", tells more;
 	// lock.ErrUnavailable is the same error.
 	ErrUnavailable = breaker.ErrUnavailable
 )

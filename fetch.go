@@ -15,55 +15,26 @@ import (
 // stores the result for ttl and returns it. Concurrent misses for key, in
 // this process or in any process that shares the Redis server, call
 // compute once; the other callers wait for the stored value and are woken
-// by Redis the moment it is stored.
-//
-// A hit costs one round trip (a GET, or the lock script while most of the
-// Cache's first looks miss, see the package doc), or none from the near
-// tier (see [WithNearCache]). While more GETs are in progress on the
-// client than twice GOMAXPROCS, those of different keys share pipelines:
-// a busy process's hits share their system calls, nearly half of a lone
-// hit's cost, on the client and the server; a lone hit's GET goes straight
-// out. The client's hooks see such
-// GETs in a pipeline, on a context with the values of its first caller.
-// Concurrent Fetch calls for one key in one process share a single
-// flight: one first look, and on a miss one lock attempt (the look itself,
-// when it was the lock script) and one compute or one wait. Every caller
-// receives its own copy of the value, decoded from the stored bytes,
+// the moment it is stored. A hit costs one round trip, or none from the
+// near tier ([WithNearCache]). Every caller gets its own copy of the value,
 // except near hits, which share one.
 //
-// compute runs on a context detached from the caller's (it keeps the
-// caller's values, not its cancellation): callers that give up must not
-// fail the others, who still want the value, nor leave other processes
-// waiting for a compute that was abandoned. That context is cancelled only
-// when this process loses the compute lock (it could not renew the lease,
-// or the key was Set or Deleted meanwhile); compute should bound its own
-// work otherwise. If ctx is done first, Fetch returns ctx.Err() at once;
-// the one exception is the first caller's first look (its GET, or the lock
-// script), which runs on its own ctx in its own goroutine (no extra
-// goroutine on the hit path), so its deadline bounds the round trip only
-// if the client was created with redis.Options.ContextTimeoutEnabled (else
-// go-redis's read timeout does), or if the GET waits in a pipeline with
-// others (it leaves at ctx's end, and is not sent if it was still queued).
-// A first caller whose ctx can never end (context.Background) runs the
-// whole miss, compute included, in the goroutine that called Fetch: it
-// would wait for it anyway.
+// compute runs on a context detached from the caller's: it keeps ctx's
+// values, not its cancellation, and is cancelled only when this process
+// loses the compute lock or the Cache is closed. If ctx is done first,
+// Fetch returns ctx.Err() at once (the first caller's first round trip is
+// bounded by ctx only if the client has ContextTimeoutEnabled).
 //
-// When compute returns an error or panics, nothing is stored and the lock
-// is released at once. Callers in this process receive compute's error
-// (a panic becomes an error). Callers in other processes that were waiting
-// for this compute receive an error matching [ErrComputeFailed]; they do
-// not retry the compute themselves (the next Fetch does), so a failing
-// backend is called once per failure, not once per waiting process.
-//
-// Stored bytes that do not decode, and a key of another type (a list),
-// count as a miss: recomputed and overwritten (see [Stats].DecodeErrors).
-// Redis errors are returned wrapped, and compute is not called, unless
-// [WithComputeWhenDown] is set. If compute succeeded but storing its result
-// failed, Fetch returns the value together with the error.
+// When compute fails or panics, nothing is stored and the lock is released:
+// callers in this process get compute's error, those in other processes an
+// error matching [ErrComputeFailed]; the next Fetch computes again. Stored
+// bytes that do not decode count as a miss. Redis errors are returned
+// wrapped, and compute is not called, unless [WithComputeWhenDown]. If
+// compute succeeded but the store failed, Fetch returns both.
 //
 // An empty key or a ttl below a millisecond returns an error matching
-// [ErrInvalid] (keys and TTLs may come from data). Fetch panics if compute
-// is nil, a programmer error.
+// [ErrInvalid]; a nil compute panics. docs/design.md tells how a Fetch
+// runs: the first look, pipelined GETs, whose goroutine runs what.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
@@ -146,19 +117,12 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	return c.await(ctx, key, id, cl)
 }
 
-// Refresh computes the value of key now and stores it for ttl, even if a
-// fresh value is cached, under the same fleet-wide compute lock as Fetch: if
-// another process is computing key at that moment, Refresh waits for its
-// result and returns it instead of computing again. Concurrent Refresh calls
-// for key in one process share one compute (one that starts after a Set,
-// Delete or Refresh of key returned computes anew), and once Refresh
-// returns, later calls of this Cache do not return an older value (a Refresh
-// whose store is refused, its lock taken by a write or an invalidation
-// meanwhile, looks again and computes again). Processes waiting for key are
-// woken as by a Fetch. Errors are as for [Cache.Fetch]: compute's error
-// (nothing is stored, waiters get [ErrComputeFailed]), or a Redis error,
-// wrapped; an empty key or a ttl below a millisecond, one matching
-// [ErrInvalid]. Refresh panics if compute is nil.
+// Refresh computes the value of key now and stores it for ttl, even over a
+// fresh value, under the same fleet-wide compute lock as Fetch: if another
+// process is computing key, Refresh returns its result instead. Concurrent
+// Refresh calls in one process share one compute, and once Refresh returns,
+// later calls of this Cache return nothing older. Errors are as for
+// [Cache.Fetch]. Refresh panics if compute is nil.
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")

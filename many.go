@@ -15,47 +15,25 @@ import (
 )
 
 // FetchMany returns the values cached under keys, computing the missing
-// ones with one call of compute per FetchMany: a batch Fetch, with the same
-// fleet-wide guarantee per key (each missing key is computed once across
-// every process that shares the Redis server or cluster).
+// ones with one call of compute: a batch Fetch, with the same fleet-wide
+// guarantee per key. compute is called with exactly the keys this process
+// won the compute lock for, never one that another process or another call
+// of this process is computing (those are awaited, as Fetch awaits them),
+// on a context detached from the caller's, as for Fetch.
 //
-// With [WithNearCache], keys held in the near tier are answered from it,
-// and the others fill it. The others are read in one round trip (on a
-// cluster, one per node, sent in parallel: an MGET per hash slot); unlike
-// Fetch's reads, they are not shared with concurrent calls in the process,
-// which would make batches queue behind one another's reads. The missing
-// keys take the compute lock in one more round trip (a script per cluster
-// slot). compute is then called once, with exactly
-// the keys this process won: never a key that another process is computing,
-// nor one that a Fetch or FetchMany of this process is computing (those
-// are awaited, as Fetch awaits them: woken by Redis when the value is
-// stored, each wait bounded by the holder's lease, so a holder that died is
-// taken over). A key taken over that way is computed by a later call of
-// compute, with that key alone. One lease renewal runs for the whole
-// batch while compute runs.
+// compute returns the values it found, by key; each is stored for ttl in a
+// fenced write of its own. A key it leaves out does not exist: absent from
+// the result, with no error (a tombstone with [WithNegativeTTL]). Keys not
+// asked for are ignored. [SetTTL] in compute applies to every value of the
+// call. If compute fails or panics, its keys fail as in Fetch: FetchMany
+// returns every value it has and an errors.Join of one error per failed
+// key, each naming its key.
 //
-// compute returns the values it found, by key, on a context detached from
-// the caller's (as for Fetch). Its values are stored for ttl, each in a
-// write fenced by its own lock, and the processes waiting for them are
-// woken. A key that compute leaves out of its map does not exist: it is
-// absent from FetchMany's result, with no error, and with [WithNegativeTTL]
-// remembered as a tombstone (so is a key whose tombstone is cached). [SetTTL]
-// in compute applies to every value of that call. Keys of the map that were
-// not asked for are ignored.
-//
-// If compute returns an error (or panics), the keys it was computing fail:
-// nothing is stored for them, and processes waiting for them get
-// [ErrComputeFailed]. FetchMany returns every value it has, and an error
-// that joins (errors.Join) one error per key that failed, each naming its
-// key; a key that failed is absent from the map. [WithStale] and
-// [WithEarlyRefresh] apply to each key as in Fetch, a background refresh
-// calling compute with that key alone.
-//
-// Duplicate keys are fetched once. An empty keys returns an empty map and
-// does no I/O. An empty key or a ttl below a millisecond returns a nil map
-// and an error matching [ErrInvalid]. If ctx is done first, FetchMany
-// returns what it has with ctx.Err(). FetchMany panics if compute is nil, a
-// programmer error.
+// Duplicate keys are fetched once; an empty keys returns an empty map with
+// no I/O. An empty key or a ttl below a millisecond returns a nil map and an
+// error matching [ErrInvalid]. If ctx is done first, FetchMany returns what
+// it has with ctx.Err(). A nil compute panics. docs/design.md, "FetchMany",
+// tells how the reads and locks are batched.
 func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Duration,
 	compute func(ctx context.Context, missing []string) (map[string]T, error)) (map[string]T, error) {
 	if compute == nil {

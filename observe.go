@@ -79,17 +79,10 @@ const (
 	WakeError                    // Redis failed
 )
 
-// Stats are counters of a Cache since New. All counts are per process.
-// Most count the events an observer receives (see [WithObserver]): Hits,
-// Stale and NearHits count EventHit; Misses, EventMiss; NotFound, either
-// with NotFound set; Computes and
-// Refreshes, EventComputeStart; ComputeErrors, EventComputeEnd with an
-// error; Waits, EventWaitStart; RemoteErrors, EventWaitEnd with WakeFailed;
-// NearInvalidations and NearFlushes, EventInvalidate. The others have no
-// event of their own: PushWakeups and PollWakeups count each wake-up
-// within a wait (a wait may have several), Takeovers, DecodeErrors,
-// Shared, Unavailable and NearLate count where they happen, and NearOff is
-// logged.
+// Stats are counters of a Cache since New, in this process. Most count the
+// events an observer receives (see [WithObserver] and each field); the wake-up,
+// takeover, decode-error, shared, unavailable and near-tier counters count
+// where they happen.
 type Stats struct {
 	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
 	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not

@@ -76,20 +76,13 @@ func WithCodec(codec Codec) Option {
 	return optionFunc(func(o *options) { o.codec = codec })
 }
 
-// WithMaxValueSize bounds the size of a value as stored, n bytes: the
-// codec's bytes and a header of a few bytes, counted before compression
-// (see [WithCompression]). A larger value is not sent to Redis: Set returns
-// an error matching [ErrInvalid] that names its size, and Fetch returns the
-// computed value with that error and stores nothing (FetchMany fails the
-// key), so every Fetch of it computes. A value that was stored is readable:
-// a read checks the same bound, before decompressing, from the size a
-// compressed entry claims, and refuses a larger one as bytes that do not
-// decode (a miss, see [Stats].DecodeErrors) without allocating it. No read
-// allocates more than n for a compressed value, whatever was written
-// under the prefix. Processes that share a prefix should share n. Redis
-// refuses a value above its proto-max-bulk-len (512 MiB by default) only
-// after it has read it all, and closes the connection. The default is 64
-// MiB. WithMaxValueSize panics if n is not positive.
+// WithMaxValueSize bounds the size of a value as stored, n bytes counted
+// before compression. A larger value is not sent: Set returns an error
+// matching [ErrInvalid] that names its size, and Fetch returns the computed
+// value with that error and stores nothing. A read refuses an entry that
+// claims more, before allocating it, as bytes that do not decode. Processes
+// that share a prefix should share n. The default is 64 MiB; WithMaxValueSize
+// panics if n is not positive.
 func WithMaxValueSize(n int) Option {
 	if n <= 0 {
 		panic(fmt.Sprintf("dogpile: max value size %d is not positive (a programmer error)", n))
@@ -97,17 +90,11 @@ func WithMaxValueSize(n int) Option {
 	return optionFunc(func(o *options) { o.maxValue = n })
 }
 
-// WithCompression compresses, with S2 (github.com/klauspost/compress), the
-// encoding of any value longer than minBytes, when that makes it shorter:
-// less memory in Redis and on the wire (and more values small enough to
-// ride with their wake-up), for some CPU on each store and each read from
-// Redis (a near hit decodes nothing). Compressed entries are marked in
-// their header, and every Cache reads them, with or without this option:
-// turning it on or off on a running fleet is safe. A dogpile older than
-// compression reads them as a miss, and recomputes and overwrites them,
-// never as garbage. [WithMaxValueSize] counts a value before compression.
-// The default is no compression. WithCompression panics if minBytes is
-// negative.
+// WithCompression compresses with S2 the encoding of any value longer than
+// minBytes, when that makes it shorter: less memory in Redis and on the wire,
+// for some CPU on each store and read. Every Cache reads compressed entries,
+// with or without this option, so turning it on or off on a running fleet is
+// safe. The default is none; WithCompression panics if minBytes is negative.
 func WithCompression(minBytes int) Option {
 	if minBytes < 0 {
 		panic(fmt.Sprintf("dogpile: compression threshold %d is negative (a programmer error)", minBytes))
@@ -167,15 +154,11 @@ func WithComputeWhenDown() Option {
 }
 
 // WithStale keeps each value in Redis for max past its TTL and serves it
-// meanwhile: a Fetch that finds a value past its TTL returns it at once and
-// starts a refresh in the background, which one process in the fleet runs
-// (the compute lock decides). Callers of a key with no value at all still
-// wait for its compute. A refresh that fails (an error, a panic, a
-// [WithMaxCompute] timeout) leaves the stale value served until TTL + max,
-// and no process refreshes the key again for the [WithRefreshRetry]
-// interval. Staleness is judged by Redis's clock, from the expiry the store
-// stamps in the entry (see the package doc). Stale answers are counted in [Stats].Stale.
-// WithStale panics if max is not positive.
+// meanwhile: a Fetch that finds a value past its TTL returns it at once, and
+// one process in the fleet refreshes it in the background. A refresh that
+// fails leaves the stale value served until TTL + max, and the key is not
+// refreshed again for [WithRefreshRetry]. Staleness is judged by Redis's
+// clock. WithStale panics if max is not positive.
 func WithStale(max time.Duration) Option {
 	if max <= 0 {
 		panic(fmt.Sprintf("dogpile: stale window %v is not positive (a programmer error)", max))
@@ -185,15 +168,10 @@ func WithStale(max time.Duration) Option {
 
 // WithEarlyRefresh refreshes a hot key's value in the background shortly
 // before its TTL runs out, so that its callers never wait for a compute:
-// XFetch (Vattani, Chierichetti and Lowenstein, VLDB 2015), run by one
-// process in the fleet (the compute lock decides). The refresh point is
-// drawn once per stored value, δ·β·(2 − ln u) before expiry, where δ is how
-// long the last refresh took and u is uniform in (0, 1], and is capped at a
-// third of the TTL: at most 1.5 computes per TTL period. A larger beta
-// refreshes earlier; 1 is the paper's. With [WithStale] too, a refresh that
-// runs late costs a stale answer instead of a wait. The remaining TTL is
-// read from the entry (see the package doc). WithEarlyRefresh panics if beta is not
-// positive.
+// XFetch (Vattani et al., VLDB 2015), run by one process in the fleet. A
+// larger beta refreshes earlier; 1 is the paper's. The refresh point is drawn
+// once per stored value and capped at a third of the TTL (docs/design.md,
+// "Stale and early refresh"). It panics if beta is not positive.
 func WithEarlyRefresh(beta float64) Option {
 	if !(beta > 0) || math.IsInf(beta, 1) {
 		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number (a programmer error)", beta))
@@ -266,15 +244,10 @@ const (
 )
 
 // WithObserver makes the Cache call f with each [Event], synchronously, on
-// the goroutine that does the work: keep f fast. For EventComputeStart and
-// EventWaitStart, the context f returns (nil: ctx unchanged) is the one the
-// compute runs with and the one given with the matching end event, so that
-// a tracer may start a span at the start event, end it at the end event,
-// and see compute's own spans as its children. ctx carries the values of
-// the caller that started the work (its span, for instance), not its
-// cancellation. The module github.com/dogpile-go/dogpile/dogpileotel
-// records OpenTelemetry metrics and spans with it. WithObserver panics if
-// f is nil.
+// the goroutine that does the work: keep f fast. The context f returns for a
+// start event (nil: unchanged) is the one the work runs with and the one its
+// end event gets, so a tracer can make spans (see the dogpileotel module).
+// WithObserver panics if f is nil.
 func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 	if f == nil {
 		panic("dogpile: nil observer (a programmer error)")

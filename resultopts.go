@@ -10,39 +10,27 @@ import (
 	"github.com/dogpile-go/dogpile/internal/hold"
 )
 
-// SetTTL, called by a compute function with the context it was given, sets
-// how long the value it returns is cached, in place of the ttl passed to
-// Fetch or Refresh: for example the max-age of an upstream's Cache-Control
-// header. A ttl of zero or less means that the value is not stored at all:
-// it is returned to the callers waiting for this compute, in this process
-// and in the others, and the next Fetch computes again (max-age=0, or a
-// result known to be partial). The stale window of [WithStale] is added as
-// for any value. SetTTL does nothing on a context that did not come from
-// this package's compute call; the last call wins.
-//
-// A compute that fails with [ErrNotFound] is cached for the [WithNegativeTTL]
-// duration instead, whatever SetTTL said.
+// SetTTL, called by a compute with the context it was given, sets how long
+// the value it returns is cached, in place of the ttl passed to Fetch: for
+// example an upstream's max-age. A ttl of zero or less returns the value to
+// every waiting caller, in every process, without storing it. The stale
+// window of [WithStale] is added as for any value; a not-found result keeps
+// the [WithNegativeTTL] duration. On a context that did not come from a
+// compute, SetTTL does nothing; the last call wins.
 func SetTTL(ctx context.Context, ttl time.Duration) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
 		ro.set(ttl)
 	}
 }
 
-// Tag, called by a compute function with the context it was given,
-// attaches tags to the value it returns (to every value of a FetchMany
-// call), so that [Cache.InvalidateTag] of any of them later makes the value
-// a miss, in every process (see there). Call Tag before reading the data
-// the value is computed from: an InvalidateTag that begins after Tag
-// returned voids the value even if it is stored later, and one that ended
-// before Tag was called is of no concern to it. Tag reads the tags' epochs
-// from Redis (one round trip, per node on a Cluster); if that fails, the
-// value is returned to its callers but not kept in the cache, which cannot
-// vouch for it. A read still stuck at the compute lock's safe deadline,
-// when the lease may be lost and ctx ends for it, fails then if the client
-// was created with redis.Options.ContextTimeoutEnabled (else go-redis's
-// read timeout bounds it), so that compute is free to stop. Empty tags are
-// ignored. Tag does nothing on a context that did not come from this
-// package's compute call.
+// Tag, called by a compute with the context it was given, attaches tags to
+// the value it returns (to every value of a FetchMany call), so that
+// [Cache.InvalidateTag] of any of them makes it a miss in every process. Call
+// Tag before reading the data the value is computed from: an InvalidateTag
+// that begins after Tag returned voids the value even if it is stored later.
+// Tag reads the tags' epochs from Redis; if that fails, the value is returned
+// but not cached. Empty tags are ignored; on a context that did not come from
+// a compute, Tag does nothing.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)
