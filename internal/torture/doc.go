@@ -10,6 +10,19 @@
 // prints; -torture.seed replays that seed's schedule (the plan, each
 // goroutine's choices, the nemesis's), -torture.duration runs longer.
 //
+// # Checker and runner
+//
+// The package itself is only the checker (like porcupine, it has no
+// harness): it draws a run's [Plan] from its seed, writes and reads the
+// workers' ledgers ([Ledger], [ReadLedgers]), and judges a [History]
+// ([Check]) into a [Verdict] whose violations [Excerpt] prints. It
+// imports neither dogpile nor lock. The runner, which drives their public
+// API, is the package's test code: the run and the nemesis in the test
+// process (runner_test.go, runner_nemesis_test.go,
+// runner_nemesis_cluster_test.go), the workers in child processes, the
+// test binary re-executed (runner_worker_test.go,
+// runner_cachework_test.go, runner_lockwork_test.go).
+//
 // # Workload
 //
 // Each process opens three Caches (a prefix each), whose TTL, WithStale,

@@ -136,7 +136,7 @@ func stamp(ns int64) string {
 	return fmt.Sprintf("%02d.%06d", t.Second(), t.Nanosecond()/1e3)
 }
 
-// Fault kinds, what the nemeses did (see nemesis.go).
+// Fault kinds, what the nemeses did (see runner_nemesis_test.go).
 const (
 	FPause      = "pause"       // a server stopped (SIGSTOP) until End
 	FRestart    = "restart"     // a server killed and started again, empty

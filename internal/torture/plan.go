@@ -28,13 +28,8 @@ const (
 	// lockTTL is every lease's TTL: long beside a hold (tens of ms), so
 	// that leases are lost only to faults, short beside a run.
 	lockTTL = time.Second
-	// computeLease is the caches' compute lease (WithLease): a stopped
-	// process is taken over within it.
-	computeLease = time.Second
 	// semPermits is the semaphore's size.
 	semPermits = 3
-	// opTimeout bounds each call a worker makes.
-	opTimeout = 3 * time.Second
 )
 
 // A Plan is a run's configuration, drawn from its seed.

@@ -1,8 +1,11 @@
 package torture
 
-// run.go drives one run: it starts the servers, the oracle and the worker
-// processes, lets the nemesis loose for the run's length, stops the
-// workers, and checks the history they recorded.
+// runner_test.go drives one run: it starts the servers, the oracle and
+// the worker processes, lets the nemesis loose for the run's length, stops
+// the workers, and checks the history they recorded. It and the other
+// runner_*_test.go files are the runner, which drives dogpile's public
+// API; they are test code, so that the package itself, the checker,
+// imports neither dogpile nor lock.
 
 import (
 	"fmt"

@@ -1,8 +1,8 @@
 package torture
 
-// nemesis.go injects the faults: random kinds, one or several at once,
-// on the server or the cluster and on the worker processes, each recorded
-// as a Fault from its start until it was healed.
+// runner_nemesis_test.go injects the faults: random kinds, one or
+// several at once, on the server or the cluster and on the worker
+// processes, each recorded as a Fault from its start until it was healed.
 
 import (
 	"context"

@@ -1,9 +1,9 @@
 package torture
 
-// worker.go is a worker process: the test binary re-executed by
-// redistest.StartChild, running goroutines of random cache calls
-// (cachework.go) and lock sections (lockwork.go) until the parent says
-// stop, recording each in its ledger.
+// runner_worker_test.go is a worker process: the test binary re-executed
+// by redistest.StartChild, running goroutines of random cache calls
+// (runner_cachework_test.go) and lock sections (runner_lockwork_test.go)
+// until the parent says stop, recording each in its ledger.
 
 import (
 	"context"
@@ -25,10 +25,17 @@ import (
 // workerMode is the child mode of a worker process.
 const workerMode = "torture-worker"
 
-// leakWait bounds how long a worker waits, after closing everything, for
-// its goroutines to be back to the baseline: the lock package's
-// background releases take up to 3 s.
-const leakWait = 5 * time.Second
+const (
+	// computeLease is the caches' compute lease (WithLease): a stopped
+	// process is taken over within it.
+	computeLease = time.Second
+	// opTimeout bounds each call a worker makes.
+	opTimeout = 3 * time.Second
+	// leakWait bounds how long a worker waits, after closing everything,
+	// for its goroutines to be back to the baseline: the lock package's
+	// background releases take up to 3 s.
+	leakWait = 5 * time.Second
+)
 
 // ChildModes returns the modes of this package's child processes, for
 // redistest.ChildMain in the TestMain of the test that runs them.

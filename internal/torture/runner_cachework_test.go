@@ -1,8 +1,9 @@
 package torture
 
-// cachework.go is a worker's cache goroutine: a random mix of Fetch,
-// FetchMany, Refresh, Set, Delete and Get on a small key space, and the
-// compute functions, which draw each value's version from the oracle.
+// runner_cachework_test.go is a worker's cache goroutine: a random mix
+// of Fetch, FetchMany, Refresh, Set, Delete and Get on a small key space,
+// and the compute functions, which draw each value's version from the
+// oracle.
 
 import (
 	"context"

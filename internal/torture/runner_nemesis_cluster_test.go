@@ -1,7 +1,8 @@
 package torture
 
-// nemesis_cluster.go holds the nemesis's faults and bookkeeping of a
-// cluster: killed masters, and the failovers the cluster makes on its own.
+// runner_nemesis_cluster_test.go holds the nemesis's faults and
+// bookkeeping of a cluster: killed masters, and the failovers the cluster
+// makes on its own.
 
 import (
 	"context"

@@ -1,8 +1,9 @@
 package torture
 
-// lockwork.go is a worker's lock goroutine: critical sections of every
-// primitive of the lock package, recording when each was entered and
-// left, its fencing numbers and whether its lease was lost.
+// runner_lockwork_test.go is a worker's lock goroutine: critical
+// sections of every primitive of the lock package, recording when each
+// was entered and left, its fencing numbers and whether its lease was
+// lost.
 
 import (
 	"context"
