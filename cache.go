@@ -10,6 +10,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
@@ -37,7 +38,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		publish:  wake.PublishCommand(client),
 		attempts: newTurns(client),
 		breaker:  breaker.For(client),
-		gets:     getBatcherFor(client),
+		gets:     roundtrip.GetsOf(client),
 	}
 	c.flights.m = map[flightID]*call{}
 	c.life.init()

@@ -27,14 +27,14 @@ type core[T any] struct {
 	flights group
 	stats   counters
 
-	attempts turns                       // bounds the lock attempts in flight
-	looks    looks                       // picks a Fetch's first look (see look.go)
-	loaded   sync.Map                    // *redis.Script → true once run by this Cache (see run)
-	breaker  *breaker.Breaker            // the client's (see ErrUnavailable)
-	gets     *roundtrip.Batcher[getCall] // the client's (see getbatch.go)
-	near     *nearTier[T]                // WithNearCache; nil: none
-	fresh    *freshRead                  // with freshness options or a near tier; nil: none
-	life     life                        // what Close ends
+	attempts turns            // bounds the lock attempts in flight
+	looks    looks            // picks a Fetch's first look (see look.go)
+	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
+	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
+	gets     *roundtrip.Gets  // the client's GETs, which share pipelines
+	near     *nearTier[T]     // WithNearCache; nil: none
+	fresh    *freshRead       // with freshness options or a near tier; nil: none
+	life     life             // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).

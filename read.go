@@ -320,9 +320,18 @@ func (c *core[T]) get(ctx context.Context, rc redis.Cmdable, vk string) ([]byte,
 	if rc != redis.Cmdable(c.client) {
 		return notString(rc.Get(ctx, vk).Bytes())
 	}
-	g, err := c.gets.Do(ctx, getCall{client: c.client, key: vk})
-	if err != nil {
-		return nil, err
+	return notString(c.gets.Get(ctx, c.client, vk))
+}
+
+// notString turns the reply of a GET of a value key that holds another
+// type than a string (a list, a hash: something else wrote it under the
+// prefix) into bytes that do not decode: a miss, like any foreign value,
+// counted in Stats.DecodeErrors and overwritten by the compute's store (a
+// SET, which replaces any type), not an error on every call. The scripts
+// read such a key as none (see lookLua).
+func notString(b []byte, err error) ([]byte, error) {
+	if err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return []byte{}, nil
 	}
-	return notString(g.b, g.err)
+	return b, err
 }
