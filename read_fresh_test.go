@@ -2,7 +2,7 @@ package dogpile
 
 // A hit with freshness options reads the remaining TTL from the entry,
 // stamped in the server's clock by the store script: one GET, no PTTL
-// (freshread.go).
+// (read.go).
 
 import (
 	"context"
