@@ -108,7 +108,7 @@ func fetchAcrossFailover(t *testing.T, cut bool) {
 	})
 
 	if cut {
-		stopReplication(t, master)
+		master.CutReplication(t)
 	}
 	aDone := make(chan struct{})
 	go func() {
@@ -216,17 +216,4 @@ func failoverKeyOn(t *testing.T, cc *redis.ClusterClient, master *redistest.Serv
 	}
 	t.Fatalf("no key on %s", master.Addr())
 	return ""
-}
-
-// stopReplication stops master's writes from reaching its replicas: they
-// may no longer sync, and their links are cut.
-func stopReplication(t *testing.T, master *redistest.Server) {
-	t.Helper()
-	rdb := master.Client(t)
-	if err := rdb.Do(t.Context(), "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Do(t.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -28,7 +28,7 @@ func TestNearCacheClusterFailover(t *testing.T) {
 	ctx := t.Context()
 	stop := serveNear(t, a, keys, nil) // A keeps serving, from its near tier
 	cl.Failover(t, replica)
-	cutReplication(t, replica)
+	replica.CutReplication(t)
 	for _, k := range keys {
 		if err := b.Set(ctx, k, "v2", time.Minute); err != nil { // B follows the MOVED
 			t.Fatal(err)
@@ -187,19 +187,6 @@ func serveNear(t *testing.T, c *Cache[string], keys []string, after func(near bo
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop
-}
-
-// cutReplication stops master's writes from reaching its replicas: their
-// links are killed, and their user may no longer resynchronize.
-func cutReplication(t *testing.T, master *redistest.Server) {
-	t.Helper()
-	rdb := master.Client(t)
-	if err := rdb.Do(t.Context(), "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Do(t.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // linkUp reports whether replica's link to its master is up.

@@ -66,7 +66,7 @@ func TestFenceAboveEveryIssuedAcrossFailover(t *testing.T) {
 	if err := master.Client(t).Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
-	cutReplication(t, master)
+	master.CutReplication(t)
 	issued := map[string]map[string]int64{}
 	for kind := range acquires {
 		for range 3 {
@@ -112,16 +112,4 @@ func nameOn(t *testing.T, cl *redistest.Cluster, i int, prefix string, ok func(s
 	}
 	t.Fatalf("no name %s-N on master %d", prefix, i)
 	return ""
-}
-
-// cutReplication stops master's writes from reaching its replicas.
-func cutReplication(t *testing.T, master *redistest.Server) {
-	t.Helper()
-	rdb := master.Client(t)
-	if err := rdb.Do(t.Context(), "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Do(t.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -97,3 +97,19 @@ func (c *Cluster) promote(replica *Server) (layout, error) {
 	}
 	return next, nil
 }
+
+// CutReplication stops s's writes from reaching its replicas: their links
+// are killed, and s's default user may no longer sync (a replica that
+// reconnects cannot resynchronize), so s goes on alone as a master whose
+// replicas lag behind: what a network partition or a failover that loses
+// writes leaves.
+func (s *Server) CutReplication(tb testing.TB) {
+	tb.Helper()
+	rdb := s.Client(tb)
+	if err := rdb.Do(tb.Context(), "ACL", "SETUSER", "default", "-sync", "-psync").Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rdb.Do(tb.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
