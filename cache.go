@@ -52,6 +52,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(c)
 	}
+	c.readHit = c.pickReader()
 	return &Cache[T]{c}
 }
 

@@ -34,6 +34,7 @@ type core[T any] struct {
 	gets     *roundtrip.Gets  // the client's GETs, which share pipelines
 	near     *nearTier[T]     // WithNearCache; nil: none
 	fresh    *freshRead       // with freshness options or a near tier; nil: none
+	readHit  hitReader        // the hit's round trip, chosen by New (see pickReader)
 	life     life             // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another

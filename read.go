@@ -26,13 +26,32 @@ func (c *core[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b
 	if err != nil {
 		return nil, -1, nil, err
 	}
-	if c.near != nil {
-		b, pttl, o, err = c.readNear(ctx, vk, id, cl)
-	} else {
-		b, pttl, err = c.readRedis(ctx, c.client, vk)
-	}
+	b, pttl, o, err = c.readHit(ctx, vk, id, cl)
 	c.report(done, err)
 	return b, pttl, o, err
+}
+
+// A hitReader is read's round trip, chosen once by New (see pickReader).
+type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)
+
+// pickReader chooses the hit's round trip from the options, which never
+// change: a near tier reads on its tracked connections (readNear), a
+// Cache with freshness options reads the TTL too (readRedis), any other a
+// bare GET.
+func (c *core[T]) pickReader() hitReader {
+	switch {
+	case c.near != nil:
+		return c.readNear
+	case c.fresh != nil:
+		return func(ctx context.Context, vk string, _ flightID, _ *call) ([]byte, time.Duration, *near.Owner, error) {
+			b, pttl, err := c.readRedis(ctx, c.client, vk)
+			return b, pttl, nil, err
+		}
+	}
+	return func(ctx context.Context, vk string, _ flightID, _ *call) ([]byte, time.Duration, *near.Owner, error) {
+		b, err := c.get(ctx, c.client, vk)
+		return b, -1, nil, err
+	}
 }
 
 // readNear reads vk on one of the near tier's tracked connections if one
