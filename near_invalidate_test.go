@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -58,7 +57,7 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 			var armed atomic.Bool
 			ca.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 				if n := cmd.Name(); (n == "evalsha" || n == "eval") && armed.CompareAndSwap(true, false) {
-					time.Sleep(3 * near.Beat) // beats answered since a's InvalidateTag began
+					time.Sleep(3 * a.nearConfig().Beat) // beats answered since a's InvalidateTag began
 					other()
 				}
 				return next(ctx, cmd)

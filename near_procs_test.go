@@ -29,7 +29,7 @@ func procSet(p *proc) {
 func TestNearCacheOtherProcess(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "nearproc:"
-		a := New[string](rdb, WithPrefix(prefix), WithNearCache(100))
+		a := New[string](rdb, WithPrefix(prefix), WithNearCache(100), withNear(nearTest()))
 		t.Cleanup(func() { stopTracking(a) })
 		ctx := t.Context()
 		for _, k := range []string{"k", "j"} {

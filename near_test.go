@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -18,13 +19,16 @@ import (
 // (and its goroutines waited for) when the test ends.
 func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
 	t.Helper()
-	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size)}, opts...)...)
+	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size), withNear(nearTest())}, opts...)...)
 	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
 		c.near.t.ReaderHook = hd.(*holder).hook
 	}
 	t.Cleanup(func() { stopTracking(c) })
 	return c
 }
+
+// nearConfig is c's near tier's config, its defaults filled in.
+func (c *Cache[T]) nearConfig() near.Config { return c.near.t.Config() }
 
 // stopTracking makes c's tracker find the Cache idle and waits for it.
 func stopTracking[T any](c *Cache[T]) {

@@ -112,7 +112,7 @@ func tracked(t *testing.T, rdb *redis.Client) []map[string]string {
 // of tracking) of its key cannot enter the tier after it, however late the
 // read's reply.
 func TestNearCacheTicketRace(t *testing.T) {
-	a := New[string](nopClient(t), WithNearCache(10))
+	a := New[string](nopClient(t), WithNearCache(10), withNear(nearTest()))
 	x := a.near.x
 	x.SetUp(true)
 	vk := a.valueKey("k")
@@ -132,7 +132,7 @@ func TestNearCacheTicketRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.nearPut(vk, tk, near.Standing(), old, meta{}, time.Minute)
+		a.nearPut(vk, tk, new(near.Owner), old, meta{}, time.Minute)
 		_, ok := a.near.store.GetIfPresent(vk)
 		if want := tc.name == "other key"; ok != want {
 			t.Errorf("%s between the ticket and the insert: stored = %v; want %v", tc.name, ok, want)
@@ -256,7 +256,7 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 	fetchNear(t, a, "marker") // read: Redis reports its writes
 	before := a.Stats()
 	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
-		if err := raw.Publish(ctx, near.InvalidateChannel, payload).Err(); err != nil {
+		if err := raw.Publish(ctx, "__redis__:invalidate", payload).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

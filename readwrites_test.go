@@ -160,17 +160,12 @@ func newRYWCache(t *testing.T, rdb redis.UniversalClient, near bool, opts ...Opt
 // has been answered by Redis. Once the test's write has returned, it calls
 // later, which lets the reply go 300 ms on (before the fix, a Fetch that
 // joined the held one returned "old" then); finish waits for the held
-// Fetch's answer. With a near tier in broadcast mode, the Set's own
-// invalidation has arrived before the Fetch starts.
+// Fetch's answer.
 func startHeldFetch(t *testing.T, rdb redis.UniversalClient, c *Cache[string], key string) (later func(), finish func() (string, error)) {
 	t.Helper()
 	ctx := t.Context()
-	before := c.Stats().NearInvalidations
 	if err := c.SetTagged(ctx, key, "old", time.Minute, heldTag); err != nil {
 		t.Fatal(err)
-	}
-	if c.near != nil && near.Broadcast { // else Redis reports only keys the tier read
-		redistest.Eventually(t, "the invalidation of the Set", func() bool { return c.Stats().NearInvalidations > before })
 	}
 	h := holdNextRead(t, rdb, c.valueKey(key))
 	type answer struct {
@@ -425,7 +420,7 @@ func (c *Cache[T]) nearHas(key string) bool {
 // newer than it: the caller about to return the value must not find the
 // older one at its next Fetch.
 func TestNearRefusedPutDropsOlderCopy(t *testing.T) {
-	a := New[string](nopClient(t), WithNearCache(10))
+	a := New[string](nopClient(t), WithNearCache(10), withNear(nearTest()))
 	x := a.near.x
 	x.SetUp(true)
 	vk := a.valueKey("k")
@@ -440,7 +435,7 @@ func TestNearRefusedPutDropsOlderCopy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.nearPut(vk, tk, near.Standing(), b, meta{}, time.Minute)
+		a.nearPut(vk, tk, new(near.Owner), b, meta{}, time.Minute)
 	}
 	put("v1", a.nearTicket(vk))
 	if !a.nearHas("k") {

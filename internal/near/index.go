@@ -120,7 +120,7 @@ func (x *Index) Invalidate(keys []string) {
 	x.mu.Lock()
 	n := 0
 	for _, k := range keys {
-		if !IsValueKey(k) {
+		if !isValueKey(k) {
 			continue // a lock, an error list, a retry mark: not in the tier
 		}
 		x.drop(k)
@@ -190,9 +190,9 @@ func (x *Index) SetUp(up bool) {
 func (x *Index) Invalidations() uint64 { return x.invalidations.Load() }
 func (x *Index) Flushes() uint64       { return x.flushes.Load() }
 
-// IsValueKey tells a value key (see redisutil.Key: it ends with its hash
+// isValueKey tells a value key (see redisutil.Key: it ends with its hash
 // tag, hashed or not) from the other keys of a cache key, which add a
 // suffix.
-func IsValueKey(k string) bool {
+func isValueKey(k string) bool {
 	return len(k) > 0 && (k[len(k)-1] == '}' || k[len(k)-1] == '#')
 }
