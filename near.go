@@ -137,7 +137,7 @@ func (c *core[T]) heard() bool {
 // unheard makes cl, whose read of Redis is not tracked, a flight no later
 // caller joins (see group.join), while tracking is in place: otherwise
 // none is heard (see heard), and the flights of that time are forgotten
-// when it comes back (see near.Index.SetUp).
+// when it comes back (see near.Index.setUp).
 func (c *core[T]) unheard(id flightID, cl *call) {
 	if c.near.x.Up() {
 		c.flights.unheard(id, cl)

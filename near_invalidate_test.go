@@ -119,8 +119,8 @@ func invalidateAfterAnother(t *testing.T, a, b *Cache[string]) {
 // TestNearCacheInvalidateTagKeepsTheRest: the wait is for the answers to
 // pings sent at once, not an emptied tier: with the other process's
 // invalidation on time, the voided value is gone and an untagged one
-// stays. (Answers later than near.MaxLag empty the tier: a loaded machine
-// gets three tries.)
+// stays. (Answers later than MaxLag, near.Config's, empty the tier: a
+// loaded machine gets three tries.)
 func TestNearCacheInvalidateTagKeepsTheRest(t *testing.T) {
 	s := redistest.StartServer(t)
 	a := newNearCache[string](t, s.Client(t), 100)

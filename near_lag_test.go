@@ -10,9 +10,10 @@ import (
 )
 
 // TestNearCacheLateInvalidations: invalidations that arrive late bypass the
-// tier: a write that returned more than MaxLag (near.Config) ago is never answered
-// from it with the value it replaced, though the tracking connection
-// neither fails nor falls silent. Once they are applied, the tier serves.
+// tier: a write that returned more than MaxLag (near.Config) ago is never
+// answered from it with the value it replaced, though the tracking
+// connection neither fails nor falls silent. Once they are applied, the
+// tier serves.
 // Found by the torture run (seed 4874054713374990276: a near hit 132 ms
 // after another process's Set returned, its invalidation held back by a
 // proxy that delayed replies); here the tracker holds it back itself.
@@ -92,10 +93,10 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 }
 
 // TestNearCacheLateInvalidationFlight: the same for a flight. A Fetch that
-// starts more than MaxLag (near.Config) after another process's write returned
-// does not join a flight of its process that read before the write, while
-// the write's invalidation (which would forget that flight) is held back:
-// it reads Redis itself. Found by the torture run (seed
+// starts more than MaxLag (near.Config) after another process's write
+// returned does not join a flight of its process that read before the
+// write, while the write's invalidation (which would forget that flight)
+// is held back: it reads Redis itself. Found by the torture run (seed
 // 14398668659528063128: a Fetch joined a read delayed 900 ms and returned
 // the value a Refresh had replaced 800 ms before).
 func TestNearCacheLateInvalidationFlight(t *testing.T) {

@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -405,46 +403,5 @@ func TestNearReadsNeverGoBack(t *testing.T) {
 	close(hold)
 	if s := slices.Delete(slices.Clone(seen), 1, 2); !slices.IsSorted(s) { // [1] is the first flight's
 		t.Errorf("one caller's Fetches returned %v (the 2nd is another caller's): back in time", seen)
-	}
-}
-
-// nearHas reports whether the near tier holds key.
-func (c *Cache[T]) nearHas(key string) bool {
-	_, ok := c.near.store.GetIfPresent(c.valueKey(key))
-	return ok
-}
-
-// TestNearRefusedPutDropsOlderCopy: a value read from Redis that may not
-// enter the near tier (its ticket failed: here another key of its stripe
-// was invalidated meanwhile) removes the copy the tier holds, which is no
-// newer than it: the caller about to return the value must not find the
-// older one at its next Fetch.
-func TestNearRefusedPutDropsOlderCopy(t *testing.T) {
-	a := New[string](nopClient(t), WithNearCache(10), withNear(nearTest()))
-	x := a.near.x
-	x.SetUp(true)
-	vk := a.valueKey("k")
-	other := ""
-	for i := 0; other == ""; i++ {
-		if k := a.valueKey(fmt.Sprint("other", i)); x.SameStripe(k, vk) {
-			other = k
-		}
-	}
-	put := func(v string, tk near.Ticket) {
-		b, err := a.encodeEntry(v, meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.nearPut(vk, tk, new(near.Owner), b, meta{}, time.Minute)
-	}
-	put("v1", a.nearTicket(vk))
-	if !a.nearHas("k") {
-		t.Fatal("v1 did not enter the tier")
-	}
-	tk := a.nearTicket(vk)
-	x.Invalidate([]string{other})
-	put("v2", tk)
-	if e, ok := a.near.store.GetIfPresent(vk); ok {
-		t.Errorf("the tier still holds %q after a newer read was refused", e.v)
 	}
 }

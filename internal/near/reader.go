@@ -15,11 +15,12 @@ import (
 // In the default tracking mode, Redis remembers, per key, the connections
 // that read it, and reports a write of the key only to them (here
 // redirected to the session's subscriber): a write costs one message per
-// process that holds the key, not one per process with a near tier (as
-// in broadcast mode, which dogpile used before). The price is twofold. A value may enter the tier only
-// if it was read on a tracked connection; and it stays covered only while
-// that connection lives, for Redis reports the keys a closed connection
-// read to nobody. So each session holds a few readers of its own, each one
+// process that holds the key, not one per process with a near tier (as in
+// broadcast mode, which dogpile used before). The price is twofold. A
+// value may enter the tier only if it was read on a tracked connection;
+// and it stays covered only while that connection lives, for Redis
+// reports the keys a closed connection read to nobody. So each session
+// holds a few readers of its own (Config.Readers), each one
 // connection for its whole life (a *redis.Conn never reconnects on its
 // own), pinged like the subscriber, and each value in the tier names the
 // reader it came from: its Owner. A reader whose connection fails is

@@ -158,7 +158,7 @@ func (t *Tracker) apply(m *redis.Message) {
 	if t.BeforeApply != nil {
 		t.BeforeApply()
 	}
-	t.x.Invalidate(m.PayloadSlice)
+	t.x.invalidate(m.PayloadSlice)
 }
 
 // Heard reports whether every tracked node has proven, by answering a

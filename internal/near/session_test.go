@@ -204,7 +204,7 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 		return ok
 	})
 	redistest.Eventually(t, "tracking up", x.Up)
-	epoch := x.epoch.Load() // moved by every DropAll and SetUp
+	epoch := x.epoch.Load() // moved by every DropAll and setUp
 	return tr, s, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) },
 		func() bool { return x.epoch.Load() != epoch }
 }

@@ -2,7 +2,6 @@ package near
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -338,17 +337,9 @@ func (t *Tracker) up(on bool, of int) {
 	} else {
 		t.ups--
 	}
-	t.x.SetUp(t.ups == of)
+	t.x.setUp(t.ups == of)
 	t.answered.announce()
 }
-
-// Idle makes t find the Cache idle at its next check, as if no Fetch had
-// come for Idle: its sessions end and the tier is bypassed until the next
-// Use.
-func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
-
-// Wait waits until t's run, if any, has ended.
-func (t *Tracker) Wait() { t.wg.Wait() }
 
 // Sync returns once the tier has applied every invalidation Redis sent
 // before the call: every tracked node has answered a ping sent after it
