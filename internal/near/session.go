@@ -20,12 +20,12 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
+func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *refused, heard *atomic.Int64) {
 	var id atomic.Int64 // of the subscriber's connection
 	cl := redis.NewClient(trackingOptions(o, t.cfg.Ping, refused, &id))
 	defer cl.Close()
 	pause := 10 * time.Millisecond
-	for n := 0; ctx.Err() == nil && refused.Load() == nil; n++ {
+	for n := 0; ctx.Err() == nil && refused.err.Load() == nil; n++ {
 		if n > 0 && t.BeforeSession != nil {
 			t.BeforeSession()
 		}
@@ -46,7 +46,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 			// The subscription was refused (an ACL user without the
 			// permission for the invalidation channel: Redis 7's default
 			// resetchannels): retrying would never get further.
-			refused.CompareAndSwap(nil, &err)
+			refused.record(err)
 		}
 		if wasUp {
 			t.up(false, of)
@@ -257,7 +257,7 @@ func sessionOptions(o *redis.Options, ping time.Duration) *redis.Options {
 // itself: it reads nothing (the readers do, reporting to it), and the
 // command only proves that the server allows tracking. A server's refusal
 // is recorded in refused (a network error is not one).
-func trackingOptions(o *redis.Options, ping time.Duration, refused *atomic.Pointer[error], self *atomic.Int64) *redis.Options {
+func trackingOptions(o *redis.Options, ping time.Duration, refused *refused, self *atomic.Int64) *redis.Options {
 	opt := sessionOptions(o, ping)
 	user := o.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
@@ -272,11 +272,27 @@ func trackingOptions(o *redis.Options, ping time.Duration, refused *atomic.Point
 			err = cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
 		}
 		if refusal(err) {
-			refused.CompareAndSwap(nil, &err)
+			refused.record(err)
 		}
 		return err
 	}
 	return opt
+}
+
+// refused holds the first lasting refusal of tracking by a server of a
+// Tracker's run (see refusal), and closes done when it is recorded.
+type refused struct {
+	err  atomic.Pointer[error]
+	done chan struct{}
+}
+
+func newRefused() *refused { return &refused{done: make(chan struct{})} }
+
+// record records err, unless a refusal was recorded before.
+func (r *refused) record(err error) {
+	if r.err.CompareAndSwap(nil, &err) {
+		close(r.done)
+	}
 }
 
 // refusal reports whether err is the server refusing tracking for good:

@@ -25,8 +25,7 @@ func TestNearSessionEndsWithItsContext(t *testing.T) {
 	s := redistest.StartServer(t)
 	cfg := Config{Ping: time.Hour} // no tracker runs in this test
 	tr := NewTracker(s.Client(t), NewIndex(Handlers{}), func(string) {}, cfg)
-	var refused atomic.Pointer[error]
-	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), cfg.Ping, &refused, new(atomic.Int64)))
+	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), cfg.Ping, newRefused(), new(atomic.Int64)))
 	defer cl.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	up := make(chan struct{})

@@ -187,10 +187,10 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 	heard := make([]atomic.Int64, len(nodes))
 	t.heard.Store(&heard)
 	ctx, cancel := context.WithCancel(context.Background())
-	var refused atomic.Pointer[error]
+	refused := newRefused()
 	var wg sync.WaitGroup
 	for i, o := range nodes {
-		wg.Go(func() { t.keep(ctx, o, len(nodes), &refused, &heard[i]) })
+		wg.Go(func() { t.keep(ctx, o, len(nodes), refused, &heard[i]) })
 	}
 	defer func() {
 		cancel()
@@ -203,10 +203,11 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 	for {
 		select {
 		case <-tick.C:
+		case <-refused.done: // off now, not at the next tick
 		case <-t.quit:
 			return true
 		}
-		if err := refused.Load(); err != nil {
+		if err := refused.err.Load(); err != nil {
 			cancel()
 			wg.Wait()
 			t.disable("the server refuses CLIENT TRACKING or its invalidation channel: " + (*err).Error())
