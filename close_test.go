@@ -25,7 +25,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	raw := s.Client(t)
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c := New[string](rdb, prefix(t), WithNearCache(100), WithStale(time.Minute))
+	c := New[string](rdb, prefix(t), WithNearCache(100), withNear(nearTest()), WithStale(time.Minute))
 	ctx := context.Background()
 	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
 		t.Fatal(err)

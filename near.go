@@ -35,6 +35,13 @@ func WithNearCache(maxEntries int) Option {
 	return optionFunc(func(o *options) { o.nearEntries = maxEntries })
 }
 
+// withNear sets the near tier's timings and connections (see near.Config:
+// the zero Config is internal/near's defaults). It is for tests, which
+// shorten them; it has no effect without WithNearCache.
+func withNear(cfg near.Config) Option {
+	return optionFunc(func(o *options) { o.near = cfg })
+}
+
 // A nearEntry is one decoded value in the near tier.
 type nearEntry[T any] struct {
 	v        T
@@ -75,7 +82,7 @@ func newNear[T any](c *core[T]) *nearTier[T] {
 		}
 	}
 	n := &nearTier[T]{store: store, x: near.NewIndex(h)}
-	n.t = near.NewTracker(c.client, c.opts.prefix, n.x, c.nearOff)
+	n.t = near.NewTracker(c.client, n.x, c.nearOff, c.opts.near)
 	return n
 }
 
@@ -130,7 +137,7 @@ func (c *core[T]) heard() bool {
 // unheard makes cl, whose read of Redis is not tracked, a flight no later
 // caller joins (see group.join), while tracking is in place: otherwise
 // none is heard (see heard), and the flights of that time are forgotten
-// when it comes back (see near.Index.SetUp).
+// when it comes back (see near.Index.setUp).
 func (c *core[T]) unheard(id flightID, cl *call) {
 	if c.near.x.Up() {
 		c.flights.unheard(id, cl)
@@ -190,36 +197,11 @@ func (c *core[T]) nearForget(vk string) {
 }
 
 // nearSync returns once the near tier has applied every invalidation Redis
-// sent before the call: every tracked node has answered a ping sent after
-// it (see near.Tracker.HeardAfter), and every live reader too, so Redis
-// still tracked what they read (see near.Tracker.ReadersAfter). It has
-// them pinged now, not at their next beats, so that takes about a round
-// trip. If it takes longer than near.MaxLag, or ctx ends, it empties the
-// tier instead. A tier that is down, or goes down meanwhile, was emptied
-// already and serves nothing.
+// sent before the call, about a round trip later, or empties the tier
+// (see near.Tracker.Sync).
 func (c *core[T]) nearSync(ctx context.Context) {
-	if c.near == nil {
-		return
-	}
-	t := c.near.t
-	since := near.Now()
-	t.PingNow()
-	late := time.NewTimer(near.MaxLag)
-	defer late.Stop()
-	for {
-		answered := t.Answered() // before the look: an answer just after it closes it
-		if !c.near.x.Up() || (t.HeardAfter(since) && t.ReadersAfter(since)) {
-			return
-		}
-		select {
-		case <-answered:
-		case <-late.C:
-			c.near.x.DropAll()
-			return
-		case <-ctx.Done():
-			c.near.x.DropAll()
-			return
-		}
+	if c.near != nil {
+		c.near.t.Sync(ctx)
 	}
 }
 

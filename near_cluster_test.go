@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -31,7 +30,7 @@ func TestNearCacheCluster(t *testing.T) {
 		fetchNear(t, a, k)
 	}
 	for i, n := range cl.Nodes {
-		if got := trackingConns(t, n); got != 1 {
+		if got := trackingConns(t, n, a.nearConfig().Readers); got != 1 {
 			t.Errorf("master %d has %d tracking connections; want 1", i, got)
 		}
 	}
@@ -60,8 +59,9 @@ func TestNearCacheCluster(t *testing.T) {
 
 // trackingConns counts the tracking sessions on a server: their
 // subscribers (see trackingClientID). It fails t if the server holds more
-// of their readers (tracked, not subscribed) than that many sessions have.
-func trackingConns(t *testing.T, s *redistest.Server) int {
+// of their readers (tracked, not subscribed) than that many sessions have,
+// of perSession each (near.Config.Readers).
+func trackingConns(t *testing.T, s *redistest.Server, perSession int) int {
 	t.Helper()
 	subs, readers := 0, 0
 	for _, c := range tracked(t, s.Client(t)) {
@@ -71,8 +71,8 @@ func trackingConns(t *testing.T, s *redistest.Server) int {
 			readers++
 		}
 	}
-	if readers > subs*near.Readers {
-		t.Errorf("%d readers for %d tracking sessions; want at most %d each", readers, subs, near.Readers)
+	if readers > subs*perSession {
+		t.Errorf("%d readers for %d tracking sessions; want at most %d each", readers, subs, perSession)
 	}
 	return subs
 }
@@ -109,8 +109,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 		fetchNear(t, a, k)
 	}
 	flushes := a.Stats().NearFlushes
-	a.near.t.Idle() // idle at the next tick
-	<-fetched
+	<-fetched // no Fetch now: the tracker finds a idle within Idle and a tick
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 		fetchNear(t, a, k)
 	}
 	for i, n := range cl.Nodes {
-		if got := trackingConns(t, n); got != 1 {
+		if got := trackingConns(t, n, a.nearConfig().Readers); got != 1 {
 			t.Errorf("master %d has %d tracking connections; want 1", i, got)
 		}
 	}

@@ -51,7 +51,7 @@ func TestNearCacheClusterFailover(t *testing.T) {
 			}
 		}
 	}
-	if n, m := trackingConns(t, replica), trackingConns(t, old); n != 1 || m != 0 {
+	if n, m := trackingConns(t, replica, a.nearConfig().Readers), trackingConns(t, old, a.nearConfig().Readers); n != 1 || m != 0 {
 		t.Errorf("tracking connections on the new master %d, on the old %d; want 1 and 0", n, m)
 	}
 }
@@ -108,7 +108,7 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 			t.Fatalf("near hit on %s after the promotion = %q; want v2", k, v)
 		}
 	}
-	if n := trackingConns(t, replica); n != 1 {
+	if n := trackingConns(t, replica, a.nearConfig().Readers); n != 1 {
 		t.Errorf("tracking connections on the promoted replica: %d; want 1", n)
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -58,7 +57,7 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 			var armed atomic.Bool
 			ca.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 				if n := cmd.Name(); (n == "evalsha" || n == "eval") && armed.CompareAndSwap(true, false) {
-					time.Sleep(3 * near.Beat) // beats answered since a's InvalidateTag began
+					time.Sleep(3 * a.nearConfig().Beat) // beats answered since a's InvalidateTag began
 					other()
 				}
 				return next(ctx, cmd)
@@ -120,8 +119,8 @@ func invalidateAfterAnother(t *testing.T, a, b *Cache[string]) {
 // TestNearCacheInvalidateTagKeepsTheRest: the wait is for the answers to
 // pings sent at once, not an emptied tier: with the other process's
 // invalidation on time, the voided value is gone and an untagged one
-// stays. (Answers later than near.MaxLag empty the tier: a loaded machine
-// gets three tries.)
+// stays. (Answers later than MaxLag, near.Config's, empty the tier: a
+// loaded machine gets three tries.)
 func TestNearCacheInvalidateTagKeepsTheRest(t *testing.T) {
 	s := redistest.StartServer(t)
 	a := newNearCache[string](t, s.Client(t), 100)

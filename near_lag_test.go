@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestNearCacheLateInvalidations: invalidations that arrive late bypass the
-// tier: a write that returned more than near.MaxLag ago is never answered
-// from it with the value it replaced, though the tracking connection
-// neither fails nor falls silent. Once they are applied, the tier serves.
+// tier: a write that returned more than MaxLag (near.Config) ago is never
+// answered from it with the value it replaced, though the tracking
+// connection neither fails nor falls silent. Once they are applied, the
+// tier serves.
 // Found by the torture run (seed 4874054713374990276: a near hit 132 ms
 // after another process's Set returned, its invalidation held back by a
 // proxy that delayed replies); here the tracker holds it back itself.
@@ -33,13 +33,13 @@ func TestNearCacheLateInvalidations(t *testing.T) {
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * near.MaxLag) // past the bound, its invalidation still held back
+	time.Sleep(2 * a.nearConfig().MaxLag) // past the bound, its invalidation still held back
 	hits := a.Stats().NearHits
 	v := fetchValue(t, a, "k")
 	held.Unlock()
 	if v != "v2" {
 		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q; want v2",
-			2*near.MaxLag, v)
+			2*a.nearConfig().MaxLag, v)
 	}
 	if s := a.Stats(); s.NearHits != hits || s.NearLate == 0 {
 		t.Errorf("Stats = %+v: want no near hit while an invalidation was late, and NearLate counting the bypass", s)
@@ -73,7 +73,7 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 			if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 				t.Error(err)
 			}
-			time.Sleep(5 * near.Beat) // beats find the broken connection
+			time.Sleep(5 * a.nearConfig().Beat) // beats find the broken connection
 		}
 	}
 	if err := b.Set(ctx, "other", "x0", time.Minute); err != nil {
@@ -86,17 +86,17 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the killed connection's message applied", func() bool { return !once.Load() })
-	time.Sleep(2 * near.MaxLag)
+	time.Sleep(2 * a.nearConfig().MaxLag)
 	if v := fetchValue(t, a, "k"); v != "v2" {
 		t.Errorf("Fetch after the tracking connection was replaced = %q; want v2", v)
 	}
 }
 
 // TestNearCacheLateInvalidationFlight: the same for a flight. A Fetch that
-// starts more than near.MaxLag after another process's write returned
-// does not join a flight of its process that read before the write, while
-// the write's invalidation (which would forget that flight) is held back:
-// it reads Redis itself. Found by the torture run (seed
+// starts more than MaxLag (near.Config) after another process's write
+// returned does not join a flight of its process that read before the
+// write, while the write's invalidation (which would forget that flight)
+// is held back: it reads Redis itself. Found by the torture run (seed
 // 14398668659528063128: a Fetch joined a read delayed 900 ms and returned
 // the value a Refresh had replaced 800 ms before).
 func TestNearCacheLateInvalidationFlight(t *testing.T) {
@@ -117,13 +117,13 @@ func TestNearCacheLateInvalidationFlight(t *testing.T) {
 	if err := b.Set(ctx, "k", "new", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * near.MaxLag) // past the bound, its invalidation still held back
+	time.Sleep(2 * a.nearConfig().MaxLag) // past the bound, its invalidation still held back
 	later()
 	v, err := a.Fetch(ctx, "k", time.Minute, constant("fresh"))
 	held.Unlock()
 	if err != nil || v != "new" {
 		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q, %v; want new",
-			2*near.MaxLag, v, err)
+			2*a.nearConfig().MaxLag, v, err)
 	}
 	if v, err := finish(); err != nil || v != "old" {
 		t.Errorf("the held Fetch = %q, %v; want old", v, err)

@@ -29,8 +29,8 @@ func procSet(p *proc) {
 func TestNearCacheOtherProcess(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "nearproc:"
-		a := New[string](rdb, WithPrefix(prefix), WithNearCache(100))
-		t.Cleanup(func() { stopTracking(a) })
+		a := New[string](rdb, WithPrefix(prefix), WithNearCache(100), withNear(nearTest()))
+		t.Cleanup(a.near.t.Stop)
 		ctx := t.Context()
 		for _, k := range []string{"k", "j"} {
 			if err := a.Set(ctx, k, "v1", time.Minute); err != nil {

@@ -52,11 +52,11 @@ func TestNearCacheReportsOnlyToHolders(t *testing.T) {
 	redistest.Eventually(t, "a to apply a's invalidation", func() bool { return a.Stats().NearInvalidations > 0 })
 	// A key is reported once per reader that read it (a Fetch that found
 	// tracking not yet in place may have read it on a second one).
-	if n := b.Stats().NearInvalidations; n > uint64(near.Readers) {
-		t.Errorf("b, which holds b and marker, applied %d invalidations; want marker's alone (at most %d)", n, near.Readers)
+	if n, readers := b.Stats().NearInvalidations, b.nearConfig().Readers; n > uint64(readers) {
+		t.Errorf("b, which holds b and marker, applied %d invalidations; want marker's alone (at most %d)", n, readers)
 	}
-	if n := a.Stats().NearInvalidations; n > uint64(near.Readers) {
-		t.Errorf("a, which read a once, applied %d invalidations for 10 writes; want one per reader that read it (at most %d)", n, near.Readers)
+	if n, readers := a.Stats().NearInvalidations, a.nearConfig().Readers; n > uint64(readers) {
+		t.Errorf("a, which read a once, applied %d invalidations for 10 writes; want one per reader that read it (at most %d)", n, readers)
 	}
 	if v := fetchValue(t, a, "a"); v != "v2" {
 		t.Errorf("a's Fetch of a after its invalidation = %q; want v2", v)
@@ -108,9 +108,9 @@ func TestNearCacheReaderKilled(t *testing.T) {
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * near.MaxLag)
+	time.Sleep(2 * a.nearConfig().MaxLag)
 	if v := fetchValue(t, a, "k"); v != "v2" {
-		t.Errorf("Fetch %v after a Set, the reader of the old value killed = %q; want v2", 2*near.MaxLag, v)
+		t.Errorf("Fetch %v after a Set, the reader of the old value killed = %q; want v2", 2*a.nearConfig().MaxLag, v)
 	}
 	if v := fetchNear(t, a, "k"); v != "v2" {
 		t.Errorf("near hit read through a new reader = %q; want v2", v)
@@ -122,13 +122,12 @@ func TestNearCacheReaderKilled(t *testing.T) {
 // that returns meanwhile is reported to nobody here, and a Fetch that
 // starts after it must not take the value it replaced.
 func TestNearCacheUntrackedFlight(t *testing.T) {
-	was := near.Readers
-	t.Cleanup(func() { near.Readers = was }) // after the tier's own cleanup
-	near.Readers = 0                         // every read goes through the client: none is tracked
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
 	installHolder(t, rdb)
-	c := newNearCache[string](t, rdb, 100)
+	cfg := nearTest()
+	cfg.Readers = -1 // none: every read goes through the client, and none is tracked
+	c := newNearCache[string](t, rdb, 100, withNear(cfg))
 	ctx := t.Context()
 	if _, err := c.Fetch(ctx, "warm", time.Minute, constant("w")); err != nil {
 		t.Fatal(err)
@@ -173,7 +172,7 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	a := New[string](rdb, prefix(t), WithNearCache(100))
+	a := New[string](rdb, prefix(t), WithNearCache(100), withNear(nearTest()))
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v", time.Minute); err != nil {
 		t.Fatal(err)
@@ -188,9 +187,9 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// A session may be in its handshake, which waits near.Ping at most.
-	if d := time.Since(start); d > 3*near.Ping {
-		t.Errorf("Close took %v with the server frozen; want at most %v", d, 3*near.Ping)
+	// A session may be in its handshake, which waits Ping at most.
+	if d, ping := time.Since(start), a.nearConfig().Ping; d > 3*ping {
+		t.Errorf("Close took %v with the server frozen; want at most %v", d, 3*ping)
 	}
 }
 

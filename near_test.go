@@ -11,26 +11,31 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
-// newNearCache returns a Cache with a near tier whose tracker is stopped
-// (and its goroutines waited for) when the test ends.
+// newNearCache returns a Cache with a near tier, configured by nearTest,
+// whose tracker is stopped (and its goroutines waited for) when the test
+// ends.
 func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
 	t.Helper()
-	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size)}, opts...)...)
+	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size), withNear(nearTest())}, opts...)...)
 	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
 		c.near.t.ReaderHook = hd.(*holder).hook
 	}
-	t.Cleanup(func() { stopTracking(c) })
+	t.Cleanup(c.near.t.Stop)
 	return c
 }
 
-// stopTracking makes c's tracker find the Cache idle and waits for it.
-func stopTracking[T any](c *Cache[T]) {
-	c.near.t.Idle()
-	c.near.t.Wait()
+// nearHas reports whether the near tier holds key.
+func (c *Cache[T]) nearHas(key string) bool {
+	_, ok := c.near.store.GetIfPresent(c.valueKey(key))
+	return ok
 }
+
+// nearConfig is c's near tier's config, its defaults filled in.
+func (c *Cache[T]) nearConfig() near.Config { return c.near.t.Config() }
 
 // fetchNear fetches key until the answer comes from the near tier (tracking
 // is in place and the value was read once), and returns it.

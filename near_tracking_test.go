@@ -108,39 +108,6 @@ func tracked(t *testing.T, rdb *redis.Client) []map[string]string {
 	return out
 }
 
-// TestNearCacheTicketRace: a value read before an invalidation (or a loss
-// of tracking) of its key cannot enter the tier after it, however late the
-// read's reply.
-func TestNearCacheTicketRace(t *testing.T) {
-	a := New[string](nopClient(t), WithNearCache(10))
-	x := a.near.x
-	x.SetUp(true)
-	vk := a.valueKey("k")
-	cases := []struct {
-		name      string
-		meanwhile func()
-	}{
-		{"invalidation", func() { x.Invalidate([]string{vk}) }},
-		{"other key", func() {}},
-		{"down and up", func() { x.SetUp(false); x.SetUp(true) }},
-		{"own write", func() { a.nearForget(vk) }},
-	}
-	for _, tc := range cases {
-		tk := a.nearTicket(vk)
-		tc.meanwhile()
-		old, err := a.encodeEntry("old", meta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.nearPut(vk, tk, near.Standing(), old, meta{}, time.Minute)
-		_, ok := a.near.store.GetIfPresent(vk)
-		if want := tc.name == "other key"; ok != want {
-			t.Errorf("%s between the ticket and the insert: stored = %v; want %v", tc.name, ok, want)
-		}
-		a.near.store.InvalidateAll()
-	}
-}
-
 // TestNearCacheDegrades: miniredis cannot track keys, so the near tier is
 // off: every Fetch reads Redis, which is said once.
 func TestNearCacheDegrades(t *testing.T) {
@@ -256,7 +223,7 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 	fetchNear(t, a, "marker") // read: Redis reports its writes
 	before := a.Stats()
 	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
-		if err := raw.Publish(ctx, near.InvalidateChannel, payload).Err(); err != nil {
+		if err := raw.Publish(ctx, "__redis__:invalidate", payload).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/near"
 )
 
 // An Option configures a Cache.
@@ -32,7 +34,8 @@ type options struct {
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
 	refreshRetry time.Duration // WithRefreshRetry
 
-	nearEntries int // WithNearCache; 0: no near tier
+	nearEntries int         // WithNearCache; 0: no near tier
+	near        near.Config // withNear (tests); zero: internal/near's defaults
 
 	logger   *slog.Logger                                 // WithLogger; nil: silent
 	observer func(context.Context, Event) context.Context // WithObserver

@@ -118,7 +118,7 @@ func subscribed(t *testing.T, admins []*redis.Client, pattern string) func() boo
 
 func exerciseCache(t *testing.T, ctx context.Context, app redis.UniversalClient, admins []*redis.Client) {
 	t.Helper()
-	a := dogpile.New[string](app, dogpile.WithNearCache(100), dogpile.WithStale(time.Minute),
+	a := dogpile.New[string](app, dogpile.WithNearCache(100), dogpile.WithNearTest(), dogpile.WithStale(time.Minute),
 		dogpile.WithEarlyRefresh(1), dogpile.WithNegativeTTL(time.Minute), dogpile.WithCompression(8))
 	b := dogpile.New[string](app) // another process: its own flights
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })

@@ -26,7 +26,7 @@ func TestWrongTypeIsAMissOverwritten(t *testing.T) {
 		{"get", nil, false},
 		{"script", nil, true},
 		{"stale", []Option{WithStale(time.Minute)}, false},
-		{"near", []Option{WithNearCache(100)}, false},
+		{"near", []Option{WithNearCache(100), withNear(nearTest())}, false},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx := t.Context()

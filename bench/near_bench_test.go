@@ -73,7 +73,7 @@ func nearLibs(tb testing.TB) []cacheLib {
 	return []cacheLib{
 		{
 			name: "dogpile+near",
-			how:  "dogpile.New with WithNearCache(10000): decoded values in process memory, invalidated by Redis (CLIENT TRACKING BCAST)",
+			how:  "dogpile.New with WithNearCache(10000): decoded values in process memory, invalidated by Redis (CLIENT TRACKING, default mode)",
 			newFetcher: func(rdb *redis.Client) fetcher {
 				c := newNearCache(tb, rdb)
 				return fetchWith(c)

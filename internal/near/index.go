@@ -71,10 +71,6 @@ func (x *Index) stripe(vk string) *atomic.Uint64 {
 	return &x.gens[maphash.String(x.seed, vk)%stripes]
 }
 
-// SameStripe reports whether two value keys share a generation counter
-// (tests make collisions with it).
-func (x *Index) SameStripe(a, b string) bool { return x.stripe(a) == x.stripe(b) }
-
 // Up reports whether tracking is in place, so local values may be served.
 func (x *Index) Up() bool { return x.epoch.Load()%2 == 1 }
 
@@ -115,12 +111,12 @@ func (x *Index) good(vk string, tk Ticket) bool {
 	return tk.epoch%2 == 1 && x.epoch.Load() == tk.epoch && x.stripe(vk).Load() == tk.gen
 }
 
-// Invalidate removes the keys from the tier (Redis wrote them).
-func (x *Index) Invalidate(keys []string) {
+// invalidate removes the keys from the tier (Redis wrote them).
+func (x *Index) invalidate(keys []string) {
 	x.mu.Lock()
 	n := 0
 	for _, k := range keys {
-		if !IsValueKey(k) {
+		if !isValueKey(k) {
 			continue // a lock, an error list, a retry mark: not in the tier
 		}
 		x.drop(k)
@@ -163,10 +159,10 @@ func (x *Index) drop(vk string) {
 	x.h.Remove(vk)
 }
 
-// SetUp records that tracking is in place (up) or lost; either way the
+// setUp records that tracking is in place (up) or lost; either way the
 // store is emptied and every flight forgotten: what they held could not be
 // verified across the change.
-func (x *Index) SetUp(up bool) {
+func (x *Index) setUp(up bool) {
 	x.mu.Lock()
 	if x.Up() == up {
 		x.mu.Unlock()
@@ -190,9 +186,9 @@ func (x *Index) SetUp(up bool) {
 func (x *Index) Invalidations() uint64 { return x.invalidations.Load() }
 func (x *Index) Flushes() uint64       { return x.flushes.Load() }
 
-// IsValueKey tells a value key (see redisutil.Key: it ends with its hash
+// isValueKey tells a value key (see redisutil.Key: it ends with its hash
 // tag, hashed or not) from the other keys of a cache key, which add a
 // suffix.
-func IsValueKey(k string) bool {
+func isValueKey(k string) bool {
 	return len(k) > 0 && (k[len(k)-1] == '}' || k[len(k)-1] == '#')
 }

@@ -3,9 +3,9 @@ package near
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,35 +15,24 @@ import (
 // In the default tracking mode, Redis remembers, per key, the connections
 // that read it, and reports a write of the key only to them (here
 // redirected to the session's subscriber): a write costs one message per
-// process that holds the key, not one per process with a near tier
-// (broadcast mode). The price is twofold. A value may enter the tier only
-// if it was read on a tracked connection; and it stays covered only while
-// that connection lives, for Redis reports the keys a closed connection
-// read to nobody. So each session holds a few readers of its own, each one
+// process that holds the key, not one per process with a near tier (as in
+// broadcast mode, which dogpile used before). The price is twofold. A
+// value may enter the tier only if it was read on a tracked connection;
+// and it stays covered only while that connection lives, for Redis
+// reports the keys a closed connection read to nobody. So each session
+// holds a few readers of its own (Config.Readers), each one
 // connection for its whole life (a *redis.Conn never reconnects on its
 // own), pinged like the subscriber, and each value in the tier names the
 // reader it came from: its Owner. A reader whose connection fails is
 // replaced by a new one, a new Owner; the values of the old one are no
 // longer served.
 
-// Readers is how many tracked connections a session holds on each node.
-// Reads that find them all busy go through the caller's client and put
-// nothing into the tier. One: a tier is filled by the reads that miss it,
-// few once it is warm, and each reader's pings cost Redis CPU in every
-// process (see bench/README, "Near tiers across a fleet").
-var Readers = 1
-
-// Broadcast makes tracking report every write under the prefix to every
-// tracker (BCAST PREFIX), and reads go through the Cache's client, as
-// dogpile did before it used the default mode; kept for the benchmark that
-// compares the two (bench/README, "Near tiers across a fleet").
-var Broadcast = false
-
 // An Owner stands for one connection of a reader: the values read through
 // it are covered by tracking while it lives and answers.
 type Owner struct {
 	dead  atomic.Bool
 	heard atomic.Int64 // Now() at which the latest command it answered was sent
+	lag   int64        // the Tracker's MaxLag
 }
 
 // Live reports whether values read through o may be served at now: its
@@ -53,16 +42,16 @@ type Owner struct {
 // within MaxLag, before a write that returned more than MaxLag ago could
 // have gone unreported.
 func (o *Owner) Live(now int64) bool {
-	return !o.dead.Load() && now-o.heard.Load() <= int64(MaxLag)
+	return !o.dead.Load() && now-o.heard.Load() <= o.lag
 }
 
-// ReadersAfter reports whether every reader whose values the tier may
+// readersAfter reports whether every reader whose values the tier may
 // serve has answered a command sent at or after since, or is known dead:
 // Redis still tracked what it read then, so every invalidation of it sent
 // before since went to the subscriber. A reader's connection that Redis
 // closed without a word (a CLIENT KILL, a network failure) loses its
 // tracking at once, and the tier learns it only at its next ping.
-func (t *Tracker) ReadersAfter(since int64) bool {
+func (t *Tracker) readersAfter(since int64) bool {
 	t.rmu.RLock()
 	defer t.rmu.RUnlock()
 	for _, rd := range t.readers {
@@ -85,7 +74,8 @@ type reader struct {
 	id     int64         // the subscriber's connection
 	conn   *redis.Conn   // nil until used, or after it failed
 	owner  atomic.Pointer[Owner]
-	closed atomic.Bool // the session ended
+	closed atomic.Bool   // the session ended
+	lag    time.Duration // the Tracker's MaxLag
 }
 
 // do runs f on r's connection, opening one if needed, and returns the
@@ -124,7 +114,7 @@ func (r *reader) open(ctx context.Context) error {
 		return err
 	}
 	r.conn = cn
-	r.owner.Store(new(Owner))
+	r.owner.Store(&Owner{lag: int64(r.lag)})
 	return nil
 }
 
@@ -166,16 +156,16 @@ func (r *reader) end() {
 }
 
 // beat pings r every MaxLag/2 while it is idle (a command in flight
-// answers for it), and when asked is announced (see PingNow): then after
-// the command in flight, if any. It announces answered at each answer, and
-// after each asked ping, answered or not (a reader that failed is dead,
-// which ReadersAfter counts as done). Its beat is slower than the
-// subscriber's (Beat), for a reader's answer need only prove it alive, not
+// answers for it), and when asked is announced (see Tracker.Sync): then
+// after the command in flight, if any. It announces answered at each
+// answer, and after each asked ping, answered or not (a reader that failed
+// is dead, which readersAfter counts as done). Its beat is slower than the
+// subscriber's (Config.Beat), for a reader's answer need only prove it alive, not
 // that the messages sent before it were delivered, and each ping costs
 // Redis CPU in every process (see bench/README, "Near tiers across a
 // fleet").
 func (r *reader) beat(ctx context.Context, asked, answered *news) {
-	every(ctx, MaxLag/2, asked, func(now bool) bool {
+	every(ctx, r.lag/2, asked, func(now bool) bool {
 		if r.ping(ctx, now) || now {
 			answered.announce()
 		}
@@ -206,30 +196,24 @@ func (r *reader) ping(ctx context.Context, after bool) bool {
 type readers struct {
 	rs   []*reader
 	next atomic.Uint32 // where the search for a free one starts
-	// all, in Broadcast mode, is the Cache's client, through which every
-	// read goes: tracking covers them all.
-	all redis.Cmdable
 }
 
-// startReaders starts the readers of a session on the node o, whose
-// subscriber is the connection id, or in Broadcast mode reads through all;
-// hook, if not nil, is added to their client; asked and answered are the
-// Tracker's (see reader.beat). They run until stop.
-func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook, asked, answered *news) (rd *readers, stop func()) {
-	if Broadcast {
-		return &readers{all: all}, func() {}
+// startReaders starts t's readers of a session on the node o, whose
+// subscriber is the connection id; t.ReaderHook, if not nil, is added to
+// their client. They run until stop.
+func (t *Tracker) startReaders(o *redis.Options, id int64) (rd *readers, stop func()) {
+	n := max(t.cfg.Readers, 0)
+	cl := redis.NewClient(readerOptions(o, n, t.cfg.Ping))
+	if t.ReaderHook != nil {
+		cl.AddHook(t.ReaderHook)
 	}
-	cl := redis.NewClient(readerOptions(o))
-	if hook != nil {
-		cl.AddHook(hook)
-	}
-	rd = &readers{rs: make([]*reader, Readers)}
+	rd = &readers{rs: make([]*reader, n)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range rd.rs {
-		r := &reader{node: cl, id: id}
+		r := &reader{node: cl, id: id, lag: t.cfg.MaxLag}
 		rd.rs[i] = r
-		wg.Go(func() { r.beat(ctx, asked, answered) })
+		wg.Go(func() { r.beat(ctx, &t.asked, &t.answered) })
 	}
 	return rd, func() {
 		for _, r := range rd.rs {
@@ -241,14 +225,14 @@ func startReaders(o *redis.Options, id int64, all redis.Cmdable, hook redis.Hook
 	}
 }
 
-// readerOptions are o for the readers' client: a connection per reader,
-// RESP2 (no push messages on a connection that reads values), writes
-// bounded as the subscriber's are, and o's read timeout for the values it
-// reads, go-redis's default where o has none (Close ends a read in flight
-// anyway).
-func readerOptions(o *redis.Options) *redis.Options {
-	opt := sessionOptions(o)
-	opt.PoolSize, opt.MaxIdleConns, opt.MaxActiveConns = Readers, Readers, Readers
+// readerOptions are o for the readers' client: a connection per reader
+// (n), RESP2 (no push messages on a connection that reads values), writes
+// bounded as the subscriber's are (by ping), and o's read timeout for the
+// values it reads, go-redis's default where o has none (Close ends a read
+// in flight anyway).
+func readerOptions(o *redis.Options, n int, ping time.Duration) *redis.Options {
+	opt := sessionOptions(o, ping)
+	opt.PoolSize, opt.MaxIdleConns, opt.MaxActiveConns = n, n, n
 	opt.ReadTimeout = max(o.ReadTimeout, 0)
 	return opt
 }
@@ -256,9 +240,6 @@ func readerOptions(o *redis.Options) *redis.Options {
 // try runs f on a free reader, if any (ok), and returns the Owner of what
 // f read (nil if its connection failed).
 func (rd *readers) try(ctx context.Context, f func(redis.Cmdable) error) (o *Owner, err error, ok bool) {
-	if rd.all != nil {
-		return standing, f(rd.all), true
-	}
 	n := uint32(len(rd.rs))
 	start := rd.next.Add(1)
 	for i := range n {
@@ -271,13 +252,3 @@ func (rd *readers) try(ctx context.Context, f func(redis.Cmdable) error) (o *Own
 	}
 	return nil, nil, false
 }
-
-// Standing returns an Owner that is always live: of the reads in
-// Broadcast mode, and for tests of the tier that run without a server.
-func Standing() *Owner { return standing }
-
-var standing = func() *Owner {
-	o := new(Owner)
-	o.heard.Store(math.MaxInt64)
-	return o
-}()

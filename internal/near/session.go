@@ -20,18 +20,18 @@ import (
 // starts the next one.
 
 // keep runs sessions on one node until ctx ends, pausing between them.
-func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *atomic.Pointer[error], heard *atomic.Int64) {
+func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *refused, heard *atomic.Int64) {
 	var id atomic.Int64 // of the subscriber's connection
-	cl := redis.NewClient(trackingOptions(o, t.prefix, refused, &id))
+	cl := redis.NewClient(trackingOptions(o, t.cfg.Ping, refused, &id))
 	defer cl.Close()
 	pause := 10 * time.Millisecond
-	for n := 0; ctx.Err() == nil && refused.Load() == nil; n++ {
+	for n := 0; ctx.Err() == nil && refused.err.Load() == nil; n++ {
 		if n > 0 && t.BeforeSession != nil {
 			t.BeforeSession()
 		}
 		wasUp := false
 		err := t.session(ctx, cl, heard, func() (stop func()) {
-			rd, end := startReaders(o, id.Load(), t.client, t.ReaderHook, &t.asked, &t.answered)
+			rd, end := t.startReaders(o, id.Load())
 			t.setReaders(o.Addr, rd)
 			if !wasUp {
 				wasUp = true
@@ -46,7 +46,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 			// The subscription was refused (an ACL user without the
 			// permission for the invalidation channel: Redis 7's default
 			// resetchannels): retrying would never get further.
-			refused.CompareAndSwap(nil, &err)
+			refused.record(err)
 		}
 		if wasUp {
 			t.up(false, of)
@@ -56,7 +56,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *a
 		case <-ctx.Done():
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, Backoff)
+		pause = min(2*pause, t.cfg.Backoff)
 	}
 }
 
@@ -80,75 +80,96 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 		_ = ps.Close()
 		beats.Wait() // a ping in progress waits out its write timeout at most
 	}()
-	sent, beating := Now(), false
-	if err := ps.Subscribe(ctx, InvalidateChannel); err != nil {
+	sent := Now()
+	if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
 		return err
 	}
-	pinged := false
+	var stopReaders func() // set once the subscription is in place
+	defer func() {
+		if stopReaders != nil {
+			stopReaders() // before the beats end
+		}
+	}()
 	for ctx.Err() == nil {
-		msg, err := ps.ReceiveTimeout(ctx, Ping)
-		var ne net.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout() && !pinged:
-			pinged = true
-			if err := ps.Ping(ctx); err != nil {
-				return err
-			}
-			continue
-		default:
+		msg, err := t.receive(ctx, ps)
+		if err != nil {
 			// Also a FLUSHALL, whose message go-redis cannot parse: the
 			// session ends and the tier is flushed.
 			return err
 		}
-		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" || m.Channel != InvalidateChannel {
+			if m.Kind != "subscribe" || m.Channel != invalidateChannel {
 				continue
 			}
-			if beating {
+			if stopReaders != nil {
 				// go-redis replaced a broken connection and subscribed
 				// again: what was sent on the old one may be lost.
 				return errReplaced
 			}
 			heard.Store(sent)
-			defer up()()
-			beating = true
-			beats.Go(func() { beat(sctx, ps, &t.asked) })
+			stopReaders = up()
+			beats.Go(func() { beat(sctx, ps, &t.asked, t.cfg.Beat) })
 		case *redis.Pong:
 			if at, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && at > heard.Load() {
 				heard.Store(at)
 				t.answered.announce()
 			}
 		case *redis.Message:
-			// Redis's invalidations are arrays of keys. A string payload
-			// can only be a PUBLISH to the channel by some client: ignored,
-			// so that no client can flush the fleet's near tiers (or hold
-			// a value in them, for that matter: nothing is ever kept on a
-			// message's say-so). A FLUSHALL's null payload is an error
-			// above.
-			if m.Channel != InvalidateChannel || m.PayloadSlice == nil {
-				continue
-			}
-			if t.BeforeApply != nil {
-				t.BeforeApply()
-			}
-			t.x.Invalidate(m.PayloadSlice)
+			t.apply(m)
 		}
 	}
 	return ctx.Err()
 }
 
+// receive returns the next message on ps. A silence of Ping is met with a
+// ping, whose answer is a message too; a second silence in a row, like
+// any other error, is returned.
+func (t *Tracker) receive(ctx context.Context, ps *redis.PubSub) (any, error) {
+	pinged := false
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, t.cfg.Ping)
+		var ne net.Error
+		switch {
+		case err == nil:
+			return msg, nil
+		case errors.As(err, &ne) && ne.Timeout() && !pinged:
+			pinged = true
+			if err := ps.Ping(ctx); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
+	}
+	return nil, ctx.Err()
+}
+
+// apply applies a message of the invalidation channel. Redis's
+// invalidations are arrays of keys. A string payload can only be a
+// PUBLISH to the channel by some client: ignored, so that no client can
+// flush the fleet's near tiers (or hold a value in them, for that matter:
+// nothing is ever kept on a message's say-so). A FLUSHALL's null payload
+// is an error of receive.
+func (t *Tracker) apply(m *redis.Message) {
+	if m.Channel != invalidateChannel || m.PayloadSlice == nil {
+		return
+	}
+	if t.BeforeApply != nil {
+		t.BeforeApply()
+	}
+	t.x.invalidate(m.PayloadSlice)
+}
+
 // Heard reports whether every tracked node has proven, by answering a
 // ping sent at most MaxLag before now, that the tier has applied every
-// invalidation sent before then (see Beat).
-func (t *Tracker) Heard(now int64) bool { return t.HeardAfter(now - int64(MaxLag)) }
+// invalidation sent before then (see Config.Beat).
+func (t *Tracker) Heard(now int64) bool { return t.heardAfter(now - int64(t.cfg.MaxLag)) }
 
-// HeardAfter reports whether every tracked node has answered a ping sent
+// heardAfter reports whether every tracked node has answered a ping sent
 // at or after since: the tier has applied every invalidation sent before
-// then. It says nothing of the readers: see ReadersAfter.
-func (t *Tracker) HeardAfter(since int64) bool {
+// then. It says nothing of the readers: see readersAfter.
+func (t *Tracker) heardAfter(since int64) bool {
 	p := t.heard.Load()
 	if p == nil {
 		return false
@@ -164,14 +185,15 @@ func (t *Tracker) HeardAfter(since int64) bool {
 // errReplaced ends a session whose connection go-redis replaced.
 var errReplaced = errors.New("near: tracking connection replaced")
 
-// beat pings ps every Beat, and when asked is announced (see PingNow),
+// beat pings ps every d (Config.Beat), and when asked is announced (see
+// Tracker.Sync),
 // until ctx ends, each ping carrying the Now() at which it was sent (see
 // Tracker.Heard). A failed ping closes ps, which ends the session: go-redis
 // replaces the connection of a PubSub whose write failed, and the session
 // must not read on from the new one as if nothing had been lost in
 // between.
-func beat(ctx context.Context, ps *redis.PubSub, asked *news) {
-	every(ctx, Beat, asked, func(bool) bool {
+func beat(ctx context.Context, ps *redis.PubSub, asked *news, d time.Duration) {
+	every(ctx, d, asked, func(bool) bool {
 		if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
 			_ = ps.Close()
 			return false
@@ -209,8 +231,8 @@ func every(ctx context.Context, d time.Duration, asked *news, f func(asked bool)
 }
 
 // sessionOptions are o for a session's own clients: RESP2, one
-// connection, reads and writes bounded.
-func sessionOptions(o *redis.Options) *redis.Options {
+// connection, reads and writes bounded by ping (Config.Ping).
+func sessionOptions(o *redis.Options, ping time.Duration) *redis.Options {
 	opt := *o
 	opt.Protocol = 2
 	// Not the client's config, which it changes under its own lock after a
@@ -219,25 +241,24 @@ func sessionOptions(o *redis.Options) *redis.Options {
 	opt.PoolSize, opt.MinIdleConns, opt.MaxIdleConns, opt.MaxActiveConns = 1, 0, 1, 1
 	// A beat's write holds the PubSub's lock, and Close waits for it: never
 	// unbounded (-1), nor longer than a silent connection is given.
-	if opt.WriteTimeout <= 0 || opt.WriteTimeout > Ping {
-		opt.WriteTimeout = Ping
+	if opt.WriteTimeout <= 0 || opt.WriteTimeout > ping {
+		opt.WriteTimeout = ping
 	}
 	// Nor may a handshake wait unbounded on a frozen server (the
 	// subscriber's own reads set their timeout): it would hold up Close.
-	if opt.ReadTimeout <= 0 || opt.ReadTimeout > Ping {
-		opt.ReadTimeout = Ping
+	if opt.ReadTimeout <= 0 || opt.ReadTimeout > ping {
+		opt.ReadTimeout = ping
 	}
 	return &opt
 }
 
-// trackingOptions are o for the subscriber's client, whose connection
-// records its id and turns tracking on, redirected to itself: in the
-// default mode it reads nothing (the readers do, reporting to it), and
-// the command only proves that the server allows tracking; in Broadcast
-// mode, for every key under prefix. A server's refusal is recorded in
-// refused (a network error is not one).
-func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[error], self *atomic.Int64) *redis.Options {
-	opt := sessionOptions(o)
+// trackingOptions are o for the subscriber's client (see sessionOptions),
+// whose connection records its id and turns tracking on, redirected to
+// itself: it reads nothing (the readers do, reporting to it), and the
+// command only proves that the server allows tracking. A server's refusal
+// is recorded in refused (a network error is not one).
+func trackingOptions(o *redis.Options, ping time.Duration, refused *refused, self *atomic.Int64) *redis.Options {
+	opt := sessionOptions(o, ping)
 	user := o.OnConnect
 	opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
 		if user != nil {
@@ -248,21 +269,30 @@ func trackingOptions(o *redis.Options, prefix string, refused *atomic.Pointer[er
 		id, err := cn.ClientID(ctx).Result()
 		if err == nil {
 			self.Store(id)
-			args := []any{"CLIENT", "TRACKING", "ON", "REDIRECT", id}
-			if Broadcast {
-				args = append(args, "BCAST")
-				if prefix != "" {
-					args = append(args, "PREFIX", prefix)
-				}
-			}
-			err = cn.Do(ctx, args...).Err()
+			err = cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
 		}
 		if refusal(err) {
-			refused.CompareAndSwap(nil, &err)
+			refused.record(err)
 		}
 		return err
 	}
 	return opt
+}
+
+// refused holds the first lasting refusal of tracking by a server of a
+// Tracker's run (see refusal), and closes done when it is recorded.
+type refused struct {
+	err  atomic.Pointer[error]
+	done chan struct{}
+}
+
+func newRefused() *refused { return &refused{done: make(chan struct{})} }
+
+// record records err, unless a refusal was recorded before.
+func (r *refused) record(err error) {
+	if r.err.CompareAndSwap(nil, &err) {
+		close(r.done)
+	}
 }
 
 // refusal reports whether err is the server refusing tracking for good:

@@ -23,12 +23,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // stops or moves to a Cluster's new masters bypasses the tier at once.
 func TestNearSessionEndsWithItsContext(t *testing.T) {
 	s := redistest.StartServer(t)
-	tr := NewTracker(s.Client(t), "p:", NewIndex(Handlers{}), func(string) {})
-	var refused atomic.Pointer[error]
-	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), "p:", &refused, new(atomic.Int64)))
+	cfg := Config{Ping: time.Hour} // no tracker runs in this test
+	tr := NewTracker(s.Client(t), NewIndex(Handlers{}), func(string) {}, cfg)
+	cl := redis.NewClient(trackingOptions(s.Client(t).Options(), cfg.Ping, newRefused(), new(atomic.Int64)))
 	defer cl.Close()
-	defer func(ping time.Duration) { Ping = ping }(Ping)
-	Ping = time.Hour // no tracker runs in this test
 	ctx, cancel := context.WithCancel(t.Context())
 	up := make(chan struct{})
 	ended := make(chan struct{})
@@ -85,7 +83,8 @@ func (replyErr) RedisError()     {}
 // TestOwnerLive: a reader's values are served while its connection has
 // not failed and answered a command sent within MaxLag.
 func TestOwnerLive(t *testing.T) {
-	o := new(Owner)
+	const lag = 100 * time.Millisecond
+	o := &Owner{lag: int64(lag)}
 	o.heard.Store(1000)
 	for _, tc := range []struct {
 		now  int64
@@ -93,8 +92,8 @@ func TestOwnerLive(t *testing.T) {
 		want bool
 	}{
 		{1000, false, true},
-		{1000 + int64(MaxLag), false, true},
-		{1001 + int64(MaxLag), false, false},
+		{1000 + int64(lag), false, true},
+		{1001 + int64(lag), false, false},
 		{1000, true, false},
 	} {
 		o.dead.Store(tc.dead)
@@ -104,43 +103,45 @@ func TestOwnerLive(t *testing.T) {
 	}
 }
 
-// TestPingNow: PingNow has the subscriber and the readers ping at once,
-// not at their next beats, and Answered tells when they answered, so that
-// a caller waiting for HeardAfter and ReadersAfter of a time before the
-// call (Cache.InvalidateTag with a near tier) waits a round trip, not a
-// beat; by then an invalidation sent before the call has been applied.
-// Beats here come once an hour: without the asks, or without the news of
-// the answers, the wait fails.
-func TestPingNow(t *testing.T) {
-	tr, s, removed := startPinged(t, nil)
+// TestSync: Sync has the subscriber and the readers ping at once, not at
+// their next beats, and hears when they answered, so that it returns
+// (Cache.InvalidateTag with a near tier) a round trip later, not a beat;
+// by then an invalidation sent before the call has been applied. Beats
+// here come once an hour: without the asks, or without the news of the
+// answers, Sync gives up after 5 s, and empties the tier.
+func TestSync(t *testing.T) {
+	tr, s, removed, purged := startPinged(t, nil)
 	ctx := t.Context()
 	for i := range 3 {
-		key := fmt.Sprintf("p:{k%d}", i) // a value key (see IsValueKey)
+		key := fmt.Sprintf("p:{k%d}", i) // a value key (see isValueKey)
 		if _, err, ok := tr.Read(ctx, tr.Node(key), func(cn redis.Cmdable) error { return cn.Get(ctx, key).Err() }); !ok || !IsReply(err) {
 			t.Fatalf("read of %s through a reader = %v, %v; want a tracked redis.Nil", key, ok, err)
 		}
 		if err := s.Client(t).Set(ctx, key, "v", 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		since := Now()
-		tr.PingNow()
-		awaitAnswers(t, tr, since)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		tr.Sync(sctx)
+		cancel()
+		if purged() {
+			t.Fatalf("Sync #%d gave up and emptied the tier: no answers within 5 s", i+1)
+		}
 		if !slices.Contains(removed(), key) {
-			t.Fatalf("PingNow #%d: the answers came, and the invalidation of %s sent before them had not been applied", i+1, key)
+			t.Fatalf("Sync #%d: the answers came, and the invalidation of %s sent before them had not been applied", i+1, key)
 		}
 	}
 }
 
-// TestPingNowBusyReader: a reader busy with a read sent before PingNow
+// TestSyncBusyReader: a reader busy with a read sent before Sync's ask
 // (which proves nothing about what Redis tracked after it) does not count
 // as answered while the read is held, and is pinged once that read is
 // over, not skipped as a busy reader's periodic beat is. The read is let
 // go only after the subscriber has answered its ping: the ask reached
 // every beat then.
-func TestPingNowBusyReader(t *testing.T) {
+func TestSyncBusyReader(t *testing.T) {
 	hold := make(chan struct{})
 	held := make(chan struct{})
-	tr, _, _ := startPinged(t, redistest.Hook{
+	tr, _, _, _ := startPinged(t, redistest.Hook{
 		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 			if slices.Contains(cmd.Args(), any("p:{slow}")) {
 				close(held)
@@ -157,16 +158,16 @@ func TestPingNowBusyReader(t *testing.T) {
 	}()
 	<-held
 	since := Now()
-	tr.PingNow()
-	for answered := tr.Answered(); !tr.HeardAfter(since); answered = tr.Answered() {
+	tr.asked.announce() // as Sync does
+	for answered := tr.answered.wait(); !tr.heardAfter(since); answered = tr.answered.wait() {
 		select {
 		case <-answered:
 		case <-time.After(5 * time.Second):
-			t.Fatal("5 s after PingNow, the subscriber has not answered")
+			t.Fatal("5 s after the ask, the subscriber has not answered")
 		}
 	}
-	if tr.ReadersAfter(since) {
-		t.Error("a reader whose read, sent before PingNow, is still held counts as answered")
+	if tr.readersAfter(since) {
+		t.Error("a reader whose read, sent before the ask, is still held counts as answered")
 	}
 	close(hold)
 	awaitAnswers(t, tr, since)
@@ -177,26 +178,23 @@ func TestPingNowBusyReader(t *testing.T) {
 
 // startPinged starts a Tracker on a server of its own, with beats once an
 // hour (a reader beats every MaxLag/2), and hook on its readers' client if
-// not nil; removed lists the keys the tier was told to drop.
-func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Server, removed func() []string) {
+// not nil; removed lists the keys the tier was told to drop, and purged
+// whether it was emptied since it came up (Sync gave up, or tracking
+// dropped).
+func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Server, removed func() []string, purged func() bool) {
 	t.Helper()
 	s = redistest.StartServer(t)
-	beat, lag := Beat, MaxLag
-	Beat, MaxLag = time.Hour, time.Hour
 	var mu sync.Mutex
 	var keys []string
 	x := NewIndex(Handlers{
 		Remove: func(vk string) { mu.Lock(); keys = append(keys, vk); mu.Unlock() },
 		Purge:  func() {}, Forget: func(string) {},
 	})
-	tr = NewTracker(s.Client(t), "p:", x, func(reason string) { t.Errorf("tracking off: %s", reason) })
+	tr = NewTracker(s.Client(t), x, func(reason string) { t.Errorf("tracking off: %s", reason) }, Config{Beat: time.Hour, MaxLag: time.Hour})
 	tr.ReaderHook = hook
-	t.Cleanup(func() {
-		tr.Stop()
-		Beat, MaxLag = beat, lag
-	})
+	t.Cleanup(tr.Stop)
 	tr.Use(Now())
-	redistest.Eventually(t, "tracking to start", func() bool { return tr.HeardAfter(1) })
+	redistest.Eventually(t, "tracking to start", func() bool { return tr.heardAfter(1) })
 	// The reader dials and turns its tracking on after the subscriber's: a
 	// read before then goes through no reader (CI found one so).
 	ctx := t.Context()
@@ -204,20 +202,23 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 		_, _, ok := tr.Read(ctx, tr.Node("p:{probe}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{probe}").Err() })
 		return ok
 	})
-	return tr, s, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) }
+	redistest.Eventually(t, "tracking up", x.Up)
+	epoch := x.epoch.Load() // moved by every DropAll and setUp
+	return tr, s, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(keys) },
+		func() bool { return x.epoch.Load() != epoch }
 }
 
 // awaitAnswers waits, on tr's news of answers, until every node and every
 // live reader have answered a command sent at or after since.
 func awaitAnswers(t *testing.T, tr *Tracker, since int64) {
 	t.Helper()
-	answered := tr.Answered()
-	for !tr.HeardAfter(since) || !tr.ReadersAfter(since) {
+	answered := tr.answered.wait()
+	for !tr.heardAfter(since) || !tr.readersAfter(since) {
 		select {
 		case <-answered:
-			answered = tr.Answered()
+			answered = tr.answered.wait()
 		case <-time.After(5 * time.Second):
-			t.Fatalf("5 s after PingNow, HeardAfter = %v, ReadersAfter = %v; want both", tr.HeardAfter(since), tr.ReadersAfter(since))
+			t.Fatalf("5 s after the ask, heardAfter = %v, readersAfter = %v; want both", tr.heardAfter(since), tr.readersAfter(since))
 		}
 	}
 }

@@ -2,7 +2,6 @@ package near
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,33 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// InvalidateChannel is where Redis sends invalidation messages to a RESP2
+// invalidateChannel is where Redis sends invalidation messages to a RESP2
 // connection that tracking redirects to.
-const InvalidateChannel = "__redis__:invalidate"
-
-// Timings of a Tracker; variables so that tests may shorten them.
-var (
-	// Ping is how long the invalidation connection may stay silent
-	// before it is pinged; a ping unanswered for as long again counts as a
-	// dropped connection.
-	Ping = time.Second
-	// Idle is how long a Cache goes without a Fetch before its tracker
-	// closes its connections (and empties the near tier).
-	Idle = time.Minute
-	// Backoff bounds the pause between attempts to restore tracking.
-	Backoff = time.Second
-	// Beat is how often a session's subscriber is pinged while it is up,
-	// and at once on demand (see PingNow).
-	// Redis answers a connection in order, so a ping's answer proves that
-	// every invalidation Redis sent it before the ping has arrived.
-	Beat = 20 * time.Millisecond
-	// MaxLag is how long before a near hit the latest such proof may be
-	// dated: while a connection's answers come later than that (a slow or
-	// congested network, a stopped server), the tier is bypassed, and a
-	// write that returned more than MaxLag ago is never answered from it
-	// with the value it replaced.
-	MaxLag = 100 * time.Millisecond
-)
+const invalidateChannel = "__redis__:invalidate"
 
 // A Tracker keeps the near tier of one Cache coherent: it holds, per Redis
 // master, a session: one connection subscribed to the invalidations
@@ -46,10 +21,9 @@ var (
 //
 // In the default mode Redis reports a write only to the connections that
 // read the key, and only once per read: the cost of a write grows with the
-// processes that hold the key, not with the fleet. Broadcast mode (BCAST
-// PREFIX, one tracking subscriber covering the reads of the whole pool)
-// sends every write under the prefix to every process; it is kept for the
-// benchmark that compares the two (see Broadcast).
+// processes that hold the key, not with the fleet. (Broadcast mode, BCAST
+// PREFIX, which dogpile used before, sends every write under the prefix to
+// every process: see bench/HISTORY, "Near tiers across a fleet".)
 //
 // Every loss is seen. The subscriber's death fails its read at once and
 // the tier is flushed; a subscriber replaced by go-redis ends the session
@@ -64,7 +38,7 @@ var (
 // (its Caches' Set, Delete and stores) must invalidate like anyone else's.
 type Tracker struct {
 	client redis.UniversalClient
-	prefix string
+	cfg    Config
 	x      *Index
 	off    func(reason string) // the near tier cannot work with this client
 
@@ -75,15 +49,16 @@ type Tracker struct {
 	ups     int        // sessions whose tracking is in place
 	masters atomic.Pointer[map[string]bool]
 	// heard holds, per tracked node, the Now() at which the latest ping
-	// whose answer arrived was sent (see Beat), nil while not tracking.
+	// whose answer arrived was sent (see Config.Beat), nil while not
+	// tracking.
 	heard atomic.Pointer[[]atomic.Int64]
 	wg    sync.WaitGroup // run
 	// readers holds, per node address, the readers of its session up.
 	rmu     sync.RWMutex
 	readers map[string]*readers
-	// asked is announced by PingNow: every beat pings at once. answered
-	// is announced when a beat's ping is answered, and when tracking goes
-	// up or down (see Answered).
+	// asked is announced by Sync: every beat pings at once. answered is
+	// announced when a beat's ping is answered, and when tracking goes up
+	// or down.
 	asked, answered news
 	quit            chan struct{} // closed by Stop
 
@@ -98,9 +73,17 @@ type Tracker struct {
 	ReaderHook redis.Hook
 }
 
-func NewTracker(c redis.UniversalClient, prefix string, x *Index, off func(string)) *Tracker {
-	return &Tracker{client: c, prefix: prefix, x: x, off: off, quit: make(chan struct{})}
+// NewTracker returns the Tracker of the tier x, whose reads go through c,
+// configured by cfg (see Config for the defaults of the fields left
+// zero). It tracks nothing until its first Use. If tracking proves
+// impossible with c, it calls off once with the reason, and x stays down.
+func NewTracker(c redis.UniversalClient, x *Index, off func(reason string), cfg Config) *Tracker {
+	cfg.init()
+	return &Tracker{client: c, cfg: cfg, x: x, off: off, quit: make(chan struct{})}
 }
+
+// Config returns t's configuration, its defaults filled in.
+func (t *Tracker) Config() Config { return t.cfg }
 
 // Stop ends tracking for good, at once, and waits until its goroutines
 // have ended: the tier is bypassed from then on (Cache.Close).
@@ -116,7 +99,7 @@ func (t *Tracker) Stop() {
 
 // Use records a Fetch at now and starts tracking if it is not running.
 func (t *Tracker) Use(now int64) {
-	if now-t.lastUse.Load() > int64(Idle/8) {
+	if now-t.lastUse.Load() > int64(t.cfg.Idle/8) {
 		t.lastUse.Store(now)
 	}
 	if t.running.Load() {
@@ -159,16 +142,18 @@ func (t *Tracker) nodes() ([]*redis.Options, string) {
 		if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
 			return nil, "a cluster client that reads from replicas (they lag behind the invalidations)"
 		}
-		return clusterMasters(c)
+		return clusterMasters(c, t.cfg.Ping)
 	default:
 		return nil, "a client of a kind the near cache does not follow (a Ring, or another type)"
 	}
 }
 
-func clusterMasters(c *redis.ClusterClient) ([]*redis.Options, string) {
+// clusterMasters lists the options of c's masters, asked for within
+// timeout.
+func clusterMasters(c *redis.ClusterClient, timeout time.Duration) ([]*redis.Options, string) {
 	var mu sync.Mutex
 	var nodes []*redis.Options
-	ctx, cancel := context.WithTimeout(context.Background(), Ping)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
@@ -202,10 +187,10 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 	heard := make([]atomic.Int64, len(nodes))
 	t.heard.Store(&heard)
 	ctx, cancel := context.WithCancel(context.Background())
-	var refused atomic.Pointer[error]
+	refused := newRefused()
 	var wg sync.WaitGroup
 	for i, o := range nodes {
-		wg.Go(func() { t.keep(ctx, o, len(nodes), &refused, &heard[i]) })
+		wg.Go(func() { t.keep(ctx, o, len(nodes), refused, &heard[i]) })
 	}
 	defer func() {
 		cancel()
@@ -213,15 +198,16 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 		t.masters.Store(nil)
 		t.heard.Store(nil)
 	}()
-	tick := time.NewTicker(Ping)
+	tick := time.NewTicker(t.cfg.Ping)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
+		case <-refused.done: // off now, not at the next tick
 		case <-t.quit:
 			return true
 		}
-		if err := refused.Load(); err != nil {
+		if err := refused.err.Load(); err != nil {
 			cancel()
 			wg.Wait()
 			t.disable("the server refuses CLIENT TRACKING or its invalidation channel: " + (*err).Error())
@@ -241,7 +227,7 @@ func (t *Tracker) track(nodes []*redis.Options) (stop bool) {
 
 // idle reports whether the Cache has gone without a Fetch for Idle.
 func (t *Tracker) idle() bool {
-	return Now()-t.lastUse.Load() >= int64(Idle)
+	return Now()-t.lastUse.Load() >= int64(t.cfg.Idle)
 }
 
 // stopped records, once track's sessions have ended, that tracking is off,
@@ -276,7 +262,7 @@ func (t *Tracker) moved(set map[string]bool) bool {
 	if !ok {
 		return false
 	}
-	nodes, _ := clusterMasters(c)
+	nodes, _ := clusterMasters(c, t.cfg.Ping)
 	if len(nodes) != len(set) {
 		return true
 	}
@@ -352,27 +338,37 @@ func (t *Tracker) up(on bool, of int) {
 	} else {
 		t.ups--
 	}
-	t.x.SetUp(t.ups == of)
+	t.x.setUp(t.ups == of)
 	t.answered.announce()
 }
 
-// Idle makes t find the Cache idle at its next check, as if no Fetch had
-// come for Idle: its sessions end and the tier is bypassed until the next
-// Use.
-func (t *Tracker) Idle() { t.lastUse.Store(math.MinInt64 / 2) }
-
-// Wait waits until t's run, if any, has ended.
-func (t *Tracker) Wait() { t.wg.Wait() }
-
-// PingNow has every tracking connection pinged now rather than at its next
-// beat: the subscribers, and the readers, each after the command it may be
-// running (sent, maybe, before the call), so that HeardAfter and
-// ReadersAfter of a time before the call hold about a round trip later
-// (see Cache.nearSync, and Answered). The pings leave from the beats'
-// goroutines, on their own contexts: PingNow does not wait.
-func (t *Tracker) PingNow() { t.asked.announce() }
-
-// Answered returns a channel closed at the next answer to a beat's ping,
-// which may make HeardAfter or ReadersAfter hold, or when tracking next
-// goes up or down.
-func (t *Tracker) Answered() <-chan struct{} { return t.answered.wait() }
+// Sync returns once the tier has applied every invalidation Redis sent
+// before the call: every tracked node has answered a ping sent after it
+// (see heardAfter), and every live reader too, so Redis still tracked what
+// they read (see readersAfter). It has them pinged now, not at their next
+// beats, so that takes about a round trip; the pings leave from the beats'
+// goroutines, on their own contexts. If it takes longer than MaxLag, or
+// ctx ends first, Sync empties the tier instead (see Index.DropAll). A
+// tier that is down, or goes down meanwhile, was emptied already and
+// serves nothing.
+func (t *Tracker) Sync(ctx context.Context) {
+	since := Now()
+	t.asked.announce()
+	late := time.NewTimer(t.cfg.MaxLag)
+	defer late.Stop()
+	for {
+		answered := t.answered.wait() // before the look: an answer just after it closes it
+		if !t.x.Up() || (t.heardAfter(since) && t.readersAfter(since)) {
+			return
+		}
+		select {
+		case <-answered:
+		case <-late.C:
+			t.x.DropAll()
+			return
+		case <-ctx.Done():
+			t.x.DropAll()
+			return
+		}
+	}
+}
