@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/servertime"
@@ -240,3 +241,6 @@ func (c *core[T]) forget(vk string) {
 	c.flights.forget(vk)
 	c.nearForget(vk)
 }
+
+// A hitReader is read's round trip, chosen once by New (see pickReader).
+type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)

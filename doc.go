@@ -90,12 +90,11 @@
 // (CLIENT TRACKING in its default mode) removes a local copy when any
 // client writes the key, or it expires or is evicted. Redis reports a write
 // only to the processes whose tier read the key, so a write costs one
-// message per process that holds it, however large the fleet (broadcast
-// mode would send every write under the prefix to every process, at a
-// cost that grows with the fleet: see bench/README.md, "Near tiers across
-// a fleet"). Local copies are served only while tracking is up,
-// never past the key's PTTL or its stale window; a server that cannot track
-// turns the tier off (see [Stats].NearOff).
+// message per process that holds it, however large the fleet (see
+// bench/README.md, "Near tiers across a fleet"). Local copies are served
+// only while tracking is up, never past the key's PTTL or its stale
+// window; a server that cannot track turns the tier off (see
+// [Stats].NearOff).
 //
 // Each Cache with [WithNearCache] holds, per Redis server (per master on a
 // Cluster), one connection subscribed to the invalidations and one, the

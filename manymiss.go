@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/redis/go-redis/v9"
 )
 
 // FetchMany's round trips: the batch read of every key and the batch lock
@@ -175,4 +177,78 @@ func (c *core[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, to
 	if len(down) > 0 {
 		c.computeLocalMany(ctx, down, compute)
 	}
+}
+
+// readMany is the hit path of many keys: an MGET per slot group (see
+// readManyRedis), one round trip per node, through the client's circuit
+// breaker.
+func (c *core[T]) readMany(ctx context.Context, vks []string) []read {
+	rs := make([]read, len(vks))
+	done, err := c.allow(ctx)
+	if err != nil {
+		for i := range rs {
+			rs[i].err = err
+		}
+		return rs
+	}
+	if c.near != nil {
+		err = c.readManyNear(ctx, vks, rs)
+	} else {
+		err = c.readManyRedis(ctx, c.client, vks, rs)
+	}
+	c.report(done, err)
+	return rs
+}
+
+// readManyNear reads the keys of each node on one of the near tier's
+// tracked connections of that node, if one is free (the nodes in
+// parallel), and the others through the client (see readNear).
+func (c *core[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
+	nodes := make(map[string][]int)
+	for i, vk := range vks {
+		n := c.near.t.Node(vk)
+		nodes[n] = append(nodes[n], i)
+	}
+	var mu sync.Mutex
+	var rest []int
+	var wg sync.WaitGroup
+	for node, is := range nodes {
+		read := func() {
+			ks, part := make([]string, len(is)), make([]read, len(is))
+			for n, i := range is {
+				ks[n] = vks[i]
+			}
+			o, err, ok := c.near.t.Read(ctx, node, func(cn redis.Cmdable) error {
+				return c.readManyRedis(ctx, cn, ks, part)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if !ok || o == nil || answered(err) { // see readNear
+				rest = append(rest, is...)
+				return
+			}
+			for n, i := range is {
+				rs[i] = part[n]
+				rs[i].owner = o
+			}
+		}
+		if len(nodes) == 1 {
+			read() // a single server: no goroutine
+		} else {
+			wg.Go(read)
+		}
+	}
+	wg.Wait()
+	if len(rest) == 0 {
+		return nil
+	}
+	ks, part := make([]string, len(rest)), make([]read, len(rest))
+	for n, i := range rest {
+		ks[n] = vks[i]
+	}
+	err := c.readManyRedis(ctx, c.client, ks, part)
+	for n, i := range rest {
+		rs[i] = part[n]
+	}
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/near"
@@ -30,9 +29,6 @@ func (c *core[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b
 	c.report(done, err)
 	return b, pttl, o, err
 }
-
-// A hitReader is read's round trip, chosen once by New (see pickReader).
-type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)
 
 // pickReader chooses the hit's round trip from the options, which never
 // change: a near tier reads on its tracked connections (readNear), a
@@ -143,6 +139,53 @@ func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b
 	return b, pttl, nil
 }
 
+// readyClock reports whether remaining TTLs can be read from entries now,
+// and samples the servers' clock when it is due (see
+// servertime.Clock.Check), on a goroutine of its own that Close does not
+// wait for: a server frozen under a client without read timeouts would
+// hold it, and Close with it. Its context ends at Close or after
+// servertime.Period, but go-redis does not bound a request that went out
+// by its context (unless ContextTimeoutEnabled): the client's read timeout
+// does.
+func (c *core[T]) readyClock() bool {
+	ready, due := c.fresh.clock.Check()
+	if !due {
+		return ready
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.life.ctx, servertime.Period)
+		defer cancel()
+		_ = c.fresh.clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
+			return forEachNode(ctx, c.client, f)
+		}, func(ctx context.Context) (bool, error) {
+			return servertime.FollowsClock(ctx, c.client, c.opts.prefix+"clock-probe:"+redisutil.Token())
+		})
+	}()
+	return ready
+}
+
+// get GETs vk on rc: in a batch of the Cache's GETs when rc is the
+// Cache's client, alone on any other (a near tier's tracked connection).
+func (c *core[T]) get(ctx context.Context, rc redis.Cmdable, vk string) ([]byte, error) {
+	if rc != redis.Cmdable(c.client) {
+		return notString(rc.Get(ctx, vk).Bytes())
+	}
+	return notString(c.gets.Get(ctx, c.client, vk))
+}
+
+// notString turns the reply of a GET of a value key that holds another
+// type than a string (a list, a hash: something else wrote it under the
+// prefix) into bytes that do not decode: a miss, like any foreign value,
+// counted in Stats.DecodeErrors and overwritten by the compute's store (a
+// SET, which replaces any type), not an error on every call. The scripts
+// read such a key as none (see lookLua).
+func notString(b []byte, err error) ([]byte, error) {
+	if err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return []byte{}, nil
+	}
+	return b, err
+}
+
 // readManyRedis is readMany's round trip on rc, behind the circuit
 // breaker: an MGET per slot group, and a PTTL per key if the remaining
 // TTLs are needed and cannot be read from the entries (see readRedis). It
@@ -232,125 +275,4 @@ func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string,
 			rs[i].pttl = d // a value without a TTL is never stale
 		}
 	}
-}
-
-// readyClock reports whether remaining TTLs can be read from entries now,
-// and samples the servers' clock when it is due (see
-// servertime.Clock.Check), on a goroutine of its own that Close does not
-// wait for: a server frozen under a client without read timeouts would
-// hold it, and Close with it. Its context ends at Close or after
-// servertime.Period, but go-redis does not bound a request that went out
-// by its context (unless ContextTimeoutEnabled): the client's read timeout
-// does.
-func (c *core[T]) readyClock() bool {
-	ready, due := c.fresh.clock.Check()
-	if !due {
-		return ready
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(c.life.ctx, servertime.Period)
-		defer cancel()
-		_ = c.fresh.clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
-			return forEachNode(ctx, c.client, f)
-		}, func(ctx context.Context) (bool, error) {
-			return servertime.FollowsClock(ctx, c.client, c.opts.prefix+"clock-probe:"+redisutil.Token())
-		})
-	}()
-	return ready
-}
-
-// readMany is the hit path of many keys: an MGET per slot group (see
-// readManyRedis), one round trip per node, through the client's circuit
-// breaker.
-func (c *core[T]) readMany(ctx context.Context, vks []string) []read {
-	rs := make([]read, len(vks))
-	done, err := c.allow(ctx)
-	if err != nil {
-		for i := range rs {
-			rs[i].err = err
-		}
-		return rs
-	}
-	if c.near != nil {
-		err = c.readManyNear(ctx, vks, rs)
-	} else {
-		err = c.readManyRedis(ctx, c.client, vks, rs)
-	}
-	c.report(done, err)
-	return rs
-}
-
-// readManyNear reads the keys of each node on one of the near tier's
-// tracked connections of that node, if one is free (the nodes in
-// parallel), and the others through the client (see readNear).
-func (c *core[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
-	nodes := make(map[string][]int)
-	for i, vk := range vks {
-		n := c.near.t.Node(vk)
-		nodes[n] = append(nodes[n], i)
-	}
-	var mu sync.Mutex
-	var rest []int
-	var wg sync.WaitGroup
-	for node, is := range nodes {
-		read := func() {
-			ks, part := make([]string, len(is)), make([]read, len(is))
-			for n, i := range is {
-				ks[n] = vks[i]
-			}
-			o, err, ok := c.near.t.Read(ctx, node, func(cn redis.Cmdable) error {
-				return c.readManyRedis(ctx, cn, ks, part)
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if !ok || o == nil || answered(err) { // see readNear
-				rest = append(rest, is...)
-				return
-			}
-			for n, i := range is {
-				rs[i] = part[n]
-				rs[i].owner = o
-			}
-		}
-		if len(nodes) == 1 {
-			read() // a single server: no goroutine
-		} else {
-			wg.Go(read)
-		}
-	}
-	wg.Wait()
-	if len(rest) == 0 {
-		return nil
-	}
-	ks, part := make([]string, len(rest)), make([]read, len(rest))
-	for n, i := range rest {
-		ks[n] = vks[i]
-	}
-	err := c.readManyRedis(ctx, c.client, ks, part)
-	for n, i := range rest {
-		rs[i] = part[n]
-	}
-	return err
-}
-
-// get GETs vk on rc: in a batch of the Cache's GETs when rc is the
-// Cache's client, alone on any other (a near tier's tracked connection).
-func (c *core[T]) get(ctx context.Context, rc redis.Cmdable, vk string) ([]byte, error) {
-	if rc != redis.Cmdable(c.client) {
-		return notString(rc.Get(ctx, vk).Bytes())
-	}
-	return notString(c.gets.Get(ctx, c.client, vk))
-}
-
-// notString turns the reply of a GET of a value key that holds another
-// type than a string (a list, a hash: something else wrote it under the
-// prefix) into bytes that do not decode: a miss, like any foreign value,
-// counted in Stats.DecodeErrors and overwritten by the compute's store (a
-// SET, which replaces any type), not an error on every call. The scripts
-// read such a key as none (see lookLua).
-func notString(b []byte, err error) ([]byte, error) {
-	if err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "WRONGTYPE") {
-		return []byte{}, nil
-	}
-	return b, err
 }
