@@ -116,7 +116,7 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	}
 	ks := c.keys(key)
 	err := c.guard(ctx, func() error {
-		return c.run(ctx, deleteScript, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+		return deleteScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	})
 	c.forget(ks.value)
 	if err != nil {
@@ -242,8 +242,8 @@ func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, t
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
 	stored := c.jittered(ttl) + c.opts.stale
-	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{setScript, []string{ks.value, ks.lock, ks.channel},
-		[]any{b, redisutil.Millis(stored), c.publish}})
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{Script: setScript, Keys: []string{ks.value, ks.lock, ks.channel},
+		Args: []any{b, redisutil.Millis(stored), c.publish}})
 	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
 	err = c.guard(ctx, func() error {
 		if len(calls) == 1 || !c.oneNode() {
@@ -251,21 +251,21 @@ func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, t
 			// the value first: added to a set before it is stored, it
 			// could be voided by an InvalidateTag in between and then
 			// stored, out of every set, for good.
-			err := c.run(ctx, setScript, calls[0].keys, calls[0].args...).Err()
+			err := calls[0].Run(ctx, c.client).Err()
 			if err == nil && len(calls) > 1 {
-				err = firstErr(c.runPipelined(ctx, calls[1:]))
+				err = firstErr(redisutil.RunScripts(ctx, c.client, calls[1:]))
 			}
 			if err != nil && len(calls) > 1 {
 				// Stored (or its reply lost) but maybe in no tag's set,
 				// where InvalidateTag would never find it: undone, unless
 				// a later write replaced it.
 				redisutil.Rollback(ctx, func(ctx context.Context) {
-					_ = c.run(ctx, undoSetScript, []string{ks.value}, b).Err()
+					_ = undoSetScript.Run(ctx, c.client, []string{ks.value}, b).Err()
 				})
 			}
 			return err
 		}
-		return firstErr(c.runPipelined(ctx, calls))
+		return firstErr(redisutil.RunScripts(ctx, c.client, calls))
 	})
 	c.forget(ks.value)
 	if err != nil {

@@ -177,7 +177,7 @@ func writeEveryKindOfKey(t *testing.T, c *Cache[string]) {
 	set, epoch := c.tagKeys("t")
 	registry := c.opts.prefix + tagRegistryName + redisutil.Tag("t")
 	aside := set + ":" + redisutil.Token()
-	if err := c.run(ctx, tagBumpScript, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
+	if err := tagBumpScript.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	written := allKeys(t, c.client)

@@ -117,10 +117,10 @@ func (c *core[T]) store(ctx context.Context, j *job[T], token string, b []byte, 
 	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
 	if split && c.tagFirst(dctx, ro, []string{j.ks.value}, []time.Duration{ttl})[0] {
 		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
-		_ = c.run(dctx, rc.s, rc.keys, rc.args...).Err()
+		_ = rc.Run(dctx, c.client).Err()
 		return errRefused
 	}
-	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
+	n, err := sc.Run(dctx, c.client).Int64()
 	if err == nil && n < 1 { // 0: the lock was not ours; -1: a tag was invalidated
 		return errRefused
 	}
@@ -146,7 +146,7 @@ func (c *core[T]) fail(ctx context.Context, j *job[T], token string, cerr error)
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc := c.failCall(j.ks, token, cerr)
-	n, err := c.run(dctx, sc.s, sc.keys, sc.args...).Int64()
+	n, err := sc.Run(dctx, c.client).Int64()
 	return err != nil || n == 1 // only a refusal (the lock was lost) is not done
 }
 
@@ -160,8 +160,8 @@ func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
 	if c.opts.stale > 0 || c.opts.beta > 0 {
 		throttle = c.opts.refreshRetry
 	}
-	return scriptCall{failScript, []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
-		[]any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
+	return scriptCall{Script: failScript, Keys: []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
+		Args: []any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
 }
 
 // computeLocal runs j's compute without the cache, when Redis is

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +29,6 @@ type core[T any] struct {
 
 	attempts turns            // bounds the lock attempts in flight
 	looks    looks            // picks a Fetch's first look (see look.go)
-	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 	gets     *roundtrip.Gets  // the client's GETs, which share pipelines
 	near     *nearTier[T]     // WithNearCache; nil: none

@@ -215,7 +215,7 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 			return
 		}
 		token, sent := redisutil.Token(), time.Now()
-		n, err := c.run(lctx, refreshScript, []string{j.ks.value, j.ks.lock, j.ks.throttle},
+		n, err := refreshScript.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
 			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
 		c.attempts.give()
 		if redisutil.MayHaveRun(err) {

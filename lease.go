@@ -23,7 +23,7 @@ type extender func(ctx context.Context, ttl time.Duration) (held bool, err error
 // extendOne extends the lease of one key's lock held with token.
 func (c *core[T]) extendOne(ks keys, token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
-		n, err := c.run(ctx, extendScript, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
+		n, err := extendScript.Run(ctx, c.client, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
 		return n > 0, err
 	}
 }

@@ -131,8 +131,6 @@ func TestFetchManyMissCommands(t *testing.T) {
 	loadScripts(t, rdb)
 	hc := countCommands(rdb)
 	c := New[string](rdb, prefix(t))
-	c.loaded.Store(fetchManyScript, true) // loaded above: EVALSHA from the first call
-	c.loaded.Store(storeScript, true)
 	keys := keyRange("k", 20)
 	got, err := c.FetchMany(t.Context(), keys, time.Minute, (&echo{}).compute)
 	if err != nil {

@@ -102,7 +102,7 @@ func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, ent
 			}
 		}
 	}
-	cmds := c.runPipelined(dctx, calls)
+	cmds := redisutil.RunScripts(dctx, c.client, calls)
 	for i, j := range js {
 		if n, err := cmds[i].Int64(); refused[i] || outs[i].b != nil && err == nil && n < 1 {
 			overtaken = append(overtaken, j)
@@ -136,10 +136,10 @@ func (c *core[T]) extendMany(js []*job[T], token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
 		calls := make([]scriptCall, len(groups))
 		for gi := range groups {
-			calls[gi] = scriptCall{extendScript, locks[gi], []any{token, redisutil.Millis(ttl)}}
+			calls[gi] = scriptCall{Script: extendScript, Keys: locks[gi], Args: []any{token, redisutil.Millis(ttl)}}
 		}
 		var first error
-		for _, cmd := range c.runPipelined(ctx, calls) {
+		for _, cmd := range redisutil.RunScripts(ctx, c.client, calls) {
 			n, err := cmd.Int64()
 			switch {
 			case err == nil && n > 0:
@@ -170,7 +170,7 @@ func (c *core[T]) releaseMany(ctx context.Context, js []*job[T], token string) {
 		undo[i] = releaseCall(j.ks, token, c.publish)
 	}
 	dctx, cancel := redisutil.Detached(ctx)
-	c.runPipelined(dctx, undo)
+	redisutil.RunScripts(dctx, c.client, undo)
 	cancel()
 }
 

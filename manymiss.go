@@ -135,10 +135,10 @@ func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []loc
 			keys = append(keys, ks.value, ks.lock, ks.errs)
 			args = append(args, b.jobs[i].bad)
 		}
-		calls[gi] = scriptCall{fetchManyScript, keys, args}
+		calls[gi] = scriptCall{Script: fetchManyScript, Keys: keys, Args: args}
 	}
 	_ = c.attempts.take(ctx) // ctx is never done
-	cmds := c.runPipelined(ctx, calls)
+	cmds := redisutil.RunScripts(ctx, c.client, calls)
 	c.attempts.give()
 	out := make([]lockReply, len(b.jobs))
 	for gi, g := range groups {

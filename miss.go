@@ -195,9 +195,9 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	m.sent = time.Now()
 	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
 	if m.seen == "" && m.bad == "" && m.force == "" {
-		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease).Slice() // its common call
+		res, err = fetchScript.Run(wctx, m.c.client, keys, m.token, lease).Slice() // its common call
 	} else {
-		res, err = m.c.run(wctx, fetchScript, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
+		res, err = fetchScript.Run(wctx, m.c.client, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
 	if look && err == nil {
 		if kind, _ := at[int64](res, 0); kind != replyValue {

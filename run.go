@@ -193,7 +193,7 @@ func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err err
 		if !mayHold || !c.life.goBackground(func() {
 			rctx, cancel := redisutil.Detached(ctx)
 			defer cancel()
-			c.runPipelined(rctx, []scriptCall{release})
+			redisutil.RunScripts(rctx, c.client, []scriptCall{release})
 			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
 		}) {
 			if mayHold {

@@ -261,18 +261,6 @@ redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
 return 1
 `)
 
-// run runs script s on the Cache's client. The first time this Cache runs
-// s, it sends the script's body (EVAL), which loads it on the server as it
-// runs; after that it sends only its SHA (EVALSHA), and go-redis falls back
-// to EVAL on a NOSCRIPT error (another cluster node, a restarted server). So
-// the first miss on a fresh server costs one round trip, not two.
-func (c *core[T]) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if _, loaded := c.loaded.LoadOrStore(s, true); !loaded {
-		return s.Eval(ctx, c.client, keys, args...)
-	}
-	return s.Run(ctx, c.client, keys, args...)
-}
-
 // at returns res[i] as an E, or false.
 func at[E any](res []any, i int) (E, bool) {
 	var zero E
@@ -289,18 +277,17 @@ func at[E any](res []any, i int) (E, bool) {
 // its lost acquires too (see redisutil.Rollback). ctx's end means that no
 // caller waits any more.
 func (c *core[T]) rollback(ctx context.Context, undo ...scriptCall) {
-	redisutil.Rollback(ctx, func(ctx context.Context) { c.runPipelined(ctx, undo) })
+	redisutil.Rollback(ctx, func(ctx context.Context) { redisutil.RunScripts(ctx, c.client, undo) })
 }
 
 // release gives up the lock if it still holds token, and wakes waiters.
 func (c *core[T]) release(ctx context.Context, ks keys, token string) {
 	ctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
-	sc := releaseCall(ks, token, c.publish)
-	_ = c.run(ctx, sc.s, sc.keys, sc.args...).Err()
+	_ = releaseCall(ks, token, c.publish).Run(ctx, c.client).Err()
 }
 
 // releaseCall is the script call of release.
 func releaseCall(ks keys, token, publish string) scriptCall {
-	return scriptCall{releaseScript, []string{ks.lock, ks.channel}, []any{token, publish}}
+	return scriptCall{Script: releaseScript, Keys: []string{ks.lock, ks.channel}, Args: []any{token, publish}}
 }

@@ -10,54 +10,19 @@ import (
 )
 
 // How calls reach Redis: through the client's circuit breaker (guard),
-// lock attempts by turns, and, for FetchMany, scripts sent together in one
+// lock attempts by turns, scripts as redisutil sends them (EVALSHA, then
+// EVAL on NOSCRIPT), and, for FetchMany, scripts sent together in one
 // pipeline (go-redis splits a pipeline per node, so a cluster costs one
 // round trip per node, sent in parallel), with keys grouped by what one
 // script may touch together.
 
-// A scriptCall is one script run that waits for its pipeline.
-type scriptCall struct {
-	s    *redis.Script
-	keys []string
-	args []any
-}
+// A scriptCall is one script run; a pipeline of them is sent by
+// redisutil.RunScripts.
+type scriptCall = redisutil.Call
 
 // maxGroup bounds the keys of one script call (and one MGET), so that a
 // huge batch does not block the server in one long script.
 const maxGroup = 256
-
-// runPipelined runs calls in one pipeline and returns their commands, in
-// order; each carries its own error. As with run, a script's first use by
-// this Cache sends its body (EVAL, which loads it); later ones send its
-// SHA (EVALSHA), and the calls that find it missing (another node, a
-// restarted server) are sent again, with the body, in a second pipeline.
-func (c *core[T]) runPipelined(ctx context.Context, calls []scriptCall) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(calls))
-	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
-		for i, sc := range calls {
-			if _, loaded := c.loaded.LoadOrStore(sc.s, true); !loaded {
-				cmds[i] = sc.s.Eval(ctx, p, sc.keys, sc.args...)
-			} else {
-				cmds[i] = sc.s.EvalSha(ctx, p, sc.keys, sc.args...)
-			}
-		}
-	})
-	var again []int
-	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return cmds
-	}
-	_ = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
-		for _, i := range again {
-			cmds[i] = calls[i].s.Eval(ctx, p, calls[i].keys, calls[i].args...)
-		}
-	})
-	return cmds
-}
 
 // slotGroups splits the indexes of the value keys vks into groups whose
 // keys one script (or one MGET) may touch together: all of them on a single

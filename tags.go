@@ -38,7 +38,7 @@ func (c *core[T]) tagCalls(vk string, ttl time.Duration, tags []string) []script
 	calls := make([]scriptCall, len(tags))
 	for i, t := range tags {
 		set, epoch := c.tagKeys(t)
-		calls[i] = scriptCall{tagAddScript, []string{set, epoch}, []any{vk, redisutil.Millis(ttl)}}
+		calls[i] = scriptCall{Script: tagAddScript, Keys: []string{set, epoch}, Args: []any{vk, redisutil.Millis(ttl)}}
 	}
 	return calls
 }
@@ -84,11 +84,11 @@ func (c *core[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duratio
 		return c.storeCall(ks, token, b, ttl), true
 	}
 	sc = c.storeCall(ks, token, b, ttl)
-	sc.s = storeTaggedScript
+	sc.Script = storeTaggedScript
 	for i, t := range tags {
 		set, epoch := c.tagKeys(t)
-		sc.keys = append(sc.keys, set, epoch)
-		sc.args = append(sc.args, seen[i])
+		sc.Keys = append(sc.Keys, set, epoch)
+		sc.Args = append(sc.Args, seen[i])
 	}
 	return sc, false
 }
@@ -109,7 +109,7 @@ func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, tt
 	for i, vk := range vks {
 		calls = append(calls, c.tagCalls(vk, ttls[i], tags)...)
 	}
-	cmds := c.runPipelined(ctx, calls)
+	cmds := redisutil.RunScripts(ctx, c.client, calls)
 	overtaken = make([]bool, len(vks))
 	for i := range vks {
 		for k := range tags {
@@ -176,8 +176,8 @@ return redis.call('GET', KEYS[2]) or ''
 
 // storeCall is the script call of store.
 func (c *core[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
-	return scriptCall{storeScript, []string{ks.value, ks.lock, ks.channel},
-		[]any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
+	return scriptCall{Script: storeScript, Keys: []string{ks.value, ks.lock, ks.channel},
+		Args: []any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
 }
 
 // Invalidation by group, fleet-wide: InvalidateTag voids the values of a
@@ -202,7 +202,7 @@ func (c *core[T]) invalidateTag(ctx context.Context, t string) error {
 	set, epoch := c.tagKeys(t)
 	registry := c.opts.prefix + tagRegistryName + redisutil.Tag(t)
 	aside := set + ":" + redisutil.Token() // same hash tag: same slot
-	asides, err := c.run(ctx, tagBumpScript, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
+	asides, err := tagBumpScript.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
 	if err != nil {
 		return err
 	}
@@ -241,9 +241,9 @@ func (c *core[T]) void(ctx context.Context, vks []string) error {
 	stale := redisutil.Millis(c.opts.stale)
 	for i, vk := range vks {
 		ks := keysFor(vk)
-		calls[i] = scriptCall{voidScript, []string{ks.value, ks.lock, ks.channel}, []any{c.publish, stale}}
+		calls[i] = scriptCall{Script: voidScript, Keys: []string{ks.value, ks.lock, ks.channel}, Args: []any{c.publish, stale}}
 	}
-	err := firstErr(c.runPipelined(ctx, calls))
+	err := firstErr(redisutil.RunScripts(ctx, c.client, calls))
 	for _, vk := range vks {
 		c.forget(vk)
 	}

@@ -228,7 +228,6 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 		}})
 		// The first use of voidScript is sent as EVAL, with its body.
 		voidScript.Load(ctx, rdb)
-		c.loaded.Store(voidScript, true)
 		if err := c.InvalidateTag(ctx, "T"); err == nil {
 			t.Fatal("InvalidateTag with a failing batch = nil; want its error")
 		}

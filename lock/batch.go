@@ -21,12 +21,11 @@ import (
 // A batcher runs the scripts of every mutex on one client.
 type batcher = roundtrip.Batcher[scriptCall]
 
-// A scriptCall is one script's run, and once answered its reply.
+// A scriptCall is one script's run on a client, and once answered its
+// reply.
 type scriptCall struct {
 	client redis.UniversalClient
-	script *redis.Script
-	keys   []string
-	args   []any
+	call   redisutil.Call
 	cmd    *redis.Cmd
 }
 
@@ -42,7 +41,7 @@ func newBatcher() *batcher { return roundtrip.New(runAlone, serverOf, sendScript
 // runScript runs script on client, as Script.Run does, in a batch of
 // client's batcher b when many calls are in progress (see package roundtrip).
 func runScript(ctx context.Context, b *batcher, client redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c, err := b.Do(ctx, scriptCall{client: client, script: script, keys: keys, args: args})
+	c, err := b.Do(ctx, scriptCall{client: client, call: redisutil.Call{Script: script, Keys: keys, Args: args}})
 	if err != nil {
 		return failed(ctx, err)
 	}
@@ -51,40 +50,29 @@ func runScript(ctx context.Context, b *batcher, client redis.UniversalClient, sc
 
 // runAlone runs c on its own.
 func runAlone(ctx context.Context, c scriptCall) scriptCall {
-	c.cmd = c.script.Run(ctx, c.client, c.keys, c.args...)
+	c.cmd = c.call.Run(ctx, c.client)
 	return c
 }
 
 // serverOf names the lane of c: the server its first key lives on.
 func serverOf(ctx context.Context, c scriptCall) string {
-	return roundtrip.ServerOf(ctx, c.client, c.keys[0])
+	return roundtrip.ServerOf(ctx, c.client, c.call.Keys[0])
 }
 
-// sendScripts runs q's calls in one pipeline. A script flushed from the
-// server's cache (a restart, a failover, SCRIPT FLUSH) ran for no one: its
-// calls go again, as EVAL, which loads it, in one more pipeline; not those
-// whose caller has gone.
+// sendScripts runs q's calls in one pipeline, on their client (one
+// batcher's calls share it). A script flushed from the server's cache (a
+// restart, a failover, SCRIPT FLUSH) ran for no one: its calls go again,
+// as EVAL, which loads it, in one more pipeline (see
+// redisutil.ScriptPipeline); not those whose caller has gone.
 func sendScripts(ctx context.Context, q []*scriptCall, ctxs []context.Context) {
-	pipeline(ctx, q, (*redis.Script).EvalSha)
-	var again []*scriptCall
+	calls := make([]redisutil.Call, len(q))
 	for i, c := range q {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") && ctxs[i].Err() == nil {
-			again = append(again, c)
-		}
+		calls[i] = c.call
 	}
-	if len(again) > 0 {
-		pipeline(ctx, again, (*redis.Script).Eval)
+	left := func(i int) bool { return ctxs[i].Err() != nil }
+	for i, cmd := range (redisutil.ScriptPipeline{Calls: calls, Left: left}).Run(ctx, q[0].client) {
+		q[i].cmd = cmd
 	}
-}
-
-// pipeline sends q's calls with send (EvalSha or Eval) in one pipeline, on
-// their client (one batcher's calls share it).
-func pipeline(ctx context.Context, q []*scriptCall, send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-	_ = redisutil.Pipelined(ctx, q[0].client, func(p redis.Pipeliner) {
-		for _, c := range q {
-			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
-		}
-	})
 }
 
 // failed returns a reply that carries err.

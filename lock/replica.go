@@ -46,8 +46,9 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // batch (see batch.go). bench/README.md ("Mutex with WithReplicaAck")
 // measures the cost against the plain mutex.
 func (o *options) script(ctx context.Context, client redis.UniversalClient, s *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked bool) {
+	call := redisutil.Call{Script: s, Keys: keys, Args: args}
 	if o.acks == 0 {
-		return s.Run(ctx, client, keys, args...), true
+		return call.Run(ctx, client), true
 	}
 	node, err := nodeOf(ctx, client, keys[0])
 	if err != nil {
@@ -55,20 +56,10 @@ func (o *options) script(ctx context.Context, client redis.UniversalClient, s *r
 		cmd.SetErr(err)
 		return cmd, false
 	}
-	var wait *redis.Cmd
-	run := func(eval bool) {
-		_ = redisutil.Pipelined(ctx, node, func(p redis.Pipeliner) {
-			if eval {
-				cmd = s.Eval(ctx, p, keys, args...)
-			} else {
-				cmd = s.EvalSha(ctx, p, keys, args...)
-			}
-			wait = p.Do(ctx, "WAIT", o.acks, o.ackTimeout.Milliseconds())
-		})
-	}
-	if run(false); redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		run(true)
-	}
+	var wait *redis.Cmd // the last pipeline's, after the script's EVAL if it went again
+	cmd = redisutil.ScriptPipeline{Calls: []redisutil.Call{call}, Then: func(p redis.Pipeliner) {
+		wait = p.Do(ctx, "WAIT", o.acks, o.ackTimeout.Milliseconds())
+	}}.Run(ctx, node)[0]
 	n, werr := wait.Int64()
 	return cmd, werr == nil && n >= int64(o.acks)
 }
