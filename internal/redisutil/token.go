@@ -6,7 +6,10 @@ import (
 )
 
 // Token returns 128 random bits, unguessable by other owners, as 22
-// characters.
+// characters. Not a UUID string (github.com/google/uuid): its 36 characters
+// cost every lock key 16 bytes in Redis and every Lock+Unlock two more
+// allocations, for no property a token needs (bench/HISTORY.md, "Issue 40
+// item 6").
 func Token() string {
 	var b [tokenLen]byte
 	return string(appendToken(b[:0]))
