@@ -102,12 +102,6 @@ func (c *core[T]) oneNode() bool {
 	return ok
 }
 
-type counters struct {
-	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
-	nearOff atomic.Bool
-}
-
 // turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
 // at once: half its client's connection pool. When many keys miss at once,
 // the store of a finished compute, the one command that wakes every waiting
@@ -239,7 +233,7 @@ func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, at
 // forget reads after the write.
 func (c *core[T]) forget(vk string) {
 	c.flights.forget(vk)
-	c.nearForget(vk)
+	c.near.forget(vk)
 }
 
 // A hitReader is read's round trip, chosen once by New (see pickReader).

@@ -45,10 +45,8 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		return zero, err
 	}
 	vk := c.valueKey(key)
-	if c.near != nil {
-		if v, err, ok := c.nearHit(ctx, key, vk); ok {
-			return v, err
-		}
+	if v, err, ok := c.near.hit(ctx, key, vk); ok {
+		return v, err
 	}
 	for {
 		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
@@ -62,7 +60,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 // abandoned by its first caller, and the caller should start over.
 func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	id := flightID{fetchFlight, vk}
-	cl, lead := c.flights.join(id, c.heard())
+	cl, lead := c.flights.join(id, c.near.heard())
 	if !lead {
 		c.stats.shared.Add(1)
 		if err := c.turnedAway(); err != nil {
@@ -77,7 +75,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
-	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
+	tk := c.near.ticket(vk) // before the read: an invalidation during it bars the value
 	b, pttl, o, err := c.read(ctx, vk, id, cl)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
@@ -89,7 +87,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
-			c.nearPut(vk, tk, o, b, m, pttl)
+			c.near.put(vk, tk, o, b, m, pttl)
 			c.flights.end(id, cl, r)
 			c.count(ctx, key, r, m.notFound)
 			if limit, ok := c.due(pttl, m); ok {

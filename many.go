@@ -96,7 +96,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 	}
 	tks := make([]near.Ticket, len(vks))
 	for i, vk := range vks {
-		tks[i] = c.nearTicket(vk) // before the read: an invalidation during it bars the value
+		tks[i] = c.near.ticket(vk) // before the read: an invalidation during it bars the value
 	}
 	rs := c.readMany(ctx, vks)
 	var misses []missing
@@ -111,7 +111,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 				bad = sha1hex(r.b)
 				break
 			}
-			c.nearPut(vks[i], tks[i], r.owner, r.b, m, r.pttl)
+			c.near.put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
 			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.notFound && c.stale(r.pttl), NotFound: m.notFound})
 			if !m.notFound {
 				out[k] = v
@@ -147,7 +147,7 @@ func (c *core[T]) nearMany(ctx context.Context, keys []string, out map[string]T)
 	rest = make([]string, 0, len(keys))
 	for _, k := range keys {
 		vk := c.valueKey(k)
-		v, err, ok := c.nearHit(ctx, k, vk)
+		v, err, ok := c.near.hit(ctx, k, vk)
 		switch {
 		case !ok:
 			rest, vks = append(rest, k), append(vks, vk)

@@ -69,7 +69,7 @@ func (c *core[T]) readNear(ctx context.Context, vk string, id flightID, cl *call
 	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
 		return nil, -1, nil, err
 	}
-	c.unheard(id, cl)
+	c.near.unheard(id, cl)
 	b, pttl, err = c.readRedis(ctx, c.client, vk)
 	return b, pttl, nil, err
 }
