@@ -85,8 +85,8 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.notFound})
-	if m.notFound {
+	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
+	if m.NotFound {
 		return zero, notFound(key)
 	}
 	return v, nil

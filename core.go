@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
@@ -147,22 +147,10 @@ type freshRead struct {
 	pttlFirst atomic.Bool
 }
 
-// deadlineOf returns the expiry stamped in entry b, unix ms in the server's
-// clock, or 0 if it carries none.
-func deadlineOf(b []byte) int64 {
-	if !hasExpiry(b) {
-		return 0
-	}
-	if d := binary.BigEndian.Uint64(b[headerLen:]); d <= uint64(servertime.MaxDeadline) {
-		return int64(d)
-	}
-	return 0
-}
-
 // remaining is the least time entry b has left in Redis, from its expiry
 // and the clock, or false if either cannot tell.
 func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
-	d := deadlineOf(b)
+	d := entry.Deadline(b)
 	if d == 0 {
 		return 0, false
 	}

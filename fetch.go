@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
@@ -84,22 +85,22 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
 			c.looks.saw(true)
-			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
+			r := outcome{b: b, hit: true, stale: !m.NotFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
 			c.near.put(vk, tk, o, b, m, pttl)
 			c.flights.end(id, cl, r)
-			c.count(ctx, key, r, m.notFound)
+			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
-			if m.notFound {
+			if m.NotFound {
 				return v, notFound(key), false
 			}
 			return v, nil, false
 		}
 		c.decodeError(ctx, key, derr)
-		bad = sha1hex(b)
+		bad = entry.SHA1(b)
 	case err == redis.Nil:
 		c.looks.saw(false)
 	case ctx.Err() != nil:
@@ -174,8 +175,8 @@ func (c *core[T]) stale(pttl time.Duration) bool {
 // now, and the highest PTTL at which it still should (refreshScript checks it
 // again in Redis, so a value that another process refreshed meanwhile is
 // left alone).
-func (c *core[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool) {
-	if pttl < 0 || m.notFound {
+func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok bool) {
+	if pttl < 0 || m.NotFound {
 		return 0, false
 	}
 	// pttl read from the entry may fall short of the truth by up to Slack:
@@ -184,8 +185,8 @@ func (c *core[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool)
 	if c.opts.stale > 0 && pttl <= c.opts.stale {
 		return c.opts.stale + slack, true
 	}
-	if c.opts.beta > 0 && m.early > 0 && pttl <= c.opts.stale+m.early {
-		return c.opts.stale + m.early + slack, true
+	if c.opts.beta > 0 && m.Early > 0 && pttl <= c.opts.stale+m.Early {
+		return c.opts.stale + m.Early + slack, true
 	}
 	return 0, false
 }

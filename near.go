@@ -10,6 +10,7 @@ import (
 	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -64,14 +65,14 @@ type nearTier[T any] struct {
 	opts    *options
 	stats   *counters
 	flights *group
-	decode  func(b []byte) (T, meta, error)
+	decode  func(b []byte) (T, entry.Meta, error)
 	emit    func(ctx context.Context, e Event) context.Context
 }
 
 // newNear builds the near tier of a Cache on client with opts, whose
 // flights it forgets on invalidations and whose counters it keeps.
 func newNear[T any](client redis.UniversalClient, opts *options, flights *group, stats *counters,
-	decode func([]byte) (T, meta, error), emit func(context.Context, Event) context.Context) *nearTier[T] {
+	decode func([]byte) (T, entry.Meta, error), emit func(context.Context, Event) context.Context) *nearTier[T] {
 	store := otter.Must(&otter.Options[string, nearEntry[T]]{
 		MaximumSize: opts.nearEntries,
 		// Maintenance runs on the goroutine that writes: no goroutine of the
@@ -174,7 +175,7 @@ func (n *nearTier[T]) ticket(vk string) near.Ticket {
 // value that may not enter (read on no tracked connection, o nil; without
 // a TTL; already past that point) removes an older copy, as a refused one
 // does (see near.Index.Admit).
-func (n *nearTier[T]) put(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
+func (n *nearTier[T]) put(vk string, tk near.Ticket, o *near.Owner, b []byte, m entry.Meta, pttl time.Duration) {
 	if n != nil {
 		n.x.Admit(vk, tk, n.admit(vk, o, tk, b, m, pttl))
 	}
@@ -182,13 +183,13 @@ func (n *nearTier[T]) put(vk string, tk near.Ticket, o *near.Owner, b []byte, m 
 
 // admit returns the put of a value read from Redis into the tier, or nil
 // if it may not enter (see put).
-func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, m meta, pttl time.Duration) func() {
+func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, m entry.Meta, pttl time.Duration) func() {
 	if o == nil || pttl <= 0 { // a key without a TTL is no dogpile value
 		return nil
 	}
 	life := pttl - n.opts.stale
-	if n.opts.beta > 0 && !m.notFound {
-		life -= m.early
+	if n.opts.beta > 0 && !m.NotFound {
+		life -= m.Early
 	}
 	if life <= 0 {
 		return nil
@@ -199,7 +200,7 @@ func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, 
 	if err != nil {
 		return nil
 	}
-	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.At + int64(life), owner: o}
+	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), owner: o}
 	return func() { n.store.Set(vk, e) }
 }
 

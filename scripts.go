@@ -54,7 +54,7 @@ end
 const identLua = `
 local function ident(v)
   if #v >= 11 and string.sub(v, 1, 3) == 'dp\3' then v = string.sub(v, 1, 3) .. string.sub(v, 12) end
-  return redis.sha1hex(v)
+  return redis.entry.SHA1(v)
 end
 `
 
