@@ -47,7 +47,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	}
 	if c.opts.stale > 0 || c.opts.beta > 0 || c.opts.nearEntries > 0 {
 		c.fresh = &freshRead{}
-		c.looks.off = true // their hits need the TTL or a tracked read (see look.go)
+		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
 		c.near = newNear(client, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
