@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/dogpile-go/dogpile/internal/entry"
-	"github.com/dogpile-go/dogpile/internal/wake"
 	"github.com/klauspost/compress/s2"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A Codec turns values into bytes and back. Unmarshal receives a pointer to
