@@ -41,16 +41,16 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		gets:     roundtrip.GetsOf(client),
 	}
 	c.flights.m = map[flightID]*call{}
-	c.life.init()
+	c.life.Init(ErrClosed)
 	if c.opts.logger != nil {
 		c.breaker.AddLogger(c.opts.logger) // it logs the client's outages
 	}
 	if c.opts.stale > 0 || c.opts.beta > 0 || c.opts.nearEntries > 0 {
 		c.fresh = &freshRead{}
-		c.looks.off = true // their hits need the TTL or a tracked read (see look.go)
+		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
-		c.near = newNear(c)
+		c.near = newNear(client, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
 	}
 	c.readHit = c.pickReader()
 	return &Cache[T]{c}
@@ -85,8 +85,8 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.notFound})
-	if m.notFound {
+	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
+	if m.NotFound {
 		return zero, notFound(key)
 	}
 	return v, nil
@@ -134,13 +134,11 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 // breaker, the wake-up connection) outlives it. Close may be called more
 // than once.
 func (c *Cache[T]) Close() error {
-	if !c.life.close() {
+	if !c.life.Close() {
 		return nil
 	}
-	if c.near != nil {
-		c.near.t.Stop()
-	}
-	c.life.wg.Wait()
+	c.near.stop()
+	c.life.Wait()
 	return nil
 }
 
@@ -155,9 +153,7 @@ func (c *Cache[T]) Stats() Stats {
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
 		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
 	}
-	if c.near != nil {
-		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
-	}
+	st.NearInvalidations, st.NearFlushes = c.near.counts()
 	return st
 }
 
@@ -184,7 +180,7 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 // InvalidateTag). An empty tag returns an error matching [ErrInvalid].
 // docs/design.md, "Tags", tells how.
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
-	if c.life.done() {
+	if c.life.Done() {
 		return ErrClosed
 	}
 	if slices.Contains(tags, "") {
@@ -202,7 +198,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// The values another process's InvalidateTag of these tags voided
 	// first are gone from the tags' sets, and from this tier only once
 	// their invalidations arrive: wait for them.
-	c.nearSync(ctx)
+	c.near.sync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }
@@ -216,15 +212,13 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 // while Clear runs may survive it. Clear returns the first error a node
 // reported (that node's keys may be partly removed).
 func (c *Cache[T]) Clear(ctx context.Context) error {
-	if c.life.done() {
+	if c.life.Done() {
 		return ErrClosed
 	}
 	err := c.clear(ctx)
 	// After the deletes, as Set does after its write (see forget).
 	c.flights.forgetAll()
-	if c.near != nil {
-		c.near.x.DropAll()
-	}
+	c.near.forgetAll()
 	if err != nil {
 		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
 	}

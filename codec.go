@@ -2,13 +2,15 @@ package dogpile
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // A Codec turns values into bytes and back. Unmarshal receives a pointer to
@@ -28,38 +30,28 @@ func (msgpackCodec) Marshal(v any) ([]byte, error)   { return msgpack.Marshal(v)
 func (msgpackCodec) Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
 
 // encode encodes v as a plain (version 1) entry.
-func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
+func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, entry.Meta{}) }
 
 // encodeEntry encodes v with m; a tombstone carries no value. With
 // WithCompression, a payload longer than its threshold is compressed, if
 // that makes it shorter. WithMaxValueSize bounds the entry as it would be
 // uncompressed: the size a reader checks before decompressing it, so that
 // whatever is stored can be read back (see decompress).
-func (c *core[T]) encodeEntry(v T, m meta) (b []byte, err error) {
+func (c *core[T]) encodeEntry(v T, m entry.Meta) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("codec panicked: %v", r)
 		}
 	}()
 	var p []byte
-	if !m.notFound {
+	if !m.NotFound {
 		if p, err = c.opts.codec.Marshal(v); err != nil {
 			return nil, err
 		}
 	}
 	raw := len(p)
-	p, m.compressed = c.compress(p)
-	switch {
-	case c.fresh != nil:
-		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
-		b = append(b, magic0, magic1, formatDeadline, 0, 0, 0, 0, 0, 0, 0, 0)
-		b = m.append(b)
-	case m == (meta{}):
-		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
-	default:
-		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
-		b = m.append(b)
-	}
+	p, m.Compressed = c.compress(p)
+	b = entry.Append(make([]byte, 0, entry.MaxHeader+len(p)), m, c.fresh != nil)
 	if n := len(b) + raw; n > c.opts.maxValue {
 		return nil, tooLarge{n, c.opts.maxValue}
 	}
@@ -69,7 +61,7 @@ func (c *core[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 // decode decodes the value of an entry; a tombstone is an error.
 func (c *core[T]) decode(b []byte) (T, error) {
 	v, m, err := c.decodeEntry(b)
-	if err == nil && m.notFound {
+	if err == nil && m.NotFound {
 		err = errors.New("a not-found tombstone")
 	}
 	return v, err
@@ -77,30 +69,15 @@ func (c *core[T]) decode(b []byte) (T, error) {
 
 // decodeEntry never panics: a codec that panics on foreign bytes reports an
 // error instead.
-func (c *core[T]) decodeEntry(b []byte) (v T, m meta, err error) {
-	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
-		return v, m, errHeader
+func (c *core[T]) decodeEntry(b []byte) (v T, m entry.Meta, err error) {
+	p, m, err := entry.Parse(b)
+	if err != nil || m.NotFound {
+		return v, m, err
 	}
-	p := b[headerLen:]
-	switch b[2] {
-	case formatVersion:
-	case formatMeta, formatDeadline:
-		if b[2] == formatDeadline {
-			if len(p) < deadlineLen {
-				return v, m, errors.New("entry too short for its expiry")
-			}
-			p = p[deadlineLen:]
-		}
-		if p, m, err = readMeta(p); err != nil || m.notFound {
+	if m.Compressed {
+		if p, err = c.decompress(p, len(b)-len(p)); err != nil {
 			return v, m, err
 		}
-		if m.compressed {
-			if p, err = c.decompress(p, len(b)-len(p)); err != nil {
-				return v, m, err
-			}
-		}
-	default:
-		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -129,7 +106,7 @@ func (c *core[T]) decodeError(ctx context.Context, key string, err error) {
 // A payload that encodeEntry refuses anyway is not compressed: no CPU is
 // spent on it.
 func (c *core[T]) compress(p []byte) ([]byte, bool) {
-	if c.opts.compressMin == 0 || len(p) <= c.opts.compressMin || headerLen+len(p) > c.opts.maxValue {
+	if c.opts.compressMin == 0 || len(p) <= c.opts.compressMin || entry.HeaderLen+len(p) > c.opts.maxValue {
 		return p, false
 	}
 	if z := s2.Encode(nil, p); len(z) < len(p) {
@@ -153,3 +130,46 @@ func (c *core[T]) decompress(p []byte, head int) ([]byte, error) {
 	}
 	return s2.Decode(nil, p)
 }
+
+// maxWakeValue is the longest encoded value that the store script sends
+// along with its wake-up. Longer values are read again by each waiting
+// process (one more round trip), rather than pushed through every
+// subscriber's connection and kept in each Sub.
+const maxWakeValue = 64 << 10
+
+// storedBy returns the value carried by a wake-up payload (see storeScript)
+// if the compute that stored it is the one of holder, the token that the
+// last fetch script saw holding the lock, and the value decodes.
+//
+// Why the token must match: a payload is the value exactly as the holder
+// stored it, in the same atomic step that checked the holder still held
+// the lock (a fenced store, so never a value computed under a lock that a
+// Set, a Delete or a takeover had taken away). Holder's store ran after our
+// fetch script saw holder holding the lock and no value, which was after
+// this flight began: the value is then at least as fresh as a GET made
+// when the wake-up was sent, i.e. what re-reading would have returned at
+// that moment. A payload of any other compute has no such order with
+// respect to our observation: a message published before our subscription
+// was in place (the hub shares one connection, and a Sub joining a
+// channel that another Cache of this process already listens to may be
+// handed a message that was in flight), or by the holder of an earlier
+// lock, may carry a value that a Delete since removed or a Set since
+// replaced. Those, a plain "v", a payload that does not decode, and every
+// other wake-up fall back to reading Redis again (the fetch script), as
+// does a payload replaced by a later message (Set, Delete) before we read
+// it: Payload keeps the latest.
+func (c *core[T]) storedBy(holder, payload string) ([]byte, bool) {
+	token, value, ok := wake.StoredValue(payload)
+	if !ok || holder == "" || token != holder {
+		return nil, false
+	}
+	b := []byte(value)
+	if _, _, err := c.decodeEntry(b); err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
+// notFoundMark starts the error text of a compute that found no value, so
+// that waiting processes return ErrNotFound rather than ErrComputeFailed.
+const notFoundMark = "\x00not found: "

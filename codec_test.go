@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"reflect"
 	"testing"
+
+	"github.com/dogpile-go/dogpile/internal/entry"
 )
 
 type beer struct {
@@ -19,7 +21,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("encode(%+v): %v", v, err)
 		}
-		if !bytes.HasPrefix(b, []byte{'d', 'p', formatVersion}) {
+		if !bytes.HasPrefix(b, []byte{'d', 'p', entry.FormatVersion}) {
 			t.Errorf("encode(%+v) = %q; want the header dp\\x01 first", v, b)
 		}
 		got, err := c.decode(b)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -60,7 +61,7 @@ func TestCompression(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stored) >= len(plain)/3 || stored[2] != formatMeta || stored[3]&flagCompressed == 0 {
+	if len(stored) >= len(plain)/3 || stored[2] != entry.FormatMeta || stored[3]&entry.FlagCompressed == 0 {
 		t.Errorf("stored %d bytes (plain %d), header % x; want compressed to under a third, flagged", len(stored), len(plain), stored[:4])
 	}
 	got, err := c.Get(ctx, "big")
@@ -70,18 +71,18 @@ func TestCompression(t *testing.T) {
 	if err := c.Set(ctx, "small", doc{ID: 1}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := rdb.Get(ctx, c.valueKey("small")).Bytes(); b[2] != formatVersion {
+	if b, _ := rdb.Get(ctx, c.valueKey("small")).Bytes(); b[2] != entry.FormatVersion {
 		t.Errorf("a value under the threshold is stored as format %d; want plain", b[2])
 	}
 
 	if got, err := New[doc](rdb, prefix(t)).Get(ctx, "big"); err != nil || len(got.Items) != 400 {
 		t.Errorf("Get by a Cache without compression = %d items, %v; want the value", len(got.Items), err)
 	}
-	const olderFlags = flagNotFound // what readers before compression knew
+	const olderFlags = entry.FlagNotFound // what readers before compression knew
 	if stored[3]&^olderFlags == 0 {
 		t.Error("the compressed flag is one an older reader knows: it would hand S2 bytes to the codec")
 	}
-	bomb := append([]byte{magic0, magic1, formatMeta, flagCompressed, 0, 0}, s2.Encode(nil, make([]byte, 2<<20))...)
+	bomb := append([]byte{entry.Magic0, entry.Magic1, entry.FormatMeta, entry.FlagCompressed, 0, 0}, s2.Encode(nil, make([]byte, 2<<20))...)
 	if err := rdb.Set(ctx, c.valueKey("bomb"), bomb, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -38,13 +38,13 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 		t.Fatal(err)
 	}
 	_, m, err := c.decodeEntry(raw)
-	if err != nil || m.took < took || m.early < min(earlyFloor*m.took, ttl/3) || m.early > ttl/3 {
+	if err != nil || m.Took < took || m.Early < min(earlyFloor*m.Took, ttl/3) || m.Early > ttl/3 {
 		t.Fatalf("entry meta = %+v, %v; want took >= %v and early in [2·took, ttl/3]", m, err, took)
 	}
 	// Just before the gap a hit serves and refreshes nothing; inside it, a
 	// hit serves the current value and refreshes in the background. The
 	// key's own PTTL says where the gap is, whatever time the fill took.
-	pass(b, c.client.PTTL(ctx, vk).Val()-m.early-margin)
+	pass(b, c.client.PTTL(ctx, vk).Val()-m.Early-margin)
 	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" {
 		t.Fatalf("hit before the gap = %q; want v1", v)
 	}
@@ -52,7 +52,7 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	if n.Load() != 1 {
 		t.Fatalf("%d computes after a hit %v before the gap; want no refresh", n.Load(), margin)
 	}
-	pass(b, c.client.PTTL(ctx, vk).Val()-m.early/2)
+	pass(b, c.client.PTTL(ctx, vk).Val()-m.Early/2)
 	if v, _ := c.Fetch(ctx, "k", ttl, compute); v != "v1" {
 		t.Fatalf("hit inside the gap = %q; want v1 while refreshing", v)
 	}

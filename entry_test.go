@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -18,7 +19,7 @@ func TestEntryReadsOldFormat(t *testing.T) {
 	c := New[beer](nopClient(t))
 	v, m, err := c.decodeEntry([]byte(oldEntry))
 	want := beer{Name: "Pils", ABV: 4.8, Tags: []string{"crisp"}}
-	if err != nil || !reflect.DeepEqual(v, want) || m != (meta{}) {
+	if err != nil || !reflect.DeepEqual(v, want) || m != (entry.Meta{}) {
 		t.Fatalf("decodeEntry(old bytes) = %+v, %+v, %v; want %+v, no meta", v, m, err, want)
 	}
 	// A value with nothing else to record is still written the old way, so
@@ -31,23 +32,23 @@ func TestEntryReadsOldFormat(t *testing.T) {
 
 func TestEntryMeta(t *testing.T) {
 	c := New[beer](nopClient(t))
-	for _, m := range []meta{{took: 150 * time.Millisecond, early: 170 * time.Millisecond}, {took: time.Microsecond}, {notFound: true, took: 2 * time.Second}} {
+	for _, m := range []entry.Meta{{Took: 150 * time.Millisecond, Early: 170 * time.Millisecond}, {Took: time.Microsecond}, {NotFound: true, Took: 2 * time.Second}} {
 		v := beer{Name: "IPA"}
 		b, err := c.encodeEntry(v, m)
 		if err != nil {
 			t.Fatalf("encodeEntry(%+v): %v", m, err)
 		}
-		if b[2] != formatMeta {
-			t.Errorf("encodeEntry(%+v) wrote version %d; want %d", m, b[2], formatMeta)
+		if b[2] != entry.FormatMeta {
+			t.Errorf("encodeEntry(%+v) wrote version %d; want %d", m, b[2], entry.FormatMeta)
 		}
 		got, gm, err := c.decodeEntry(b)
 		if err != nil || gm != m {
 			t.Errorf("decodeEntry(encodeEntry(%+v)) meta = %+v, %v", m, gm, err)
 		}
-		if !m.notFound && !reflect.DeepEqual(got, v) {
+		if !m.NotFound && !reflect.DeepEqual(got, v) {
 			t.Errorf("value = %+v; want %+v", got, v)
 		}
-		if _, err := c.decode(b); m.notFound == (err == nil) {
+		if _, err := c.decode(b); m.NotFound == (err == nil) {
 			t.Errorf("decode of %+v: err = %v; a tombstone (only) is no value", m, err)
 		}
 	}
@@ -66,8 +67,8 @@ func TestEntryUnknownIsAnError(t *testing.T) {
 			t.Errorf("decodeEntry(%q) succeeded; want an error", b)
 		}
 	}
-	if _, _, err := c.decodeEntry([]byte("dp\x07")); !errors.Is(err, errVersion) {
-		t.Errorf("decodeEntry of version 7: %v; want errVersion", err)
+	if _, _, err := c.decodeEntry([]byte("dp\x07")); !errors.Is(err, entry.ErrVersion) {
+		t.Errorf("decodeEntry of version 7: %v; want entry.ErrVersion", err)
 	}
 }
 

@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // FetchMany's round trips: the batch read of every key and the batch lock
@@ -31,7 +32,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
 		id := flightID{fetchFlight, m.vk}
-		cl, lead := c.flights.join(id, c.heard())
+		cl, lead := c.flights.join(id, c.near.heard())
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
@@ -41,7 +42,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 		// key came since (it found no flight to forget, and Redis reports a
 		// key once per read): see group.join.
 		if c.near != nil && (!m.tracked || !c.near.x.Good(m.vk, m.tk)) {
-			c.unheard(id, cl)
+			c.near.unheard(id, cl)
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
@@ -50,8 +51,8 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	if len(b.jobs) == 0 {
 		return ws
 	}
-	bctx, stop := c.life.detach(ctx)
-	if !c.life.goBackground(func() { defer stop(); c.runBatch(bctx, b) }) {
+	bctx, stop := c.life.Detach(ctx)
+	if !c.life.Go(func() { defer stop(); c.runBatch(bctx, b) }) {
 		stop()
 		for _, j := range b.jobs {
 			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})

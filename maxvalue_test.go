@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -76,7 +77,7 @@ func TestMaxValueSizeClaimNotAllocated(t *testing.T) {
 	const claim = 60 << 20
 	c := New[string](rdb, prefix(t), WithCompression(16), WithMaxValueSize(1<<20))
 	defer c.Close()
-	bomb := []byte{magic0, magic1, formatMeta, flagCompressed, 0, 0}
+	bomb := []byte{entry.Magic0, entry.Magic1, entry.FormatMeta, entry.FlagCompressed, 0, 0}
 	bomb = append(binary.AppendUvarint(bomb, claim), 0, 0, 0)
 	for _, k := range []string{"get", "fetch", "many"} {
 		if err := rdb.Set(ctx, c.valueKey(k), bomb, time.Minute).Err(); err != nil {
