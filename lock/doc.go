@@ -43,6 +43,13 @@
 // Redlock counts a server that slow as failed, and waits for no server
 // once a majority has answered.
 //
+// A Redlock's requests to the servers that have not answered once a
+// majority decided go on in the background, each bounded by its timeout;
+// a release gives them 5 ms more, so that normally the lock is gone
+// everywhere when Unlock returns. A lease granted by a bare majority (the
+// others failed) survives no loss among those servers: an extension never
+// re-creates the lock where it is missing.
+//
 // A fencing number is the Redis server's clock in microseconds when it
 // was drawn, or one above the lock's previous number if that is higher (a
 // clock that went back): max(previous + 1, clock). So numbers strictly

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/hold"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redisutil"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 

@@ -8,11 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/hold"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
@@ -22,31 +21,17 @@ import (
 // returns the same [Lease] as a [Mutex], with the same watchdog, lost-lease
 // signal and release semantics.
 //
-// A lease is granted when a majority of servers accepted it, and it is
-// valid for the TTL minus the time since the request was sent minus a
-// drift margin, on the caller's monotonic clock (the lease's safe
-// deadline, see [Lease.Done]). A failed attempt is undone on every server
-// that may have granted it, including one whose grant arrives after the
-// attempt gave up. Extend and the watchdog need a majority too; Unlock
-// releases on all servers.
+// A lease is granted when a majority of servers accepted it, valid for the
+// TTL minus the time since the request was sent minus a drift margin, on
+// the caller's monotonic clock (see [Lease.Done]); a failed attempt is
+// undone everywhere. Extend and the watchdog need a majority too; Unlock
+// releases on all servers. Each call returns once a majority has decided,
+// not when the slowest server answers, so a minority that hangs or is down
+// costs a holder nothing (see the package doc on a bare majority).
 //
-// Each of these calls returns as soon as its outcome is decided (a
-// majority granted, extended or released, or refused, or failed), not
-// when the slowest server answers: a minority of servers that hang or are
-// down costs a holder nothing, and its auto-extended lease lives on. (A
-// release gives the other servers 5 ms more, so that normally the lock is
-// gone everywhere when Unlock returns.) The requests to the rest go on in
-// the background, each bounded by its timeout. A lease granted by a bare
-// majority (the others failed) survives no loss among those servers, as
-// an extension never re-creates the lock where it is missing.
-//
-// Redlock gives no fencing numbers: its servers have no common counter, so
-// [Lease.Fence] returns 0. Where overlapping holders after a process pause
-// would do harm, protect the storage with a fencing scheme of its own.
-// Waiters poll with jittered backoff; there are no push wake-ups.
-//
-// A Redlock holds no state of its own and is safe for concurrent use. The
-// zero value is not usable; create one with [NewRedlock].
+// Redlock gives no fencing numbers ([Lease.Fence] returns 0): its servers
+// have no common counter. Waiters poll with jittered backoff. A Redlock is
+// safe for concurrent use; create one with [NewRedlock].
 type Redlock struct {
 	clients  []redis.UniversalClient
 	releases []*redis.Script // per client: mutexRelease for its publish command

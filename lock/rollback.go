@@ -5,9 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/roundtrip"
-
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
 // releaseLater rolls back token's acquire of h in the background (see
