@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -15,14 +18,12 @@ import (
 func TestTTLJitter(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	ctx := t.Context()
-	c := New[int](rdb, prefix(t), WithTTLJitter(0.2), WithStale(time.Minute))
+	c := dogpile.New[int](rdb, prefix(t), dogpile.WithTTLJitter(0.2), dogpile.WithStale(time.Minute))
 	const ttl, n = 10 * time.Second, 100
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
-		if err := c.Set(ctx, "set"+keys[i], i, ttl); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Set(ctx, "set"+keys[i], i, ttl))
 	}
 	if _, err := c.FetchMany(ctx, keys, ttl, func(_ context.Context, missing []string) (map[string]int, error) {
 		out := map[string]int{}
@@ -36,10 +37,8 @@ func TestTTLJitter(t *testing.T) {
 	for _, kind := range []string{"set", ""} {
 		lo, hi := time.Hour, time.Duration(0)
 		for _, k := range keys {
-			pttl, err := rdb.PTTL(ctx, c.valueKey(kind+k)).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
+			pttl, err := rdb.PTTL(ctx, dogpile.KeysOf(c, kind+k).Value).Result()
+			require.NoError(t, err)
 			fresh := pttl - time.Minute
 			if fresh < 8*time.Second-time.Second || fresh > 12*time.Second {
 				t.Fatalf("%s%s: fresh for %v; want 10s ± 20%%", kind, k, fresh)
@@ -50,6 +49,6 @@ func TestTTLJitter(t *testing.T) {
 			t.Errorf("%q keys: TTLs between %v and %v; want them spread over most of 8s..12s", kind, lo, hi)
 		}
 	}
-	mustPanic(t, "WithTTLJitter(1)", func() { WithTTLJitter(1) })
-	mustPanic(t, "WithTTLJitter(0)", func() { WithTTLJitter(0) })
+	mustPanic(t, "WithTTLJitter(1)", func() { dogpile.WithTTLJitter(1) })
+	mustPanic(t, "WithTTLJitter(0)", func() { dogpile.WithTTLJitter(0) })
 }

@@ -1,11 +1,14 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -15,8 +18,8 @@ import (
 // bound, without waiting for the hung compute.
 func TestMaxComputeHungHolderTakenOver(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t) // miniredis keys expire only on FastForward
-	opts := []Option{prefix(t), WithLease(60 * time.Millisecond), WithMaxCompute(100 * time.Millisecond)}
-	hung, other := New[int](rdb, opts...), New[int](rdb, opts...)
+	opts := []dogpile.Option{prefix(t), dogpile.WithLease(60 * time.Millisecond), dogpile.WithMaxCompute(100 * time.Millisecond)}
+	hung, other := dogpile.New[int](rdb, opts...), dogpile.New[int](rdb, opts...)
 
 	unblock := make(chan struct{})
 	computing := make(chan struct{})
@@ -37,21 +40,15 @@ func TestMaxComputeHungHolderTakenOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	v, err := other.Fetch(ctx, "k", time.Minute, func(context.Context) (int, error) { return 2, nil })
-	if err != nil || v != 2 {
-		t.Fatalf("Fetch while the holder hangs = %v, %v; want 2 from a takeover", v, err)
-	}
-	if s := other.Stats(); s.Takeovers != 1 || s.Computes != 1 {
-		t.Errorf("Stats = %+v; want 1 takeover, 1 compute", s)
-	}
-	if err := <-ctxErr; !errors.Is(err, errComputeTooLong) {
-		t.Errorf("compute's context cause = %v; want errComputeTooLong", err)
-	}
+	require.NoError(t, err, "Fetch while the holder hangs; want 2 from a takeover")
+	require.Equal(t, 2, v, "Fetch while the holder hangs; want 2 from a takeover")
+	s := other.Stats()
+	assert.Equal(t, [2]uint64{1, 1}, [2]uint64{s.Takeovers, s.Computes}, "Stats = %+v; want 1 takeover, 1 compute", s)
+	assert.ErrorIs(t, <-ctxErr, dogpile.ErrComputeTooLong, "compute's context cause; want errComputeTooLong")
 	close(unblock)
-	if err := <-hungDone; err != nil {
-		t.Errorf("hung Fetch = %v; want its own value", err)
-	}
+	assert.NoError(t, <-hungDone, "hung Fetch; want its own value")
 	// The late value must not overwrite the one stored by the takeover.
-	if got, err := other.Get(t.Context(), "k"); err != nil || got != 2 {
-		t.Errorf("Get = %v, %v; want 2 (the hung holder's store is fenced off)", got, err)
-	}
+	got, err := other.Get(t.Context(), "k")
+	assert.NoError(t, err, "Get; want 2 (the hung holder's store is fenced off)")
+	assert.Equal(t, 2, got, "Get; want 2 (the hung holder's store is fenced off)")
 }

@@ -1,15 +1,15 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
 )
@@ -26,10 +26,10 @@ func TestNewRefusesNilClientsAndOptions(t *testing.T) {
 		name, want string
 		f          func()
 	}{
-		{"New(nil)", "dogpile: nil redis client", func() { New[int](nil) }},
-		{"New of a nil *redis.Client", "dogpile: nil redis client: a nil *redis.Client", func() { New[int](typed) }},
-		{"New of a nil *redis.ClusterClient", "a nil *redis.ClusterClient", func() { New[int](cluster) }},
-		{"New with a nil Option", "dogpile: option 2 of 2 given to New is nil", func() { New[int](rdb, WithLease(time.Second), nil) }},
+		{"New(nil)", "dogpile: nil redis client", func() { dogpile.New[int](nil) }},
+		{"New of a nil *redis.Client", "dogpile: nil redis client: a nil *redis.Client", func() { dogpile.New[int](typed) }},
+		{"New of a nil *redis.ClusterClient", "a nil *redis.ClusterClient", func() { dogpile.New[int](cluster) }},
+		{"New with a nil Option", "dogpile: option 2 of 2 given to New is nil", func() { dogpile.New[int](rdb, dogpile.WithLease(time.Second), nil) }},
 		{"lock.NewMutex of a nil *redis.Client", "lock: nil redis client: a nil *redis.Client", func() { lock.NewMutex(typed, "m") }},
 		{"lock.NewRWMutex of a nil *redis.Client", "lock: nil redis client", func() { lock.NewRWMutex(typed, "m") }},
 		{"lock.NewSemaphore of a nil *redis.Client", "lock: nil redis client", func() { lock.NewSemaphore(typed, "m", 2) }},
@@ -37,9 +37,9 @@ func TestNewRefusesNilClientsAndOptions(t *testing.T) {
 		{"lock.NewRedlock of a nil *redis.Client", "lock: nil redis client", func() { lock.NewRedlock([]redis.UniversalClient{rdb, typed}, "m") }},
 		{"lock.NewMutex with a nil Option", `lock: option 1 of 1 given to the mutex "m" is nil`, func() { lock.NewMutex(rdb, "m", nil) }},
 	} {
-		if got := panicOf(tc.f); !strings.Contains(got, tc.want) || !strings.Contains(got, "programmer error") {
-			t.Errorf("%s panicked with %q; want a message with %q", tc.name, got, tc.want)
-		}
+		got := panicOf(tc.f)
+		assert.Contains(t, got, tc.want, "%s panicked with %q; want a message with %q", tc.name, got, tc.want)
+		assert.Contains(t, got, "programmer error", "%s panicked with %q; want a message with %q", tc.name, got, tc.want)
 	}
 }
 
@@ -61,8 +61,8 @@ func panicOf(f func()) (msg string) {
 func TestOptionErrorsNameTheOption(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	ctx := t.Context()
-	holder := New[int](rdb, prefix(t), WithMaxCompute(300*time.Millisecond))
-	waiter := New[int](rdb, prefix(t), WithWaitTimeout(50*time.Millisecond)) // another process
+	holder := dogpile.New[int](rdb, prefix(t), dogpile.WithMaxCompute(300*time.Millisecond))
+	waiter := dogpile.New[int](rdb, prefix(t), dogpile.WithWaitTimeout(50*time.Millisecond)) // another process
 	defer holder.Close()
 	defer waiter.Close()
 	computing := make(chan struct{})
@@ -77,11 +77,11 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 	}()
 	<-computing
 	_, err := waiter.Fetch(ctx, "k", time.Minute, nil2[int])
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "WithWaitTimeout(50ms)") {
-		t.Errorf("Fetch cut by the wait timeout = %v; want DeadlineExceeded naming WithWaitTimeout(50ms)", err)
+	if assert.ErrorIs(t, err, context.DeadlineExceeded, "Fetch cut by the wait timeout; want DeadlineExceeded naming WithWaitTimeout(50ms)") {
+		assert.ErrorContains(t, err, "WithWaitTimeout(50ms)", "Fetch cut by the wait timeout; want DeadlineExceeded naming WithWaitTimeout(50ms)")
 	}
 	err = <-held
-	if !errors.Is(err, errComputeTooLong) || !strings.Contains(err.Error(), "300ms (WithMaxCompute)") {
-		t.Errorf("Fetch whose compute ran out its bound = %v; want the cause naming WithMaxCompute and 300ms", err)
+	if assert.ErrorIs(t, err, dogpile.ErrComputeTooLong, "Fetch whose compute ran out its bound; want the cause naming WithMaxCompute and 300ms") {
+		assert.ErrorContains(t, err, "300ms (WithMaxCompute)", "Fetch whose compute ran out its bound; want the cause naming WithMaxCompute and 300ms")
 	}
 }
