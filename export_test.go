@@ -1,6 +1,14 @@
 package dogpile
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
 
 // This file exports to package dogpile_test what its tests need of the
 // package's internals; it is compiled into the test binary only. The
@@ -48,3 +56,56 @@ func Flights[T any](c *Cache[T]) int {
 // ErrComputeTooLong is the cause that ends a compute's context after
 // WithMaxCompute's limit.
 var ErrComputeTooLong = errComputeTooLong
+
+// BreakerOpen reports whether the circuit of c's client is open.
+func BreakerOpen[T any](c *Cache[T]) bool { return c.breaker.Open() }
+
+// KeysOn returns n keys of c whose values live on s, a master of cc (see
+// keysOn, which the near tier's failover tests share).
+func KeysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
+	t.Helper()
+	return keysOn(t, c, cc, s, n)
+}
+
+// LoadScripts loads every script on every server, so that counts do not
+// include the one-off NOSCRIPT+EVAL of a script's first use.
+func LoadScripts(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := t.Context()
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, s := range []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Encode returns v as c stores it.
+func Encode[T any](c *Cache[T], v T) ([]byte, error) { return c.encode(v) }
+
+// MaxWakeValue is the largest value a wake-up carries; a waiter reads a
+// larger one again.
+const MaxWakeValue = maxWakeValue
+
+// EarlyFloor is WithEarlyRefresh's floor: the gap is at least this many
+// times the compute's duration (times beta).
+const EarlyFloor = earlyFloor
+
+// EntryTiming returns how long the compute of the stored entry raw ran and
+// how long before expiry it is refreshed (WithEarlyRefresh).
+func EntryTiming[T any](c *Cache[T], raw []byte) (took, early time.Duration, err error) {
+	_, m, err := c.decodeEntry(raw)
+	return m.took, m.early, err
+}

@@ -162,3 +162,11 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// noRetryClient returns a client that does not retry failed commands, so
+// that tests of a dead server do not wait out go-redis's retry backoff.
+func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

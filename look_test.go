@@ -23,14 +23,14 @@ import (
 // with a GET.
 func TestFirstLookAdapts(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	cmds := countCommands(rdb)
+	cmds := redistest.RecordCommands(rdb)
 	ctx := context.Background()
 	first := func(c *Cache[string], key string) string {
-		cmds.take()
+		cmds.Take()
 		if _, err := c.Fetch(ctx, key, time.Minute, constant("v")); err != nil {
 			t.Fatal(err)
 		}
-		for _, cmd := range cmds.take() {
+		for _, cmd := range cmds.Take() {
 			if cmd == "get" || cmd == "eval" || cmd == "evalsha" { // not a WithStale Cache's clock probes
 				return cmd
 			}

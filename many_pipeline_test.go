@@ -107,19 +107,19 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 
 	// A single server: one MGET.
 	rdb := redistest.StartServer(t).Client(t)
-	hc := countCommands(rdb)
+	hc := redistest.RecordCommands(rdb)
 	s := New[string](rdb, prefix(t))
 	for _, k := range keys {
 		if err := s.Set(ctx, k, "v:"+k, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hc.take()
+	hc.Take()
 	if got, err = s.FetchMany(ctx, keys, time.Minute, nilMany[string]); err != nil {
 		t.Fatal(err)
 	}
 	wantAll(t, got, keys)
-	if cmds := hc.take(); len(cmds) != 1 || cmds[0] != "mget" {
+	if cmds := hc.Take(); len(cmds) != 1 || cmds[0] != "mget" {
 		t.Errorf("single server sent %v; want one mget", cmds)
 	}
 }
@@ -128,8 +128,8 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 // round trips: the MGET, one lock script for all, one pipeline of stores.
 func TestFetchManyMissCommands(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	loadScripts(t, rdb)
-	hc := countCommands(rdb)
+	LoadScripts(t, rdb)
+	hc := redistest.RecordCommands(rdb)
 	c := New[string](rdb, prefix(t))
 	c.loaded.Store(fetchManyScript, true) // loaded above: EVALSHA from the first call
 	c.loaded.Store(storeScript, true)
@@ -139,7 +139,7 @@ func TestFetchManyMissCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAll(t, got, keys)
-	cmds := hc.take()
+	cmds := hc.Take()
 	evals := 0
 	for _, name := range cmds {
 		if name == "evalsha" {

@@ -49,12 +49,12 @@ func TestFreshReadOneCommand(t *testing.T) {
 				t.Fatal(err)
 			}
 			clockReady(t, c)
-			cmds := countCommands(rdb)
+			cmds := redistest.RecordCommands(rdb)
 			for _, k := range []string{"k", "s"} {
 				if _, err := c.Fetch(ctx, k, time.Hour, constant("x")); err != nil {
 					t.Fatal(err)
 				}
-				if got := noTime(cmds.take()); !slices.Equal(got, []string{"get"}) {
+				if got := noTime(cmds.Take()); !slices.Equal(got, []string{"get"}) {
 					t.Errorf("a hit of %q sent %v; want one GET", k, got)
 				}
 			}
@@ -63,7 +63,7 @@ func TestFreshReadOneCommand(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if got := noTime(cmds.take()); !slices.Equal(got, []string{"mget"}) {
+			if got := noTime(cmds.Take()); !slices.Equal(got, []string{"mget"}) {
 				t.Errorf("FetchMany of two hits sent %v; want one MGET", got)
 			}
 		})
@@ -84,11 +84,11 @@ func TestFreshReadStaleFromEntry(t *testing.T) {
 		t.Fatalf("a fresh hit: %v, Stats %+v; want not stale", err, c.Stats())
 	}
 	time.Sleep(350 * time.Millisecond) // the TTL must run out on the server's clock
-	cmds := countCommands(rdb)
+	cmds := redistest.RecordCommands(rdb)
 	if v, err := c.Fetch(ctx, "k", time.Hour, constant("v2")); v != "v1" || err != nil {
 		t.Fatalf("Fetch = %q, %v; want the stale v1", v, err)
 	}
-	if got := noTime(cmds.take()); len(got) == 0 || got[0] != "get" || slices.Contains(got, "pttl") {
+	if got := noTime(cmds.Take()); len(got) == 0 || got[0] != "get" || slices.Contains(got, "pttl") {
 		t.Errorf("the stale hit sent %v; want a GET and no PTTL", got)
 	}
 	settle(t, c)
@@ -113,7 +113,7 @@ func TestFreshReadInvalidatedStale(t *testing.T) {
 	if err := c.InvalidateTag(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
-	cmds := countCommands(rdb)
+	cmds := redistest.RecordCommands(rdb)
 	block := make(chan struct{})
 	refresh := func(context.Context) (string, error) { <-block; return "v2", nil }
 	v, err := c.Fetch(ctx, "k", time.Hour, refresh)
@@ -125,7 +125,7 @@ func TestFreshReadInvalidatedStale(t *testing.T) {
 	if s := c.Stats(); s.Stale != 1 {
 		t.Errorf("Stats = %+v; want the invalidated value served stale", s)
 	}
-	if got := noTime(cmds.take()); len(got) == 0 || got[0] != "get" || slices.Contains(got, "pttl") {
+	if got := noTime(cmds.Take()); len(got) == 0 || got[0] != "get" || slices.Contains(got, "pttl") {
 		t.Errorf("the hit sent %v; want a GET and no PTTL", got)
 	}
 }
@@ -142,15 +142,15 @@ func TestFreshReadForeignEntry(t *testing.T) {
 	if err := plain.Set(ctx, "k", "v1", time.Second); err != nil { // stale at once for c
 		t.Fatal(err)
 	}
-	cmds := countCommands(rdb)
+	cmds := redistest.RecordCommands(rdb)
 	if v, err := c.Fetch(ctx, "k", time.Hour, constant("v2")); v != "v1" || err != nil {
 		t.Fatalf("Fetch = %q, %v; want v1", v, err)
 	}
-	if got := noTime(cmds.take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {
+	if got := noTime(cmds.Take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {
 		t.Errorf("the hit sent %v; want a GET, then a PTTL", got)
 	}
 	settle(t, c)
-	cmds.take() // the refresh's
+	cmds.Take() // the refresh's
 	if s := c.Stats(); s.Stale != 1 {
 		t.Errorf("Stats = %+v; want v1 served stale (its PTTL is below the stale window)", s)
 	}
@@ -160,7 +160,7 @@ func TestFreshReadForeignEntry(t *testing.T) {
 		if _, err := c.Fetch(ctx, "k", time.Hour, constant("x")); err != nil {
 			t.Fatal(err)
 		}
-		if got := noTime(cmds.take()); !slices.Equal(got, want) {
+		if got := noTime(cmds.Take()); !slices.Equal(got, want) {
 			t.Errorf("a hit sent %v; want %v", got, want)
 		}
 	}
@@ -181,11 +181,11 @@ func TestFreshReadMiniredis(t *testing.T) {
 		return c.fresh.clock.Refused()
 	})
 	b.Advance(time.Hour + time.Second)
-	cmds := countCommands(rdb)
+	cmds := redistest.RecordCommands(rdb)
 	if _, err := c.Fetch(t.Context(), "k", time.Hour, constant("x")); err != nil {
 		t.Fatal(err)
 	}
-	if got := noTime(cmds.take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {
+	if got := noTime(cmds.Take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {
 		t.Errorf("the hit sent %v; want a GET and a PTTL", got)
 	}
 	settle(t, c)

@@ -74,8 +74,8 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 // read again by the waiter (GET, fetch script twice, then once more).
 func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
 	hrdb, wrdb := b.Client(t), b.Client(t)
-	loadScripts(t, hrdb)
-	wcount := countCommands(wrdb)
+	LoadScripts(t, hrdb)
+	wcount := redistest.RecordCommands(wrdb)
 	holder := New[string](hrdb, prefix(t))
 	waiter := New[string](wrdb, prefix(t))
 	big := strings.Repeat("x", maxWakeValue)
@@ -87,7 +87,7 @@ func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
 	if r := <-wres; r.err != nil || r.v != big {
 		t.Fatalf("waiter = %d bytes, %v; want %d bytes", len(r.v), r.err, len(big))
 	}
-	if got := wcount.take(); len(got) != 4 {
+	if got := wcount.Take(); len(got) != 4 {
 		t.Errorf("waiter sent %d commands %v; want 4 (the value read again)", len(got), got)
 	}
 }
