@@ -67,13 +67,16 @@ func KeysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redist
 	return keysOn(t, c, cc, s, n)
 }
 
+// testScripts are the scripts LoadScripts loads and ScriptsLoaded marks.
+var testScripts = []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript}
+
 // LoadScripts loads every script on every server, so that counts do not
 // include the one-off NOSCRIPT+EVAL of a script's first use.
 func LoadScripts(t *testing.T, rdb redis.UniversalClient) {
 	t.Helper()
 	ctx := t.Context()
 	load := func(ctx context.Context, c *redis.Client) error {
-		for _, s := range []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript} {
+		for _, s := range testScripts {
 			if err := s.Load(ctx, c).Err(); err != nil {
 				return err
 			}
@@ -89,6 +92,14 @@ func LoadScripts(t *testing.T, rdb redis.UniversalClient) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// ScriptsLoaded tells c that LoadScripts ran on its servers: c's first run
+// of each script is then an EVALSHA, as a warm Cache's is.
+func ScriptsLoaded[T any](c *Cache[T]) {
+	for _, s := range testScripts {
+		c.loaded.Store(s, true)
 	}
 }
 

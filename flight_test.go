@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dogpile-go/dogpile"
@@ -59,8 +60,8 @@ func TestLeaderRunsItsFlight(t *testing.T) {
 			if here := in == caller; here != (ctx.Done() == nil) {
 				t.Errorf("compute ran in the caller's goroutine: %v; want %v", here, ctx.Done() == nil)
 			}
-			if v, err := c.Get(context.Background(), name); err != nil || v != "v" {
-				t.Errorf("Get = %q, %v; want the computed value", v, err)
+			if v, err := c.Get(context.Background(), name); assert.NoError(t, err, "Get = %q, %v; want the computed value", v, err) {
+				assert.Equal(t, "v", v, "Get = %q, %v; want the computed value", v, err)
 			}
 		})
 	}

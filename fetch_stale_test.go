@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // WithStale: a value past its TTL is served at once, in every process,
 // while one process refreshes it in the background. Cases of the behaviour
@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
-	o := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
+	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
+	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
 	if _, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1")); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	}
 	// Both "processes" answer at once with the stale value while one of
 	// them refreshes; the other's refresh finds the lock taken.
-	for _, c := range []*Cache[string]{a, o, a, o} {
+	for _, c := range []*dogpile.Cache[string]{a, o, a, o} {
 		if v, err := c.Fetch(ctx, "k", time.Minute, refresh); v != "v1" || err != nil {
 			t.Fatalf("Fetch of a stale value = %q, %v; want v1 at once", v, err)
 		}
@@ -58,9 +59,9 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 func testStaleRefreshFailsThrottled(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	const retry, stale = 200 * time.Millisecond, 1500 * time.Millisecond
-	cs := []*Cache[string]{
-		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
-		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+	cs := []*dogpile.Cache[string]{
+		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
+		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 	}
 	if _, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1")); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // WithNegativeTTL: a compute's ErrNotFound is remembered in every process
 // for a while; without it, nothing is stored. Cases of the behaviour suite
@@ -12,40 +12,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func testNegativeCaching(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
-	o := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute), WithLease(time.Minute))
+	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithNegativeTTL(time.Minute), dogpile.WithLease(time.Minute))
+	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithNegativeTTL(time.Minute), dogpile.WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
-		return "", fmt.Errorf("no such beer: %w", ErrNotFound)
+		return "", fmt.Errorf("no such beer: %w", dogpile.ErrNotFound)
 	})
 	close(release)
 	for who, ch := range map[string]chan result[string]{"holder": hres, "waiter": wres} {
-		if r := <-ch; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+		if r := <-ch; !errors.Is(r.err, dogpile.ErrNotFound) || errors.Is(r.err, dogpile.ErrComputeFailed) {
 			t.Errorf("%s: err = %v; want ErrNotFound", who, r.err)
 		}
 	}
 	// Remembered in every process: no compute until the negative TTL ends.
 	var computes atomic.Int32
-	for _, c := range []*Cache[string]{a, o} {
+	for _, c := range []*dogpile.Cache[string]{a, o} {
 		_, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
 			computes.Add(1)
 			return "found", nil
 		})
-		if !errors.Is(err, ErrNotFound) {
-			t.Errorf("Fetch of a tombstone: err = %v; want ErrNotFound", err)
-		}
-		if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+		assert.ErrorIs(t, err, dogpile.ErrNotFound, "Fetch of a tombstone: err = %v; want ErrNotFound", err)
+		if _, err := c.Get(ctx, "k"); !errors.Is(err, dogpile.ErrNotFound) {
 			t.Errorf("Get of a tombstone: err = %v; want ErrNotFound", err)
 		}
 	}
 	if n := computes.Load(); n != 0 {
 		t.Errorf("computes while not found is cached = %d; want 0", n)
 	}
-	pttl, err := a.client.PTTL(ctx, a.keys("k").value).Result()
+	pttl, err := dogpile.Client(a).PTTL(ctx, dogpile.KeysOf(a, "k").Value).Result()
 	if err != nil || pttl <= 0 || pttl > time.Minute {
 		t.Errorf("tombstone PTTL = %v, %v; want the negative TTL", pttl, err)
 	}
@@ -53,19 +54,19 @@ func testNegativeCaching(t *testing.T, b redistest.Backend) {
 
 func testNotFoundWithoutNegativeTTL(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
-	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
+	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, a, o, ctx, "k", func(context.Context) (string, error) {
-		return "", ErrNotFound
+		return "", dogpile.ErrNotFound
 	})
 	close(release)
-	if r := <-hres; !errors.Is(r.err, ErrNotFound) {
+	if r := <-hres; !errors.Is(r.err, dogpile.ErrNotFound) {
 		t.Errorf("holder: err = %v; want ErrNotFound", r.err)
 	}
-	if r := <-wres; !errors.Is(r.err, ErrNotFound) || errors.Is(r.err, ErrComputeFailed) {
+	if r := <-wres; !errors.Is(r.err, dogpile.ErrNotFound) || errors.Is(r.err, dogpile.ErrComputeFailed) {
 		t.Errorf("waiter: err = %v; want ErrNotFound, not ErrComputeFailed", r.err)
 	}
-	if _, err := a.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+	if _, err := a.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get after not found: err = %v; want ErrMiss (nothing stored)", err)
 	}
 }

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // Counting the commands a client sends: what a Fetch costs in round trips.
 
@@ -7,16 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // testCommandsPerFetch counts what a holder, a hit and a waiter send.
 func testCommandsPerFetch(t *testing.T, b redistest.Backend) {
 	hrdb, wrdb := b.Client(t), b.Client(t)
-	LoadScripts(t, hrdb)
+	dogpile.LoadScripts(t, hrdb)
 	hcount, wcount := redistest.RecordCommands(hrdb), redistest.RecordCommands(wrdb)
-	holder := New[int](hrdb, prefix(t))
-	waiter := New[int](wrdb, prefix(t))
+	holder := dogpile.New[int](hrdb, prefix(t))
+	waiter := dogpile.New[int](wrdb, prefix(t))
 
 	// Winner: GET, fetch script (takes the lock), store script.
 	if _, err := holder.Fetch(t.Context(), "w", time.Minute, func(context.Context) (int, error) { return 1, nil }); err != nil {
