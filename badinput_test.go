@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // Arguments that come from data (keys, TTLs) are refused with ErrInvalid,
 // with no I/O; programmer errors (a nil compute, a bad option) panic.
@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile"
 )
 
 func TestBadInput(t *testing.T) {
-	c := New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	c := dogpile.New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
 	ctx := context.Background()
 	ok := func(context.Context) (int, error) { return 1, nil }
 	// Keys and TTLs may come from data: an error naming the argument, no
@@ -30,33 +32,33 @@ func TestBadInput(t *testing.T) {
 		"Get empty key":    first(c.Get(ctx, "")),
 		"Delete empty key": c.Delete(ctx, ""),
 	} {
-		if !errors.Is(err, ErrInvalid) {
+		if !errors.Is(err, dogpile.ErrInvalid) {
 			t.Errorf("%s: err = %v; want ErrInvalid", name, err)
 		} else if !strings.Contains(err.Error(), "key") && !strings.Contains(err.Error(), "ttl") {
 			t.Errorf("%s: err = %v; want it to name the argument", name, err)
 		}
 	}
 	// Programmer errors stay panics.
-	mustPanic(t, "New(nil)", func() { New[int](nil) })
+	mustPanic(t, "New(nil)", func() { dogpile.New[int](nil) })
 	mustPanic(t, "Fetch with nil compute", func() { _, _ = c.Fetch(ctx, "k", time.Minute, nil) })
 	mustPanic(t, "Refresh with nil compute", func() { _, _ = c.Refresh(ctx, "k", time.Minute, nil) })
-	mustPanic(t, "WithPrefix with a brace", func() { WithPrefix("a{") })
-	mustPanic(t, `WithPrefix("")`, func() { WithPrefix("") })
-	mustPanic(t, "WithLease(0)", func() { WithLease(0) })
-	mustPanic(t, "WithMaxCompute(0)", func() { WithMaxCompute(0) })
-	mustPanic(t, "WithCodec(nil)", func() { WithCodec(nil) })
-	mustPanic(t, "WithWaitTimeout(-1)", func() { WithWaitTimeout(-1) })
-	mustPanic(t, "WithStale(0)", func() { WithStale(0) })
-	mustPanic(t, "WithNegativeTTL(0)", func() { WithNegativeTTL(0) })
-	mustPanic(t, "WithEarlyRefresh(0)", func() { WithEarlyRefresh(0) })
-	mustPanic(t, "WithRefreshRetry(0)", func() { WithRefreshRetry(0) })
-	_ = c.client.Close()
+	mustPanic(t, "WithPrefix with a brace", func() { dogpile.WithPrefix("a{") })
+	mustPanic(t, `WithPrefix("")`, func() { dogpile.WithPrefix("") })
+	mustPanic(t, "WithLease(0)", func() { dogpile.WithLease(0) })
+	mustPanic(t, "WithMaxCompute(0)", func() { dogpile.WithMaxCompute(0) })
+	mustPanic(t, "WithCodec(nil)", func() { dogpile.WithCodec(nil) })
+	mustPanic(t, "WithWaitTimeout(-1)", func() { dogpile.WithWaitTimeout(-1) })
+	mustPanic(t, "WithStale(0)", func() { dogpile.WithStale(0) })
+	mustPanic(t, "WithNegativeTTL(0)", func() { dogpile.WithNegativeTTL(0) })
+	mustPanic(t, "WithEarlyRefresh(0)", func() { dogpile.WithEarlyRefresh(0) })
+	mustPanic(t, "WithRefreshRetry(0)", func() { dogpile.WithRefreshRetry(0) })
+	_ = dogpile.Client(c).Close()
 }
 
 func first[T any](_ T, err error) error { return err }
 
 func TestFetchManyBadInput(t *testing.T) {
-	c := New[string](nopClient(t)) // any I/O would fail
+	c := dogpile.New[string](nopClient(t)) // any I/O would fail
 	ctx := t.Context()
 	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
 	if err != nil || got == nil || len(got) != 0 {
@@ -72,12 +74,12 @@ func TestFetchManyBadInput(t *testing.T) {
 		{[]string{"a"}, 0, "below 1ms"},
 	} {
 		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
+		if !errors.Is(err, dogpile.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
 			t.Errorf("FetchMany(%q, %v) = %v, %v; want nil, ErrInvalid saying %q", tc.keys, tc.ttl, got, err, tc.want)
 		}
 	}
 	mustPanic(t, "FetchMany(nil compute)", func() { _, _ = c.FetchMany(ctx, []string{"a"}, time.Minute, nil) })
-	if s := c.Stats(); s != (Stats{}) {
+	if s := c.Stats(); s != (dogpile.Stats{}) {
 		t.Errorf("Stats = %+v; want nothing counted", s)
 	}
 }
