@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -25,11 +28,9 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	raw := s.Client(t)
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c := New[string](rdb, prefix(t), WithNearCache(100), withNear(nearTest()), WithStale(time.Minute))
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(100), dogpile.WithNearTest(), dogpile.WithStale(time.Minute))
 	ctx := context.Background()
-	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "k", "v", time.Minute))
 	fetchNear(t, c, "k")
 	computing, cause, fetched := make(chan struct{}), make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -42,17 +43,15 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		fetched <- err
 	}()
 	<-computing
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-cause; !errors.Is(err, ErrClosed) {
+	require.NoError(t, c.Close())
+	if err := <-cause; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("compute's context cause = %v; want ErrClosed", err)
 	}
-	if err := <-fetched; !errors.Is(err, ErrClosed) {
+	if err := <-fetched; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("Fetch in flight at Close = %v; want ErrClosed", err)
 	}
-	if n, err := raw.Exists(ctx, keysFor(c.valueKey("slow")).lock).Result(); err != nil || n != 0 {
-		t.Errorf("the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
+	if n, err := raw.Exists(ctx, dogpile.KeysOf(c, "slow").Lock).Result(); assert.NoError(t, err, "the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err) {
+		assert.EqualValues(t, 0, n, "the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
 	}
 	calls := map[string]func() error{
 		"Fetch":     func() error { _, err := c.Fetch(ctx, "k", time.Minute, constant("x")); return err },
@@ -61,16 +60,14 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		"Get":       func() error { _, err := c.Get(ctx, "k"); return err },
 		"Set":       func() error { return c.Set(ctx, "k", "x", time.Minute) },
 		"Delete":    func() error { return c.Delete(ctx, "k") },
-		"Close":     func() error { return errors.Join(c.Close(), ErrClosed) },
+		"Close":     func() error { return errors.Join(c.Close(), dogpile.ErrClosed) },
 	}
 	for name, call := range calls {
-		if err := call(); !errors.Is(err, ErrClosed) {
+		if err := call(); !errors.Is(err, dogpile.ErrClosed) {
 			t.Errorf("%s after Close = %v; want ErrClosed", name, err)
 		}
 	}
-	if err := rdb.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
 
@@ -85,10 +82,10 @@ func nil2Many(context.Context, []string) (map[string]string, error) {
 // Cache is left running once the client is closed too.
 func TestCloseEndsEveryWait(t *testing.T) {
 	s := redistest.StartServer(t)
-	other := New[string](s.Client(t), prefix(t))
+	other := dogpile.New[string](s.Client(t), prefix(t))
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c := New[string](rdb, prefix(t), WithStale(time.Minute))
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithStale(time.Minute))
 	ctx := context.Background()
 
 	held, release := make(chan struct{}), make(chan struct{})
@@ -103,14 +100,12 @@ func TestCloseEndsEveryWait(t *testing.T) {
 	}()
 	<-held
 	waiting := make(chan struct{}, 1)
-	c.onWait = func(string) { waiting <- struct{}{} }
+	dogpile.OnWait(c, func(string) { waiting <- struct{}{} })
 	waited := make(chan error, 1)
 	go func() { _, err := c.Fetch(ctx, "w", time.Minute, constant("x")); waited <- err }()
 	<-waiting
 
-	if err := c.Set(ctx, "s", "old", time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "s", "old", time.Millisecond))
 	time.Sleep(5 * time.Millisecond) // past its TTL: stale from now on
 	refreshing, refreshCause := make(chan struct{}), make(chan error, 1)
 	if v, err := c.Fetch(ctx, "s", time.Minute, func(ctx context.Context) (string, error) {
@@ -134,27 +129,21 @@ func TestCloseEndsEveryWait(t *testing.T) {
 	}()
 	<-batching
 
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	for what, ch := range map[string]chan error{"Fetch waiting for another process": waited, "FetchMany computing": batched} {
 		select {
 		case err := <-ch:
-			if !errors.Is(err, ErrClosed) {
-				t.Errorf("%s at Close = %v; want ErrClosed", what, err)
-			}
+			assert.ErrorIs(t, err, dogpile.ErrClosed, "%s at Close = %v; want ErrClosed", what, err)
 		case <-time.After(5 * time.Second):
 			t.Errorf("%s still running 5 s after Close", what)
 		}
 	}
-	if err := <-refreshCause; !errors.Is(err, ErrClosed) {
+	if err := <-refreshCause; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("background refresh's context cause = %v; want ErrClosed", err)
 	}
 	close(release) // the other process's compute ends
 	<-otherDone
-	if err := rdb.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
 
@@ -167,15 +156,15 @@ func TestCloseIsNoComputeError(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	var mu sync.Mutex
 	var ends []error
-	observe := WithObserver(func(ctx context.Context, e Event) context.Context {
-		if e.Kind == EventComputeEnd {
+	observe := dogpile.WithObserver(func(ctx context.Context, e dogpile.Event) context.Context {
+		if e.Kind == dogpile.EventComputeEnd {
 			mu.Lock()
 			ends = append(ends, e.Err)
 			mu.Unlock()
 		}
 		return nil
 	})
-	c := New[string](rdb, prefix(t), observe)
+	c := dogpile.New[string](rdb, prefix(t), observe)
 	ctx := t.Context()
 	if _, err := c.Fetch(ctx, "fails", time.Minute, func(context.Context) (string, error) {
 		return "", errors.New("backend down")
@@ -200,16 +189,14 @@ func TestCloseIsNoComputeError(t *testing.T) {
 		})
 	})
 	computing.Wait()
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	done.Wait()
 	if n := c.Stats().ComputeErrors; n != 1 {
 		t.Errorf("ComputeErrors = %d; want 1, the compute that failed on its own", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(ends) != 3 || errors.Is(ends[0], ErrClosed) || !errors.Is(ends[1], ErrClosed) || !errors.Is(ends[2], ErrClosed) {
+	if len(ends) != 3 || errors.Is(ends[0], dogpile.ErrClosed) || !errors.Is(ends[1], dogpile.ErrClosed) || !errors.Is(ends[2], dogpile.ErrClosed) {
 		t.Errorf("ComputeEnd errors = %v; want the failure, then ErrClosed twice", ends)
 	}
 }

@@ -157,3 +157,18 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// fetchNear fetches key until the answer comes from the near tier (tracking
+// is in place and the value was read once), and returns it.
+func fetchNear[T any](t *testing.T, c *dogpile.Cache[T], key string) T {
+	t.Helper()
+	var v T
+	redistest.Eventually(t, "a near hit on "+key, func() bool {
+		before := c.Stats().NearHits
+		var err error
+		v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T])
+		require.NoError(t, err, "Fetch(%q)", key)
+		return c.Stats().NearHits > before
+	})
+	return v
+}
