@@ -2,7 +2,8 @@ package dogpile_test
 
 // WithStale: a value past its TTL is served at once, in every process,
 // while one process refreshes it in the background. Cases of the behaviour
-// suite (fetch_test.go); across processes, see stale_takeover_test.go.
+// suite (fetch_test.go); across processes, see
+// fleet_stale_takeover_test.go.
 
 import (
 	"context"
