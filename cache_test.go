@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 
 	"github.com/dogpile-go/dogpile"
 )
@@ -79,7 +80,5 @@ func TestFetchManyBadInput(t *testing.T) {
 		}
 	}
 	mustPanic(t, "FetchMany(nil compute)", func() { _, _ = c.FetchMany(ctx, []string{"a"}, time.Minute, nil) })
-	if s := c.Stats(); s != (dogpile.Stats{}) {
-		t.Errorf("Stats = %+v; want nothing counted", s)
-	}
+	assert.Equal(t, dogpile.Stats{}, c.Stats(), "Stats; want nothing counted")
 }

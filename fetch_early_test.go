@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dogpile-go/dogpile"
@@ -30,9 +31,8 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 		time.Sleep(took)
 		return fmt.Sprint("v", n.Add(1)), nil
 	}
-	if _, err := c.Fetch(ctx, "k", ttl, compute); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.Fetch(ctx, "k", ttl, compute)
+	require.NoError(t, err)
 	vk := dogpile.KeysOf(c, "k").Value
 	raw, err := dogpile.Client(c).Get(ctx, vk).Bytes()
 	require.NoError(t, err)
@@ -57,8 +57,8 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 		t.Fatalf("hit inside the gap = %q; want v1 while refreshing", v)
 	}
 	settle(t, c)
-	if v, err := c.Get(ctx, "k"); v != "v2" || err != nil {
-		t.Errorf("after the early refresh Get = %q, %v; want v2", v, err)
+	if v, err := c.Get(ctx, "k"); assert.NoError(t, err, "after the early refresh Get = %q, %v; want v2", v, err) {
+		assert.Equal(t, "v2", v, "after the early refresh Get = %q, %v; want v2", v, err)
 	}
 	if s := c.Stats(); s.Refreshes != 1 || s.Misses != 1 {
 		t.Errorf("Stats = %+v; want one refresh and only the first fill missed", s)

@@ -39,13 +39,10 @@ func testNegativeCaching(t *testing.T, b redistest.Backend) {
 			return "found", nil
 		})
 		assert.ErrorIs(t, err, dogpile.ErrNotFound, "Fetch of a tombstone: err = %v; want ErrNotFound", err)
-		if _, err := c.Get(ctx, "k"); !errors.Is(err, dogpile.ErrNotFound) {
-			t.Errorf("Get of a tombstone: err = %v; want ErrNotFound", err)
-		}
+		_, err = c.Get(ctx, "k")
+		assert.ErrorIs(t, err, dogpile.ErrNotFound, "Get of a tombstone: err = %v; want ErrNotFound", err)
 	}
-	if n := computes.Load(); n != 0 {
-		t.Errorf("computes while not found is cached = %d; want 0", n)
-	}
+	assert.Zero(t, computes.Load(), "computes while not found is cached; want 0")
 	pttl, err := dogpile.Client(a).PTTL(ctx, dogpile.KeysOf(a, "k").Value).Result()
 	if err != nil || pttl <= 0 || pttl > time.Minute {
 		t.Errorf("tombstone PTTL = %v, %v; want the negative TTL", pttl, err)
@@ -60,13 +57,10 @@ func testNotFoundWithoutNegativeTTL(t *testing.T, b redistest.Backend) {
 		return "", dogpile.ErrNotFound
 	})
 	close(release)
-	if r := <-hres; !errors.Is(r.err, dogpile.ErrNotFound) {
-		t.Errorf("holder: err = %v; want ErrNotFound", r.err)
-	}
+	assert.ErrorIs(t, (<-hres).err, dogpile.ErrNotFound, "holder: want ErrNotFound")
 	if r := <-wres; !errors.Is(r.err, dogpile.ErrNotFound) || errors.Is(r.err, dogpile.ErrComputeFailed) {
 		t.Errorf("waiter: err = %v; want ErrNotFound, not ErrComputeFailed", r.err)
 	}
-	if _, err := a.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
-		t.Errorf("Get after not found: err = %v; want ErrMiss (nothing stored)", err)
-	}
+	_, err := a.Get(ctx, "k")
+	assert.ErrorIs(t, err, dogpile.ErrMiss, "Get after not found: err = %v; want ErrMiss (nothing stored)", err)
 }

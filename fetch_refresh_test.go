@@ -25,8 +25,8 @@ func testRefreshForces(t *testing.T, b redistest.Backend) {
 	if v, err := c.Refresh(ctx, "k", time.Minute, constant("new")); v != "new" || err != nil {
 		t.Fatalf("Refresh = %q, %v; want new", v, err)
 	}
-	if v, err := dogpile.New[string](b.Client(t), prefix(t)).Get(ctx, "k"); v != "new" || err != nil {
-		t.Errorf("Get after Refresh = %q, %v; want new", v, err)
+	if v, err := dogpile.New[string](b.Client(t), prefix(t)).Get(ctx, "k"); assert.NoError(t, err, "Get after Refresh = %q, %v; want new", v, err) {
+		assert.Equal(t, "new", v, "Get after Refresh = %q, %v; want new", v, err)
 	}
 	errDB := errors.New("db down")
 	if _, err := c.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) { return "", errDB }); !errors.Is(err, errDB) {

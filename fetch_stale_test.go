@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
@@ -20,9 +23,8 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
 	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
-	if _, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1"))
+	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
 
 	var computes atomic.Int32
@@ -48,8 +50,8 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	if n := computes.Load(); n != 1 {
 		t.Errorf("refresh computes = %d; want 1", n)
 	}
-	if v, err := o.Fetch(ctx, "k", time.Minute, refresh); v != "v2" || err != nil {
-		t.Errorf("Fetch after the refresh = %q, %v; want v2", v, err)
+	if v, err := o.Fetch(ctx, "k", time.Minute, refresh); assert.NoError(t, err, "Fetch after the refresh = %q, %v; want v2", v, err) {
+		assert.Equal(t, "v2", v, "Fetch after the refresh = %q, %v; want v2", v, err)
 	}
 	sa, so := a.Stats(), o.Stats()
 	if sa.Stale != 2 || sa.Refreshes+so.Refreshes != 1 {
@@ -64,9 +66,8 @@ func testStaleRefreshFailsThrottled(t *testing.T, b redistest.Backend) {
 		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 	}
-	if _, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1"))
+	require.NoError(t, err)
 	pass(b, 60*time.Millisecond)
 	var calls atomic.Int32
 	errDB := errors.New("db down")

@@ -81,9 +81,8 @@ func TestObserver(t *testing.T) {
 	if r := <-wres; r.err != nil {
 		t.Fatal(r.err)
 	}
-	if _, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int]); err != nil {
-		t.Fatal(err)
-	}
+	_, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int])
+	require.NoError(t, err)
 
 	if got, want := hr.kinds(), []dogpile.EventKind{dogpile.EventComputeStart, dogpile.EventComputeEnd, dogpile.EventMiss}; !slices.Equal(got, want) {
 		t.Errorf("holder events %v; want %v", got, want)
@@ -133,9 +132,8 @@ func TestFetchManyObserver(t *testing.T) {
 	rec := &recorder{}
 	c := dogpile.New[string](redistest.StartServer(t).Client(t), prefix(t), dogpile.WithObserver(rec.observe))
 	require.NoError(t, c.Set(t.Context(), "hit", "v:hit", time.Minute))
-	if _, err := c.FetchMany(t.Context(), []string{"hit", "a", "b"}, time.Minute, (&echo{}).compute); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.FetchMany(t.Context(), []string{"hit", "a", "b"}, time.Minute, (&echo{}).compute)
+	require.NoError(t, err)
 	kinds := rec.kinds()
 	count := func(k dogpile.EventKind) int {
 		return len(slices.DeleteFunc(slices.Clone(kinds), func(x dogpile.EventKind) bool { return x != k }))
