@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkFetchHit(b *testing.B) {
 						b.Fatal(err)
 					}
 					var got beer
-					if err := msgpack.Unmarshal(raw[headerLen:], &got); err != nil {
+					if err := msgpack.Unmarshal(raw[entry.HeaderLen:], &got); err != nil {
 						b.Fatal(err)
 					}
 				}

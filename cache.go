@@ -47,10 +47,10 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	}
 	if c.opts.stale > 0 || c.opts.beta > 0 || c.opts.nearEntries > 0 {
 		c.fresh = &freshRead{}
-		c.looks.off = true // their hits need the TTL or a tracked read (see look.go)
+		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
-		c.near = newNear(c)
+		c.near = newNear(client, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
 	}
 	c.readHit = c.pickReader()
 	return &Cache[T]{c}
@@ -85,8 +85,8 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.notFound})
-	if m.notFound {
+	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
+	if m.NotFound {
 		return zero, notFound(key)
 	}
 	return v, nil
@@ -137,9 +137,7 @@ func (c *Cache[T]) Close() error {
 	if !c.life.close() {
 		return nil
 	}
-	if c.near != nil {
-		c.near.t.Stop()
-	}
+	c.near.stop()
 	c.life.wg.Wait()
 	return nil
 }
@@ -155,9 +153,7 @@ func (c *Cache[T]) Stats() Stats {
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
 		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
 	}
-	if c.near != nil {
-		st.NearInvalidations, st.NearFlushes = c.near.x.Invalidations(), c.near.x.Flushes()
-	}
+	st.NearInvalidations, st.NearFlushes = c.near.counts()
 	return st
 }
 
@@ -202,7 +198,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// The values another process's InvalidateTag of these tags voided
 	// first are gone from the tags' sets, and from this tier only once
 	// their invalidations arrive: wait for them.
-	c.nearSync(ctx)
+	c.near.sync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }
@@ -222,9 +218,7 @@ func (c *Cache[T]) Clear(ctx context.Context) error {
 	err := c.clear(ctx)
 	// After the deletes, as Set does after its write (see forget).
 	c.flights.forgetAll()
-	if c.near != nil {
-		c.near.x.DropAll()
-	}
+	c.near.forgetAll()
 	if err != nil {
 		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
 	}

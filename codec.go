@@ -2,11 +2,11 @@ package dogpile
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/klauspost/compress/s2"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -28,38 +28,28 @@ func (msgpackCodec) Marshal(v any) ([]byte, error)   { return msgpack.Marshal(v)
 func (msgpackCodec) Unmarshal(b []byte, v any) error { return msgpack.Unmarshal(b, v) }
 
 // encode encodes v as a plain (version 1) entry.
-func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, meta{}) }
+func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, entry.Meta{}) }
 
 // encodeEntry encodes v with m; a tombstone carries no value. With
 // WithCompression, a payload longer than its threshold is compressed, if
 // that makes it shorter. WithMaxValueSize bounds the entry as it would be
 // uncompressed: the size a reader checks before decompressing it, so that
 // whatever is stored can be read back (see decompress).
-func (c *core[T]) encodeEntry(v T, m meta) (b []byte, err error) {
+func (c *core[T]) encodeEntry(v T, m entry.Meta) (b []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("codec panicked: %v", r)
 		}
 	}()
 	var p []byte
-	if !m.notFound {
+	if !m.NotFound {
 		if p, err = c.opts.codec.Marshal(v); err != nil {
 			return nil, err
 		}
 	}
 	raw := len(p)
-	p, m.compressed = c.compress(p)
-	switch {
-	case c.fresh != nil:
-		b = make([]byte, 0, headerLen+deadlineLen+1+2*binary.MaxVarintLen64+len(p))
-		b = append(b, magic0, magic1, formatDeadline, 0, 0, 0, 0, 0, 0, 0, 0)
-		b = m.append(b)
-	case m == (meta{}):
-		b = append(make([]byte, 0, headerLen+len(p)), magic0, magic1, formatVersion)
-	default:
-		b = append(make([]byte, 0, headerLen+1+2*binary.MaxVarintLen64+len(p)), magic0, magic1, formatMeta)
-		b = m.append(b)
-	}
+	p, m.Compressed = c.compress(p)
+	b = entry.Append(make([]byte, 0, entry.MaxHeader+len(p)), m, c.fresh != nil)
 	if n := len(b) + raw; n > c.opts.maxValue {
 		return nil, tooLarge{n, c.opts.maxValue}
 	}
@@ -69,7 +59,7 @@ func (c *core[T]) encodeEntry(v T, m meta) (b []byte, err error) {
 // decode decodes the value of an entry; a tombstone is an error.
 func (c *core[T]) decode(b []byte) (T, error) {
 	v, m, err := c.decodeEntry(b)
-	if err == nil && m.notFound {
+	if err == nil && m.NotFound {
 		err = errors.New("a not-found tombstone")
 	}
 	return v, err
@@ -77,30 +67,15 @@ func (c *core[T]) decode(b []byte) (T, error) {
 
 // decodeEntry never panics: a codec that panics on foreign bytes reports an
 // error instead.
-func (c *core[T]) decodeEntry(b []byte) (v T, m meta, err error) {
-	if len(b) < headerLen || b[0] != magic0 || b[1] != magic1 {
-		return v, m, errHeader
+func (c *core[T]) decodeEntry(b []byte) (v T, m entry.Meta, err error) {
+	p, m, err := entry.Parse(b)
+	if err != nil || m.NotFound {
+		return v, m, err
 	}
-	p := b[headerLen:]
-	switch b[2] {
-	case formatVersion:
-	case formatMeta, formatDeadline:
-		if b[2] == formatDeadline {
-			if len(p) < deadlineLen {
-				return v, m, errors.New("entry too short for its expiry")
-			}
-			p = p[deadlineLen:]
-		}
-		if p, m, err = readMeta(p); err != nil || m.notFound {
+	if m.Compressed {
+		if p, err = c.decompress(p, len(b)-len(p)); err != nil {
 			return v, m, err
 		}
-		if m.compressed {
-			if p, err = c.decompress(p, len(b)-len(p)); err != nil {
-				return v, m, err
-			}
-		}
-	default:
-		return v, m, fmt.Errorf("%w %d", errVersion, b[2])
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -129,7 +104,7 @@ func (c *core[T]) decodeError(ctx context.Context, key string, err error) {
 // A payload that encodeEntry refuses anyway is not compressed: no CPU is
 // spent on it.
 func (c *core[T]) compress(p []byte) ([]byte, bool) {
-	if c.opts.compressMin == 0 || len(p) <= c.opts.compressMin || headerLen+len(p) > c.opts.maxValue {
+	if c.opts.compressMin == 0 || len(p) <= c.opts.compressMin || entry.HeaderLen+len(p) > c.opts.maxValue {
 		return p, false
 	}
 	if z := s2.Encode(nil, p); len(z) < len(p) {

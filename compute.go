@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
@@ -226,11 +227,11 @@ func errText(err error) string {
 // nothing to store: compute failed, or the value does not encode.
 func (c *core[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
 	fresh, ttl := c.storeTTL(j.ttl, ro)
-	m := meta{}
+	m := entry.Meta{}
 	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
-		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), meta{notFound: true, took: took}
+		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), entry.Meta{NotFound: true, Took: took}
 	} else if c.opts.beta > 0 && fresh > 0 {
-		m = meta{took: took, early: c.earlyGap(took, fresh)}
+		m = entry.Meta{Took: took, Early: c.earlyGap(took, fresh)}
 	}
 	if cerr != nil {
 		return nil, 0, cerr

@@ -2,7 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
@@ -29,7 +29,7 @@ type core[T any] struct {
 	stats   counters
 
 	attempts turns            // bounds the lock attempts in flight
-	looks    looks            // picks a Fetch's first look (see look.go)
+	looks    looks            // picks a Fetch's first look (see looks)
 	loaded   sync.Map         // *redis.Script → true once run by this Cache (see run)
 	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
 	gets     *roundtrip.Gets  // the client's GETs, which share pipelines
@@ -102,12 +102,6 @@ func (c *core[T]) oneNode() bool {
 	return ok
 }
 
-type counters struct {
-	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
-	nearOff atomic.Bool
-}
-
 // turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
 // at once: half its client's connection pool. When many keys miss at once,
 // the store of a finished compute, the one command that wakes every waiting
@@ -153,22 +147,10 @@ type freshRead struct {
 	pttlFirst atomic.Bool
 }
 
-// deadlineOf returns the expiry stamped in entry b, unix ms in the server's
-// clock, or 0 if it carries none.
-func deadlineOf(b []byte) int64 {
-	if !hasExpiry(b) {
-		return 0
-	}
-	if d := binary.BigEndian.Uint64(b[headerLen:]); d <= uint64(servertime.MaxDeadline) {
-		return int64(d)
-	}
-	return 0
-}
-
 // remaining is the least time entry b has left in Redis, from its expiry
 // and the clock, or false if either cannot tell.
 func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
-	d := deadlineOf(b)
+	d := entry.Deadline(b)
 	if d == 0 {
 		return 0, false
 	}
@@ -239,8 +221,68 @@ func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, at
 // forget reads after the write.
 func (c *core[T]) forget(vk string) {
 	c.flights.forget(vk)
-	c.nearForget(vk)
+	c.near.forget(vk)
 }
 
 // A hitReader is read's round trip, chosen once by New (see pickReader).
 type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)
+
+// How a Fetch looks for a key first. A GET is what a hit needs; a miss then
+// sends the lock script (fetchScript, GET-or-lock), so its compute starts
+// two round trips after the call. The lock script alone returns a value that
+// is there as a GET would, so looking with it costs a hit the same one round
+// trip (and the server a script's run, many times a GET's: bench/HISTORY.md,
+// "Figures moved out of code comments"), and starts a miss's compute one
+// round trip sooner.
+//
+// So a Cache looks with a GET while most of its first looks hit, and with
+// the lock script while most miss: a cold start, a Redis that was flushed
+// or failed over, keys read once. A new Cache starts with GETs: most
+// processes start against a warm Redis. Only a Cache without freshness
+// options or a near tier looks with the script: their hits need the
+// value's TTL, or a tracked read, which the script does not give.
+//
+// While it looks with the script, a hit is a lock attempt as a miss is:
+// it takes a turn among the Cache's lock attempts (see turns), and goes
+// through the circuit breaker as a GET does. Like the GET, the look is
+// sent by the first caller, on its own context, from its own goroutine:
+// a hit needs no other goroutine, and a miss's lock attempt leaves at
+// once, not after a goroutine started for the flight was scheduled (in a
+// herd of callers woken together, that one waited behind the herd; see
+// bench/HISTORY.md, "Figures moved out of code comments").
+
+// looks keeps the score that picks the first look: a first look that
+// misses raises it, one that hits lowers it, within [0, lookMax]. Above
+// lookScript, Fetch looks with the script. A Cache starts at 0 (GETs),
+// from where lookScript+1 more misses than hits move it to the script;
+// from the top, lookScript more hits than misses move it back. A first
+// look whose value does not decode, or that failed, is not scored. A
+// hit's GET costs two atomic loads (script, then saw at the floor), no
+// write. off (set by New, then read-only) keeps a Cache with freshness
+// options or a near tier on GETs.
+type looks struct {
+	score atomic.Int32
+	off   bool
+}
+
+const (
+	lookMax    = 16
+	lookScript = lookMax / 2
+)
+
+// script reports whether the next first look should be the lock script.
+func (l *looks) script() bool { return !l.off && l.score.Load() > lookScript }
+
+// saw records a first look's answer: a value (hit), or none.
+func (l *looks) saw(hit bool) {
+	for !l.off {
+		s := l.score.Load()
+		n := s + 1
+		if hit {
+			n = s - 1
+		}
+		if n < 0 || n > lookMax || l.score.CompareAndSwap(s, n) {
+			return
+		}
+	}
+}

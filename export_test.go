@@ -118,5 +118,5 @@ const EarlyFloor = earlyFloor
 // how long before expiry it is refreshed (WithEarlyRefresh).
 func EntryTiming[T any](c *Cache[T], raw []byte) (took, early time.Duration, err error) {
 	_, m, err := c.decodeEntry(raw)
-	return m.took, m.early, err
+	return m.Took, m.Early, err
 }

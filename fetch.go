@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
@@ -45,10 +46,8 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		return zero, err
 	}
 	vk := c.valueKey(key)
-	if c.near != nil {
-		if v, err, ok := c.nearHit(ctx, key, vk); ok {
-			return v, err
-		}
+	if v, err, ok := c.near.hit(ctx, key, vk); ok {
+		return v, err
 	}
 	for {
 		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
@@ -62,7 +61,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 // abandoned by its first caller, and the caller should start over.
 func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	id := flightID{fetchFlight, vk}
-	cl, lead := c.flights.join(id, c.heard())
+	cl, lead := c.flights.join(id, c.near.heard())
 	if !lead {
 		c.stats.shared.Add(1)
 		if err := c.turnedAway(); err != nil {
@@ -77,7 +76,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
-	tk := c.nearTicket(vk) // before the read: an invalidation during it bars the value
+	tk := c.near.ticket(vk) // before the read: an invalidation during it bars the value
 	b, pttl, o, err := c.read(ctx, vk, id, cl)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
@@ -86,22 +85,22 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 		v, m, derr := c.decodeEntry(b)
 		if derr == nil {
 			c.looks.saw(true)
-			r := outcome{b: b, hit: true, stale: !m.notFound && c.stale(pttl)}
+			r := outcome{b: b, hit: true, stale: !m.NotFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
-			c.nearPut(vk, tk, o, b, m, pttl)
+			c.near.put(vk, tk, o, b, m, pttl)
 			c.flights.end(id, cl, r)
-			c.count(ctx, key, r, m.notFound)
+			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
 			}
-			if m.notFound {
+			if m.NotFound {
 				return v, notFound(key), false
 			}
 			return v, nil, false
 		}
 		c.decodeError(ctx, key, derr)
-		bad = sha1hex(b)
+		bad = entry.SHA1(b)
 	case err == redis.Nil:
 		c.looks.saw(false)
 	case ctx.Err() != nil:
@@ -176,8 +175,8 @@ func (c *core[T]) stale(pttl time.Duration) bool {
 // now, and the highest PTTL at which it still should (refreshScript checks it
 // again in Redis, so a value that another process refreshed meanwhile is
 // left alone).
-func (c *core[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool) {
-	if pttl < 0 || m.notFound {
+func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok bool) {
+	if pttl < 0 || m.NotFound {
 		return 0, false
 	}
 	// pttl read from the entry may fall short of the truth by up to Slack:
@@ -186,8 +185,8 @@ func (c *core[T]) due(pttl time.Duration, m meta) (limit time.Duration, ok bool)
 	if c.opts.stale > 0 && pttl <= c.opts.stale {
 		return c.opts.stale + slack, true
 	}
-	if c.opts.beta > 0 && m.early > 0 && pttl <= c.opts.stale+m.early {
-		return c.opts.stale + m.early + slack, true
+	if c.opts.beta > 0 && m.Early > 0 && pttl <= c.opts.stale+m.Early {
+		return c.opts.stale + m.Early + slack, true
 	}
 	return 0, false
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -102,7 +103,7 @@ func runs(cmd redis.Cmder, s *redis.Script) bool {
 	case "evalsha":
 		return src == s.Hash()
 	case "eval":
-		return sha1hex([]byte(src)) == s.Hash()
+		return entry.SHA1([]byte(src)) == s.Hash()
 	}
 	return false
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
@@ -96,7 +97,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 	}
 	tks := make([]near.Ticket, len(vks))
 	for i, vk := range vks {
-		tks[i] = c.nearTicket(vk) // before the read: an invalidation during it bars the value
+		tks[i] = c.near.ticket(vk) // before the read: an invalidation during it bars the value
 	}
 	rs := c.readMany(ctx, vks)
 	var misses []missing
@@ -108,12 +109,12 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 			v, m, derr := c.decodeEntry(r.b)
 			if derr != nil {
 				c.decodeError(ctx, k, derr)
-				bad = sha1hex(r.b)
+				bad = entry.SHA1(r.b)
 				break
 			}
-			c.nearPut(vks[i], tks[i], r.owner, r.b, m, r.pttl)
-			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.notFound && c.stale(r.pttl), NotFound: m.notFound})
-			if !m.notFound {
+			c.near.put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.NotFound && c.stale(r.pttl), NotFound: m.NotFound})
+			if !m.NotFound {
 				out[k] = v
 			}
 			if limit, ok := c.due(r.pttl, m); ok {
@@ -147,7 +148,7 @@ func (c *core[T]) nearMany(ctx context.Context, keys []string, out map[string]T)
 	rest = make([]string, 0, len(keys))
 	for _, k := range keys {
 		vk := c.valueKey(k)
-		v, err, ok := c.nearHit(ctx, k, vk)
+		v, err, ok := c.near.hit(ctx, k, vk)
 		switch {
 		case !ok:
 			rest, vks = append(rest, k), append(vks, vk)
@@ -194,10 +195,10 @@ func (c *core[T]) answer(key string, r outcome, out map[string]T) (notFound bool
 		switch {
 		case err != nil: // cannot happen: the flight decoded b already
 			return false, fmt.Errorf("dogpile: decode %q: %w", key, err)
-		case !m.notFound:
+		case !m.NotFound:
 			out[key] = v
 		}
-		notFound = m.notFound
+		notFound = m.NotFound
 	}
 	if r.err == nil || errors.Is(r.err, ErrNotFound) {
 		return notFound || r.err != nil, nil

@@ -31,7 +31,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
 		id := flightID{fetchFlight, m.vk}
-		cl, lead := c.flights.join(id, c.heard())
+		cl, lead := c.flights.join(id, c.near.heard())
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
@@ -41,7 +41,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 		// key came since (it found no flight to forget, and Redis reports a
 		// key once per read): see group.join.
 		if c.near != nil && (!m.tracked || !c.near.x.Good(m.vk, m.tk)) {
-			c.unheard(id, cl)
+			c.near.unheard(id, cl)
 		}
 		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down

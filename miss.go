@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
@@ -128,7 +129,7 @@ func (m *miss[T]) takeover() bool { return m.seen != "" }
 func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err error) {
 	defer func() {
 		if m.waited {
-			m.waitEnd(end, wctx, err, errors.Is(err, ErrNotFound) || isTombstone(b))
+			m.waitEnd(end, wctx, err, errors.Is(err, ErrNotFound) || entry.IsTombstone(b))
 		}
 	}()
 	for {
@@ -141,7 +142,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 			s, _ := at[string](res, 1)
 			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
 				m.c.decodeError(wctx, m.key, derr)
-				m.bad = sha1hex([]byte(s))
+				m.bad = entry.SHA1([]byte(s))
 				continue
 			}
 			return missValue, []byte(s), nil

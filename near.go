@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/maypok86/otter/v2"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -51,62 +53,77 @@ type nearEntry[T any] struct {
 }
 
 // nearTier is a Cache's near tier: the bounded store of decoded values,
-// keyed by value key, its coherence index and its tracker (internal/near).
+// keyed by value key, its coherence index and its tracker (internal/near),
+// and what of the Cache it reads. A nil *nearTier is a Cache without one:
+// every method is then a no-op (or says "not held"), so callers need no
+// check of their own.
 type nearTier[T any] struct {
 	store *otter.Cache[string, nearEntry[T]]
 	x     *near.Index
 	t     *near.Tracker
+
+	opts    *options
+	stats   *counters
+	flights *group
+	decode  func(b []byte) (T, entry.Meta, error)
+	emit    func(ctx context.Context, e Event) context.Context
 }
 
-func newNear[T any](c *core[T]) *nearTier[T] {
+// newNear builds the near tier of a Cache on client with opts, whose
+// flights it forgets on invalidations and whose counters it keeps.
+func newNear[T any](client redis.UniversalClient, opts *options, flights *group, stats *counters,
+	decode func([]byte) (T, entry.Meta, error), emit func(context.Context, Event) context.Context) *nearTier[T] {
 	store := otter.Must(&otter.Options[string, nearEntry[T]]{
-		MaximumSize: c.opts.nearEntries,
+		MaximumSize: opts.nearEntries,
 		// Maintenance runs on the goroutine that writes: no goroutine of the
 		// store's own outlives the Cache, and the bound holds after each write.
 		Executor: func(fn func()) { fn() },
 	})
+	n := &nearTier[T]{store: store, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit}
 	h := near.Handlers{
 		Remove: func(vk string) { store.Invalidate(vk) },
 		Purge:  store.InvalidateAll,
 		Forget: func(vk string) {
 			if vk == "" {
-				c.flights.forgetAll()
+				flights.forgetAll()
 			} else {
-				c.flights.forget(vk)
+				flights.forget(vk)
 			}
 		},
 	}
-	if c.opts.observer != nil {
+	if opts.observer != nil {
 		h.Notify = func(vk string) {
-			c.emit(context.Background(), Event{Kind: EventInvalidate, Key: c.nearKey(vk)})
+			emit(context.Background(), Event{Kind: EventInvalidate, Key: n.key(vk)})
 		}
 	}
-	n := &nearTier[T]{store: store, x: near.NewIndex(h)}
-	n.t = near.NewTracker(c.client, n.x, c.nearOff, c.opts.near)
+	n.x = near.NewIndex(h)
+	n.t = near.NewTracker(client, n.x, n.off, opts.near)
 	return n
 }
 
-// nearKey is the key whose value key is vk, or vk itself for a key stored
+// key is the key whose value key is vk, or vk itself for a key stored
 // under a hash of its name (see redisutil.Tag): "" stays "".
-func (c *core[T]) nearKey(vk string) string {
-	rest, ok := strings.CutPrefix(vk, c.opts.prefix)
+func (n *nearTier[T]) key(vk string) string {
+	rest, ok := strings.CutPrefix(vk, n.opts.prefix)
 	if name, plain := strings.CutSuffix(rest, "}"); ok && plain && strings.HasPrefix(name, "{") {
 		return name[1:]
 	}
 	return vk
 }
 
-// nearHit answers Fetch from the near tier, if it holds a live value for
-// vk and tracking is up.
-func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
-	n := c.near
+// hit answers Fetch from the near tier, if it holds a live value for vk
+// and tracking is up.
+func (n *nearTier[T]) hit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+	if n == nil {
+		return v, nil, false
+	}
 	now := near.Now()
 	n.t.Use(now)
 	if !n.x.Up() {
 		return v, nil, false
 	}
 	if !n.t.Heard(now) {
-		c.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
+		n.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
 		return v, nil, false
 	}
 	e, ok := n.store.GetIfPresent(vk)
@@ -114,10 +131,10 @@ func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, 
 		return v, nil, false
 	}
 	if !e.owner.Live(now) {
-		c.stats.nearLate.Add(1) // its reader failed, or answers late
+		n.stats.nearLate.Add(1) // its reader failed, or answers late
 		return v, nil, false
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: e.notFound})
+	n.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: e.notFound})
 	if e.notFound {
 		return v, notFound(key), true
 	}
@@ -130,88 +147,109 @@ func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, 
 // or Redis down) nothing of other processes' writes is heard anyway, as in
 // a Cache without a tier: flights are shared as they are there (a compute
 // WithComputeWhenDown runs once, not once per caller).
-func (c *core[T]) heard() bool {
-	return c.near == nil || !c.near.x.Up() || c.near.t.Heard(near.Now())
+func (n *nearTier[T]) heard() bool {
+	return n == nil || !n.x.Up() || n.t.Heard(near.Now())
 }
 
 // unheard makes cl, whose read of Redis is not tracked, a flight no later
 // caller joins (see group.join), while tracking is in place: otherwise
 // none is heard (see heard), and the flights of that time are forgotten
 // when it comes back (see near.Index.setUp).
-func (c *core[T]) unheard(id flightID, cl *call) {
-	if c.near.x.Up() {
-		c.flights.unheard(id, cl)
+func (n *nearTier[T]) unheard(id flightID, cl *call) {
+	if n != nil && n.x.Up() {
+		n.flights.unheard(id, cl)
 	}
 }
 
-// nearTicket is taken before Fetch reads vk from Redis.
-func (c *core[T]) nearTicket(vk string) near.Ticket {
-	if c.near == nil {
+// ticket is taken before Fetch reads vk from Redis.
+func (n *nearTier[T]) ticket(vk string) near.Ticket {
+	if n == nil {
 		return near.Ticket{}
 	}
-	return c.near.x.Ticket(vk)
+	return n.x.Ticket(vk)
 }
 
-// nearPut stores a value read from Redis with its PTTL in the near tier,
-// for as long as Redis serves it fresh: up to its expiry, less the stale
+// put stores a value read from Redis with its PTTL in the near tier, for
+// as long as Redis serves it fresh: up to its expiry, less the stale
 // window and the early-refresh gap, past which Fetch must see Redis. A
 // value that may not enter (read on no tracked connection, o nil; without
 // a TTL; already past that point) removes an older copy, as a refused one
 // does (see near.Index.Admit).
-func (c *core[T]) nearPut(vk string, tk near.Ticket, o *near.Owner, b []byte, m meta, pttl time.Duration) {
-	if c.near == nil {
-		return
+func (n *nearTier[T]) put(vk string, tk near.Ticket, o *near.Owner, b []byte, m entry.Meta, pttl time.Duration) {
+	if n != nil {
+		n.x.Admit(vk, tk, n.admit(vk, o, tk, b, m, pttl))
 	}
-	c.near.x.Admit(vk, tk, c.nearAdmit(vk, o, tk, b, m, pttl))
 }
 
-// nearAdmit returns the put of a value read from Redis into the tier, or
-// nil if it may not enter (see nearPut).
-func (c *core[T]) nearAdmit(vk string, o *near.Owner, tk near.Ticket, b []byte, m meta, pttl time.Duration) func() {
+// admit returns the put of a value read from Redis into the tier, or nil
+// if it may not enter (see put).
+func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, m entry.Meta, pttl time.Duration) func() {
 	if o == nil || pttl <= 0 { // a key without a TTL is no dogpile value
 		return nil
 	}
-	life := pttl - c.opts.stale
-	if c.opts.beta > 0 && !m.notFound {
-		life -= m.early
+	life := pttl - n.opts.stale
+	if n.opts.beta > 0 && !m.NotFound {
+		life -= m.Early
 	}
 	if life <= 0 {
 		return nil
 	}
 	// The tier keeps a decode of its own: the caller that read b got the
 	// other one and may change it (a map, a slice), as Fetch allows.
-	v, _, err := c.decodeEntry(b)
+	v, _, err := n.decode(b)
 	if err != nil {
 		return nil
 	}
-	e := nearEntry[T]{v: v, notFound: m.notFound, until: tk.At + int64(life), owner: o}
-	return func() { c.near.store.Set(vk, e) }
+	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), owner: o}
+	return func() { n.store.Set(vk, e) }
 }
 
-// nearForget removes vk after this process wrote it (Set, Delete), before
+// forget removes vk after this process wrote it (Set, Delete), before
 // Redis's invalidation arrives: this process reads its own writes.
-func (c *core[T]) nearForget(vk string) {
-	if c.near != nil {
-		c.near.x.Drop(vk)
+func (n *nearTier[T]) forget(vk string) {
+	if n != nil {
+		n.x.Drop(vk)
 	}
 }
 
-// nearSync returns once the near tier has applied every invalidation Redis
-// sent before the call, about a round trip later, or empties the tier
-// (see near.Tracker.Sync).
-func (c *core[T]) nearSync(ctx context.Context) {
-	if c.near != nil {
-		c.near.t.Sync(ctx)
+// forgetAll empties the tier after this process cleared the Cache.
+func (n *nearTier[T]) forgetAll() {
+	if n != nil {
+		n.x.DropAll()
 	}
 }
 
-// nearOff records that the near tier cannot work here, and says so once.
-func (c *core[T]) nearOff(reason string) {
-	if c.stats.nearOff.Swap(true) {
+// sync returns once the near tier has applied every invalidation Redis
+// sent before the call, about a round trip later, or empties the tier (see
+// near.Tracker.Sync).
+func (n *nearTier[T]) sync(ctx context.Context) {
+	if n != nil {
+		n.t.Sync(ctx)
+	}
+}
+
+// stop ends the tier's tracking (see Close).
+func (n *nearTier[T]) stop() {
+	if n != nil {
+		n.t.Stop()
+	}
+}
+
+// counts are the tier's invalidations and flushes (see Stats).
+func (n *nearTier[T]) counts() (invalidations, flushes uint64) {
+	if n == nil {
+		return 0, 0
+	}
+	return n.x.Invalidations(), n.x.Flushes()
+}
+
+// off records that the near tier cannot work here, and says so once.
+func (n *nearTier[T]) off(reason string) {
+	if n.stats.nearOff.Swap(true) {
 		return
 	}
-	if l := c.opts.logger; l != nil {
+	if l := n.opts.logger; l != nil {
 		l.LogAttrs(context.Background(), slog.LevelWarn, "dogpile: near cache off; every Fetch reads redis",
-			slog.String("prefix", c.opts.prefix), slog.String("reason", reason))
+			slog.String("prefix", n.opts.prefix), slog.String("reason", reason))
 	}
 }

@@ -132,7 +132,7 @@ func TestNearCacheUntrackedFlight(t *testing.T) {
 	if _, err := c.Fetch(ctx, "warm", time.Minute, constant("w")); err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, "tracking in place", c.heard)
+	redistest.Eventually(t, "tracking in place", c.near.heard)
 	later, finish := startHeldFetch(t, rdb, c, "k")
 	other := New[string](s.Client(t), prefix(t))
 	if err := other.Set(ctx, "k", "new", time.Minute); err != nil {

@@ -304,7 +304,7 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	fetchNear(t, a, "k") // tracking is up
-	a.nearForget(a.valueKey("k"))
+	a.near.forget(a.valueKey("k"))
 	hits := a.Stats().NearHits
 	m, err := a.Fetch(t.Context(), "k", time.Minute, nil2[map[string]int])
 	if err != nil || a.Stats().NearHits != hits {

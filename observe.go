@@ -1,6 +1,7 @@
 package dogpile
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -106,4 +107,10 @@ type Stats struct {
 	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
 	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
+}
+
+type counters struct {
+	hits, misses, computes, waits, push, poll, takeovers,
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
+	nearOff atomic.Bool
 }

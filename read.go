@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
@@ -69,7 +70,7 @@ func (c *core[T]) readNear(ctx context.Context, vk string, id flightID, cl *call
 	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
 		return nil, -1, nil, err
 	}
-	c.unheard(id, cl)
+	c.near.unheard(id, cl)
 	b, pttl, err = c.readRedis(ctx, c.client, vk)
 	return b, pttl, nil, err
 }
@@ -130,7 +131,7 @@ func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b
 	if b, err = notString(get.Bytes()); err != nil {
 		return nil, -1, err
 	}
-	if f.pttlFirst.Load() && deadlineOf(b) != 0 {
+	if f.pttlFirst.Load() && entry.Deadline(b) != 0 {
 		f.pttlFirst.Store(false)
 	}
 	if pttl, err = pt.Result(); err != nil || pttl < 0 {
@@ -230,7 +231,7 @@ func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []str
 				r.b = []byte(s)
 			}
 			if pttls != nil && r.err == nil {
-				if c.fresh.pttlFirst.Load() && deadlineOf(r.b) != 0 {
+				if c.fresh.pttlFirst.Load() && entry.Deadline(r.b) != 0 {
 					c.fresh.pttlFirst.Store(false)
 				}
 				if d, err := pttls[i].Result(); err == nil && d >= 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/servertime"
@@ -454,7 +455,7 @@ func TestFreshReadMiniredis(t *testing.T) {
 // and one too far off to count in ns (a TTL of centuries) is unknown.
 func TestDeadlineOf(t *testing.T) {
 	e := func(d uint64) []byte {
-		b := binary.BigEndian.AppendUint64([]byte{magic0, magic1, formatDeadline}, d)
+		b := binary.BigEndian.AppendUint64([]byte{entry.Magic0, entry.Magic1, entry.FormatDeadline}, d)
 		return append(b, 0, 0, 0, 0xc0)
 	}
 	cases := []struct {
@@ -469,8 +470,8 @@ func TestDeadlineOf(t *testing.T) {
 		{[]byte("dp\x03\x00"), 0},
 	}
 	for _, tc := range cases {
-		if got := deadlineOf(tc.b); got != tc.want {
-			t.Errorf("deadlineOf(%q) = %d; want %d", tc.b, got, tc.want)
+		if got := entry.Deadline(tc.b); got != tc.want {
+			t.Errorf("entry.Deadline(%q) = %d; want %d", tc.b, got, tc.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
@@ -77,13 +78,13 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 	}
 	growStack(0) // before the codec's deep frames (see growStack)
 	v, m, derr := c.decodeEntry(cl.b)
-	c.count(ctx, key, cl.outcome, m.notFound)
+	c.count(ctx, key, cl.outcome, m.NotFound)
 	switch {
 	case derr != nil: // cannot happen: the flight decoded b already
 		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
-	case m.notFound && errors.Is(cl.err, ErrNotFound):
+	case m.NotFound && errors.Is(cl.err, ErrNotFound):
 		return v, cl.err, false // compute's own error, in the process that computed
-	case m.notFound:
+	case m.NotFound:
 		return v, notFound(key), false
 	}
 	return v, cl.err, false
@@ -163,14 +164,14 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 			c.looks.saw(true)
 			r := outcome{b: b, hit: true}
 			c.flights.end(j.flight, j.cl, r)
-			c.count(ctx, j.key, r, meta.notFound)
-			if meta.notFound {
+			c.count(ctx, j.key, r, meta.NotFound)
+			if meta.NotFound {
 				return v, notFound(j.key), false
 			}
 			return v, nil, false
 		}
 		c.decodeError(ctx, j.key, derr)
-		m.bad, res = sha1hex(b), nil
+		m.bad, res = entry.SHA1(b), nil
 	}
 	m.first, j.m = res, m
 	c.startFlight(ctx, j, true)

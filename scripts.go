@@ -142,7 +142,7 @@ if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
 
-// expiryLua gives a value key its TTL. A version 3 entry (see entry.go)
+// expiryLua gives a value key its TTL. A version 3 entry (see internal/entry)
 // carries its expiry: the key expires at an instant read from the
 // server's TIME (PXAT, PEXPIREAT), and the same instant is written into the
 // entry (8 big-endian bytes of unix ms), so that the two agree exactly. (A
