@@ -41,7 +41,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		gets:     roundtrip.GetsOf(client),
 	}
 	c.flights.m = map[flightID]*call{}
-	c.life.init()
+	c.life.Init(ErrClosed)
 	if c.opts.logger != nil {
 		c.breaker.AddLogger(c.opts.logger) // it logs the client's outages
 	}
@@ -134,11 +134,11 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 // breaker, the wake-up connection) outlives it. Close may be called more
 // than once.
 func (c *Cache[T]) Close() error {
-	if !c.life.close() {
+	if !c.life.Close() {
 		return nil
 	}
 	c.near.stop()
-	c.life.wg.Wait()
+	c.life.Wait()
 	return nil
 }
 
@@ -180,7 +180,7 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 // InvalidateTag). An empty tag returns an error matching [ErrInvalid].
 // docs/design.md, "Tags", tells how.
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
-	if c.life.done() {
+	if c.life.Done() {
 		return ErrClosed
 	}
 	if slices.Contains(tags, "") {
@@ -212,7 +212,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 // while Clear runs may survive it. Clear returns the first error a node
 // reported (that node's keys may be partly removed).
 func (c *Cache[T]) Clear(ctx context.Context) error {
-	if c.life.done() {
+	if c.life.Done() {
 		return ErrClosed
 	}
 	err := c.clear(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
@@ -36,7 +37,7 @@ type core[T any] struct {
 	near     *nearTier[T]     // WithNearCache; nil: none
 	fresh    *freshRead       // with freshness options or a near tier; nil: none
 	readHit  hitReader        // the hit's round trip, chosen by New (see pickReader)
-	life     life             // what Close ends
+	life     life.Life        // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -77,7 +78,7 @@ func (c *core[T]) valueKey(key string) string {
 // a panic: a server must not crash on a request's input.
 func (c *core[T]) checkKey(key string) error {
 	switch {
-	case c.life.done():
+	case c.life.Done():
 		return ErrClosed
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalid)

@@ -203,8 +203,8 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 		return
 	}
 	j.cl = cl
-	ctx, stop := c.life.detach(ctx)
-	started := c.life.goBackground(func() {
+	ctx, stop := c.life.Detach(ctx)
+	started := c.life.Go(func() {
 		var r outcome
 		defer func() { c.flights.end(j.flight, cl, r) }()
 		defer stop()

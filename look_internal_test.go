@@ -170,7 +170,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 				// Not in this goroutine: were the look part of the
 				// Cache's work, Close would wait for it here.
 				go c.Close()
-				redistest.Within(5*time.Second, c.life.done)
+				redistest.Within(5*time.Second, c.life.Done)
 			}
 			return err
 		},

@@ -40,7 +40,7 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
 	}
-	if c.life.done() {
+	if c.life.Done() {
 		return nil, ErrClosed
 	}
 	if ttl < time.Millisecond {

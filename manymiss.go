@@ -50,8 +50,8 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	if len(b.jobs) == 0 {
 		return ws
 	}
-	bctx, stop := c.life.detach(ctx)
-	if !c.life.goBackground(func() { defer stop(); c.runBatch(bctx, b) }) {
+	bctx, stop := c.life.Detach(ctx)
+	if !c.life.Go(func() { defer stop(); c.runBatch(bctx, b) }) {
 		stop()
 		for _, j := range b.jobs {
 			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})

@@ -154,7 +154,7 @@ func (c *core[T]) readyClock() bool {
 		return ready
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(c.life.ctx, servertime.Period)
+		ctx, cancel := context.WithTimeout(c.life.Context(), servertime.Period)
 		defer cancel()
 		_ = c.fresh.clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
 			return forEachNode(ctx, c.client, f)

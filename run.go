@@ -24,7 +24,7 @@ import (
 // like. Callers that start several flights at once pass false.
 func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 	here = here && ctx.Done() == nil
-	base, stop := c.life.detach(ctx)
+	base, stop := c.life.Detach(ctx)
 	var wctx context.Context
 	var cancel context.CancelFunc
 	if c.opts.waitTimeout > 0 {
@@ -33,11 +33,11 @@ func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 		wctx, cancel = context.WithCancel(base)
 	}
 	c.flights.detach(j.cl, cancel)
-	started := c.life.run(here, func() {
+	started := c.life.Run(here, func() {
 		defer stop()
 		defer cancel()
 		r := c.runMiss(base, wctx, j)
-		if r.err != nil && c.life.done() {
+		if r.err != nil && c.life.Done() {
 			r = outcome{err: ErrClosed} // whatever the cancellation made of it
 		}
 		c.flights.end(j.flight, j.cl, r)
@@ -191,7 +191,7 @@ func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err err
 	mayHold := redisutil.MayHaveRun(err)
 	release := releaseCall(m.ks, m.token, c.publish)
 	if ctx.Err() != nil {
-		if !mayHold || !c.life.goBackground(func() {
+		if !mayHold || !c.life.Go(func() {
 			rctx, cancel := redisutil.Detached(ctx)
 			defer cancel()
 			c.runPipelined(rctx, []scriptCall{release})
