@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/life"
@@ -17,7 +19,6 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/servertime"
-	"github.com/redis/go-redis/v9"
 )
 
 // core is the engine behind a Cache: its state, shared by the mechanism
@@ -48,23 +49,7 @@ type core[T any] struct {
 	beforeCompute func(key string)
 }
 
-// keys are the Redis names of one cache key. They share the hash tag
-// "{...}", so they land in one cluster slot and one script may touch all.
-type keys struct {
-	value    string // the encoded value, with the caller's TTL
-	lock     string // compute lock: the holder's token, with the lease as TTL
-	errs     string // hash {token: error text} of recently failed computes
-	channel  string // wake-ups: a value was stored, a compute failed, ...
-	throttle string // set for the retry interval after a failed refresh
-}
-
 func (c *core[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
-
-// keysFor derives the other names of a cache key from its value key. Only
-// the miss path needs them: a hit builds the value key alone.
-func keysFor(value string) keys {
-	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
-}
 
 // valueKey is the Redis key of the value cached under key (see checkKey). A
 // key without braces, the common case, is joined in one allocation: it is on

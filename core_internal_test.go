@@ -351,7 +351,7 @@ func TestWrongTypeIsAMissOverwritten(t *testing.T) {
 	for _, mode := range []struct {
 		name   string
 		opts   []Option
-		script bool // first looks with the lock script (see look.go)
+		script bool // first looks with the lock script (see looks in core.go)
 	}{
 		{"get", nil, false},
 		{"script", nil, true},

@@ -10,46 +10,6 @@ import (
 // that each caller may leave on its own context without cancelling the
 // shared work (other processes may be waiting for its result).
 
-// A call is one flight: the work for one key shared by the concurrent
-// Fetch calls of one process.
-type call struct {
-	outcome // set before done is closed
-
-	// Guarded by group.mu.
-	done   chan struct{}      // made once a caller must wait; closed by end
-	refs   int                // callers waiting for done
-	busy   bool               // computing: runs on even if every caller leaves
-	ended  bool               // end was called; later calls do nothing
-	cancel context.CancelFunc // ends the wait of a flight nobody waits for
-	ro     *resultOpts        // what its compute said of its result, once computing
-}
-
-// An outcome is how a flight ended.
-type outcome struct {
-	b     []byte // the encoded entry, if any
-	v     any    // a computed T that could not be encoded (with err), else nil
-	err   error
-	hit   bool // found by the first look (a GET, or the lock script: see looks)
-	stale bool // past its TTL: served while a refresh runs (WithStale)
-}
-
-// A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
-// Refresh's, or a background refresh's. The kind keeps them apart whatever
-// the key holds: keys come from data. vk is the key's value key (see
-// valueKey), the name that writes and invalidations come with.
-type flightID struct {
-	kind flightKind
-	vk   string
-}
-
-type flightKind uint8
-
-const (
-	fetchFlight   flightKind = iota // Fetch and FetchMany: they share flights
-	refreshFlight                   // Refresh: computes even over a value
-	laterFlight                     // a background refresh (stale or early)
-)
-
 // A group holds the flights in progress.
 type group struct {
 	mu sync.Mutex

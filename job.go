@@ -2,10 +2,19 @@ package dogpile
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
+
+// What flights carry: a flight's name and its shared call, the job of one
+// key's miss, the batch's records, and what a compute says of its result
+// (SetTTL, Tag). The flight group (flight.go) and the runner (run.go) work
+// on them.
 
 // A job is one key's miss in one process: what to compute and where to
 // store it.
@@ -52,4 +61,186 @@ type missing struct {
 type want struct {
 	missing
 	cl *call
+}
+
+// A call is one flight: the work for one key shared by the concurrent
+// Fetch calls of one process.
+type call struct {
+	outcome // set before done is closed
+
+	// Guarded by group.mu.
+	done   chan struct{}      // made once a caller must wait; closed by end
+	refs   int                // callers waiting for done
+	busy   bool               // computing: runs on even if every caller leaves
+	ended  bool               // end was called; later calls do nothing
+	cancel context.CancelFunc // ends the wait of a flight nobody waits for
+	ro     *resultOpts        // what its compute said of its result, once computing
+}
+
+// An outcome is how a flight ended.
+type outcome struct {
+	b     []byte // the encoded entry, if any
+	v     any    // a computed T that could not be encoded (with err), else nil
+	err   error
+	hit   bool // found by the first look (a GET, or the lock script: see looks)
+	stale bool // past its TTL: served while a refresh runs (WithStale)
+}
+
+// A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
+// Refresh's, or a background refresh's. The kind keeps them apart whatever
+// the key holds: keys come from data. vk is the key's value key (see
+// valueKey), the name that writes and invalidations come with.
+type flightID struct {
+	kind flightKind
+	vk   string
+}
+
+type flightKind uint8
+
+// SetTTL, called by a compute with the context it was given, sets how long
+// the value it returns is cached, in place of the ttl passed to Fetch: for
+// example an upstream's max-age. A ttl of zero or less returns the value to
+// every waiting caller, in every process, without storing it. The stale
+// window of [WithStale] is added as for any value; a not-found result keeps
+// the [WithNegativeTTL] duration. On a context that did not come from a
+// compute, SetTTL does nothing; the last call wins.
+func SetTTL(ctx context.Context, ttl time.Duration) {
+	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
+		ro.set(ttl)
+	}
+}
+
+// Tag, called by a compute with the context it was given, attaches tags to
+// the value it returns (to every value of a FetchMany call), so that
+// [Cache.InvalidateTag] of any of them makes it a miss in every process. Call
+// Tag before reading the data the value is computed from: an InvalidateTag
+// that begins after Tag returned voids the value even if it is stored later.
+// Tag reads the tags' epochs from Redis; if that fails, the value is returned
+// but not cached. Empty tags are ignored; on a context that did not come from
+// a compute, Tag does nothing.
+func Tag(ctx context.Context, tags ...string) {
+	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
+		ro.tag(ctx, tags)
+	}
+}
+
+type resultKey struct{}
+
+// resultOpts holds what compute said about its result. compute may call
+// SetTTL and Tag from any goroutine, hence the mutex.
+type resultOpts struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	ok  bool
+
+	tags   []string // see Tag, in the order given
+	seen   []string // each tag's epoch when it was tagged
+	vouch  bool     // false once an epoch could not be read
+	epochs func(ctx context.Context, tags []string) ([]string, error)
+	lease  *hold.Clock // the compute lock's, once compute may run (see tag)
+
+	// named holds every tag given to Tag, published before its epoch is
+	// read, so that an InvalidateTag in this process can drop the flight
+	// of the compute without waiting for mu (see group.forgetTagged).
+	named atomic.Pointer[[]string]
+}
+
+// taggedWith reports whether compute gave its result any of tags.
+func (r *resultOpts) taggedWith(tags []string) bool {
+	named := r.named.Load()
+	return named != nil && slices.ContainsFunc(tags, func(t string) bool { return slices.Contains(*named, t) })
+}
+
+// tag adds the new ones of tags, with their epochs.
+func (r *resultOpts) tag(ctx context.Context, tags []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var fresh []string
+	for _, t := range tags {
+		if t != "" && !slices.Contains(r.tags, t) && !slices.Contains(fresh, t) {
+			fresh = append(fresh, t)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	named := append(slices.Clone(r.tags), fresh...)
+	r.named.Store(&named)
+	e, err := r.read(ctx, fresh)
+	if err != nil {
+		r.vouch = false
+		e = make([]string, len(fresh))
+	}
+	r.tags, r.seen = append(r.tags, fresh...), append(r.seen, e...)
+}
+
+// read reads the epochs of tags. A read still stuck when the lease may be
+// lost is cut then, at the lease's safe deadline (with
+// ContextTimeoutEnabled, which puts a context's deadline on the socket;
+// go-redis does not cut a read when compute's context is cancelled):
+// compute, told by its context that it lost the lock, must be free to
+// stop, for another process may compute by then. A read cut at a deadline
+// that a renewal has moved since is sent again: the lease still holds.
+func (r *resultOpts) read(ctx context.Context, tags []string) ([]string, error) {
+	for {
+		if r.lease == nil {
+			return r.epochs(ctx, tags)
+		}
+		d := r.lease.Deadline()
+		rctx, cancel := context.WithDeadline(ctx, d)
+		e, err := r.epochs(rctx, tags)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().Before(d) || r.lease.Err() != nil {
+			return e, err
+		}
+	}
+}
+
+// tagged returns the tags of the result with the epochs seen, and whether
+// the cache can vouch for them.
+func (r *resultOpts) tagged() (tags, seen []string, vouch bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tags, r.seen, r.vouch
+}
+
+// leased gives r the lease of the compute lock, before compute runs.
+func (r *resultOpts) leased(k *hold.Clock) {
+	r.mu.Lock()
+	r.lease = k
+	r.mu.Unlock()
+}
+
+func (r *resultOpts) set(ttl time.Duration) {
+	r.mu.Lock()
+	r.ttl, r.ok = ttl, true
+	r.mu.Unlock()
+}
+
+func (r *resultOpts) get() (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ttl, r.ok
+}
+
+const (
+	fetchFlight   flightKind = iota // Fetch and FetchMany: they share flights
+	refreshFlight                   // Refresh: computes even over a value
+	laterFlight                     // a background refresh (stale or early)
+)
+
+// keys are the Redis names of one cache key. They share the hash tag
+// "{...}", so they land in one cluster slot and one script may touch all.
+type keys struct {
+	value    string // the encoded value, with the caller's TTL
+	lock     string // compute lock: the holder's token, with the lease as TTL
+	errs     string // hash {token: error text} of recently failed computes
+	channel  string // wake-ups: a value was stored, a compute failed, ...
+	throttle string // set for the retry interval after a failed refresh
+}
+
+// keysFor derives the other names of a cache key from its value key. Only
+// the miss path needs them: a hit builds the value key alone.
+func keysFor(value string) keys {
+	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
 }

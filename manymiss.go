@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // FetchMany's round trips: the batch read of every key and the batch lock

@@ -266,45 +266,6 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	return nil, nil
 }
 
-// maxWakeValue is the longest encoded value that the store script sends
-// along with its wake-up. Longer values are read again by each waiting
-// process (one more round trip), rather than pushed through every
-// subscriber's connection and kept in each Sub.
-const maxWakeValue = 64 << 10
-
-// storedBy returns the value carried by a wake-up payload (see storeScript)
-// if the compute that stored it is the one of holder, the token that the
-// last fetch script saw holding the lock, and the value decodes.
-//
-// Why the token must match: a payload is the value exactly as the holder
-// stored it, in the same atomic step that checked the holder still held
-// the lock (a fenced store, so never a value computed under a lock that a
-// Set, a Delete or a takeover had taken away). Holder's store ran after our
-// fetch script saw holder holding the lock and no value, which was after
-// this flight began: the value is then at least as fresh as a GET made
-// when the wake-up was sent, i.e. what re-reading would have returned at
-// that moment. A payload of any other compute has no such order with
-// respect to our observation: a message published before our subscription
-// was in place (the hub shares one connection, and a Sub joining a
-// channel that another Cache of this process already listens to may be
-// handed a message that was in flight), or by the holder of an earlier
-// lock, may carry a value that a Delete since removed or a Set since
-// replaced. Those, a plain "v", a payload that does not decode, and every
-// other wake-up fall back to reading Redis again (the fetch script), as
-// does a payload replaced by a later message (Set, Delete) before we read
-// it: Payload keeps the latest.
-func (c *core[T]) storedBy(holder, payload string) ([]byte, bool) {
-	token, value, ok := wake.StoredValue(payload)
-	if !ok || holder == "" || token != holder {
-		return nil, false
-	}
-	b := []byte(value)
-	if _, _, err := c.decodeEntry(b); err != nil {
-		return nil, false
-	}
-	return b, true
-}
-
 // waitErr is the error of a flight whose wait context ended: the wait
 // timeout, named (see WithWaitTimeout), or every caller left.
 func (m *miss[T]) waitErr(wctx context.Context) error {
@@ -313,7 +274,3 @@ func (m *miss[T]) waitErr(wctx context.Context) error {
 	}
 	return wctx.Err()
 }
-
-// notFoundMark starts the error text of a compute that found no value, so
-// that waiting processes return ErrNotFound rather than ErrComputeFailed.
-const notFoundMark = "\x00not found: "

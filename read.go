@@ -6,11 +6,12 @@ import (
 	"net"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
-	"github.com/redis/go-redis/v9"
 )
 
 // read is the hit path's round trip: a GET, which tells the value's

@@ -10,7 +10,7 @@ import (
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
-// Tags: values computed with Tag (see resultopts.go) or stored by SetTagged
+// Tags: values computed with Tag (see job.go) or stored by SetTagged
 // join a set per tag, and InvalidateTag voids every value of a tag's set.
 
 // epochLife is how long a tag's epoch lives after its last InvalidateTag:

@@ -106,7 +106,7 @@ func rocksFetch[T any](rdb *redis.Client, ttl time.Duration) func(ctx context.Co
 //
 //   - warm: one cache for all ops (scripts already loaded by the first op).
 //     Its first looks all miss, so dogpile's looks with the lock script
-//     after the warm-up's first few ops (see look.go).
+//     after the warm-up's first few ops (see looks in core.go).
 //   - new-cache: a new cache per op on the same warm client, so the first
 //     script call of each op is the cache's first, and dogpile's first
 //     look is a GET, as in a process whose looks mostly hit.
