@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
 )
@@ -26,13 +30,13 @@ type answer struct {
 
 // load runs goroutines that Fetch key in a loop until stop is closed, and
 // returns every answer.
-func load(c *Cache[int], key string, goroutines int, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
+func load(c *dogpile.Cache[int], key string, goroutines int, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
 	return loadKeys(c, []string{key}, goroutines, 10*time.Second, compute, stop)
 }
 
 // loadKeys is load over several keys (goroutine i Fetches keys[i%len]),
 // each call with deadline.
-func loadKeys(c *Cache[int], keys []string, goroutines int, deadline time.Duration, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
+func loadKeys(c *dogpile.Cache[int], keys []string, goroutines int, deadline time.Duration, compute func(context.Context) (int, error), stop chan struct{}) func() []answer {
 	return loadCalls(goroutines, deadline, stop, func(ctx context.Context, i int) error {
 		_, err := c.Fetch(ctx, keys[i%len(keys)], time.Minute, compute)
 		return err
@@ -93,12 +97,11 @@ func TestBreakerFailsFastWhileDown(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := New[int](rdb, prefix(t))
+	c := dogpile.New[int](rdb, prefix(t))
 	var computes atomic.Int64
 	compute := func(context.Context) (int, error) { computes.Add(1); return 1, nil }
-	if _, err := c.Fetch(t.Context(), "k", time.Minute, compute); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.Fetch(t.Context(), "k", time.Minute, compute)
+	require.NoError(t, err)
 	goroutines := runtime.NumGoroutine()
 
 	stop := make(chan struct{})
@@ -125,7 +128,7 @@ func TestBreakerFailsFastWhileDown(t *testing.T) {
 	var recovered time.Duration = -1
 	for _, a := range all {
 		switch {
-		case errors.Is(a.err, ErrUnavailable):
+		case errors.Is(a.err, dogpile.ErrUnavailable):
 			fast = append(fast, a)
 		case a.err == nil && a.at > restarted && recovered < 0:
 			recovered = a.at - restarted
@@ -156,22 +159,18 @@ func TestBreakerFailsFastWhileDown(t *testing.T) {
 func TestBreakerComputeWhenDown(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := noRetryClient(t, s)
-	strict := New[int](rdb, prefix(t))
-	open := New[int](rdb, prefix(t), WithComputeWhenDown())
+	strict := dogpile.New[int](rdb, prefix(t))
+	open := dogpile.New[int](rdb, prefix(t), dogpile.WithComputeWhenDown())
 	s.Kill()
 	for range 5 { // trip the client's circuit
 		strict.Get(t.Context(), "k")
 	}
-	if _, err := strict.Get(t.Context(), "k"); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Get with the circuit open = %v; want ErrUnavailable", err)
-	}
+	_, err := strict.Get(t.Context(), "k")
+	require.ErrorIs(t, err, dogpile.ErrUnavailable, "Get with the circuit open; want ErrUnavailable")
 	before := strict.Stats().Unavailable
-	if _, err := strict.Refresh(t.Context(), "k", time.Minute, nil2[int]); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("Refresh with the circuit open = %v; want ErrUnavailable", err)
-	}
-	if n := strict.Stats().Unavailable - before; n != 1 {
-		t.Errorf("Stats.Unavailable grew by %d for one Refresh turned away; want 1", n)
-	}
+	_, err = strict.Refresh(t.Context(), "k", time.Minute, nil2[int])
+	assert.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with the circuit open; want ErrUnavailable")
+	assert.Equal(t, uint64(1), strict.Stats().Unavailable-before, "Stats.Unavailable grew for one Refresh turned away; want 1")
 	for _, f := range []func() (int, error){
 		func() (int, error) {
 			return open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
@@ -180,9 +179,9 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 			return open.Refresh(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
 		},
 	} {
-		if v, err := f(); v != 7 || err != nil {
-			t.Errorf("with the circuit open and WithComputeWhenDown: %v, %v; want 7, nil", v, err)
-		}
+		v, err := f()
+		assert.NoError(t, err, "with the circuit open and WithComputeWhenDown; want 7, nil")
+		assert.Equal(t, 7, v, "with the circuit open and WithComputeWhenDown; want 7, nil")
 	}
 }
 
@@ -190,18 +189,15 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 // so it must not pass for a probe that found Redis back.
 func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := New[int](noRetryClient(t, s), prefix(t))
+	c := dogpile.New[int](noRetryClient(t, s), prefix(t))
 	s.Kill()
 	c.Get(t.Context(), "k")            // opens the circuit
 	time.Sleep(300 * time.Millisecond) // past the cooldown: the next call probes
-	if _, err := c.FetchMany(t.Context(), nil, time.Minute, func(context.Context, []string) (map[string]int, error) {
+	_, err := c.FetchMany(t.Context(), nil, time.Minute, func(context.Context, []string) (map[string]int, error) {
 		return nil, nil
-	}); err != nil {
-		t.Fatalf("FetchMany(no keys) = %v", err)
-	}
-	if !c.breaker.Open() {
-		t.Error("an empty FetchMany closed the circuit with Redis still down")
-	}
+	})
+	require.NoError(t, err, "FetchMany(no keys)")
+	assert.True(t, dogpile.BreakerOpen(c), "an empty FetchMany closed the circuit with Redis still down")
 }
 
 // TestBreakerRefreshProbes: once the client's circuit is open, a process
@@ -210,14 +206,13 @@ func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 // call of the client probing for it).
 func TestBreakerRefreshProbes(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := New[string](noRetryClient(t, s), prefix(t))
+	c := dogpile.New[string](noRetryClient(t, s), prefix(t))
 	s.Kill()
 	for range 5 { // trip the client's circuit: a Get, a lock, another Cache...
 		c.Get(t.Context(), "k")
 	}
-	if _, err := c.Refresh(t.Context(), "k", time.Minute, constant("1")); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Refresh with Redis down = %v; want ErrUnavailable", err)
-	}
+	_, err := c.Refresh(t.Context(), "k", time.Minute, constant("1"))
+	require.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with Redis down; want ErrUnavailable")
 	s.Restart()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -241,13 +236,12 @@ func TestBreakerRefreshProbes(t *testing.T) {
 func TestBreakerFollowsClusterFailover(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	rdb := cl.Client(t)
-	c := New[string](rdb, prefix(t))
+	c := dogpile.New[string](rdb, prefix(t))
 	ctx := t.Context()
 	old, replica := cl.Nodes[0], cl.Replicas[0][0]
-	key := keysOn(t, c, rdb, old, 1)[0]
-	if _, err := c.Fetch(ctx, key, time.Minute, constant("v1")); err != nil {
-		t.Fatal(err)
-	}
+	key := dogpile.KeysOn(t, c, rdb, old, 1)[0]
+	_, err := c.Fetch(ctx, key, time.Minute, constant("v1"))
+	require.NoError(t, err)
 	old.Kill()
 	cl.AwaitPromotion(t, replica)
 	promoted := time.Now()
@@ -294,7 +288,7 @@ func TestOutageUnderLoad(t *testing.T) {
 			s := redistest.StartServer(t)
 			rdb := redis.NewClient(tc.opts(s.Addr()))
 			t.Cleanup(func() { _ = rdb.Close() })
-			c := New[int](rdb, prefix(t))
+			c := dogpile.New[int](rdb, prefix(t))
 			compute := func(context.Context) (int, error) { return 1, nil }
 			keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 			stop := make(chan struct{})
@@ -344,7 +338,7 @@ func outageOf(all []answer, killed, restarted time.Duration) outage {
 	var down []answer
 	for _, a := range all {
 		switch {
-		case errors.Is(a.err, ErrUnavailable) && o.firstFast < 0 && a.at > killed:
+		case errors.Is(a.err, dogpile.ErrUnavailable) && o.firstFast < 0 && a.at > killed:
 			o.firstFast = a.at - killed
 		case a.err == nil && a.at > restarted && o.recovered < 0:
 			o.recovered = a.at - restarted
@@ -357,4 +351,87 @@ func outageOf(all []answer, killed, restarted time.Duration) outage {
 		o.downP99 = p99(down)
 	}
 	return o
+}
+
+// TestRedisKilledDuringCompute: the server dies while the holder computes.
+// The holder's callers get the value with the store error; later Fetch
+// calls get a wrapped Redis error at once and do not compute, unless
+// WithComputeWhenDown is set.
+func TestRedisKilledDuringCompute(t *testing.T) {
+	s := redistest.StartServer(t)
+	c := dogpile.New[int](noRetryClient(t, s))
+	v, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) {
+		s.Kill()
+		return 4, nil
+	})
+	if v != 4 || err == nil || !strings.Contains(err.Error(), `dogpile: store "k"`) {
+		t.Errorf("Fetch = %v, %v; want 4 and a store error", v, err)
+	}
+
+	computed := false
+	_, err = c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) {
+		computed = true
+		return 5, nil
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), `dogpile: get "k"`) || computed {
+		t.Errorf("Fetch with Redis down: err = %v, computed = %v; want a wrapped get error, no compute", err, computed)
+	}
+
+	open := dogpile.New[int](noRetryClient(t, s), dogpile.WithComputeWhenDown())
+	v, err = open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 6, nil })
+	assert.NoError(t, err, "Fetch WithComputeWhenDown; want 6, nil")
+	assert.Equal(t, 6, v, "Fetch WithComputeWhenDown; want 6, nil")
+}
+
+// TestRedisKilledWhileWaiting: a waiter must not hang when the server
+// dies: its wake-up connection breaks, it looks again and gets an error.
+func TestRedisKilledWhileWaiting(t *testing.T) {
+	s := redistest.StartServer(t)
+	holder := dogpile.New[int](noRetryClient(t, s), dogpile.WithLease(time.Minute))
+	waiter := dogpile.New[int](noRetryClient(t, s), dogpile.WithLease(time.Minute))
+	start := time.Now()
+	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
+		return 1, nil
+	})
+	s.Kill()
+	r := <-wres
+	if r.err == nil || errors.Is(r.err, context.Canceled) {
+		t.Errorf("waiter Fetch error = %v; want a Redis error", r.err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("waiter took %v to notice the dead server", d)
+	}
+	close(release)
+	if r := <-hres; r.v != 1 || r.err == nil {
+		t.Errorf("holder Fetch = %v, %v; want 1 and a store error", r.v, r.err)
+	}
+}
+
+// TestRedisPausedCallerDeadline: with the server frozen, a caller's
+// deadline still ends its Fetch on time (go-redis applies ctx deadlines to
+// socket I/O only with ContextTimeoutEnabled).
+func TestRedisPausedCallerDeadline(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c := dogpile.New[int](rdb)
+	require.NoError(t, c.Set(t.Context(), "k", 1, time.Minute))
+	s.Pause()
+	defer s.Resume()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Fetch(ctx, "k", time.Minute, nil2[int])
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Fetch error = %v; want context.DeadlineExceeded", err)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Fetch took %v past a 100ms deadline", d)
+	}
+}
+
+// noRetryClient returns a client that does not retry failed commands, so
+// that tests of a dead server do not wait out go-redis's retry backoff.
+func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -1,8 +1,114 @@
 package dogpile
 
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
 // This file exports to package dogpile_test what its tests need of the
-// package's internals; it is compiled into the test binary only.
+// package's internals; it is compiled into the test binary only. The
+// behaviour tests go through the public API and these few seams.
 
 // WithNearTest is withNear(nearTest()): the near tier's config of this
 // package's tests, for those of package dogpile_test (see nearTest).
 func WithNearTest() Option { return withNear(nearTest()) }
+
+// OnWait sets the hook that c calls when a flight starts waiting for
+// another process's compute (tests order events with it, without sleeping).
+// Set it before c's first Fetch.
+func OnWait[T any](c *Cache[T], hook func(key string)) { c.onWait = hook }
+
+// BeforeCompute sets the hook that c calls once the lock is held, before
+// the compute's lease starts. Set it before c's first Fetch.
+func BeforeCompute[T any](c *Cache[T], hook func(key string)) { c.beforeCompute = hook }
+
+// Keys are the Redis names of one cache key (see keys).
+type Keys struct {
+	Value    string // the encoded value
+	Lock     string // the compute lock
+	Errs     string // recently failed computes
+	Channel  string // wake-ups
+	Throttle string // the retry interval after a failed refresh
+}
+
+// KeysOf returns the Redis names that c uses for key.
+func KeysOf[T any](c *Cache[T], key string) Keys {
+	ks := c.keys(key)
+	return Keys{Value: ks.value, Lock: ks.lock, Errs: ks.errs, Channel: ks.channel, Throttle: ks.throttle}
+}
+
+// Client returns the client c was made with.
+func Client[T any](c *Cache[T]) redis.UniversalClient { return c.client }
+
+// Flights returns how many flights of c run (a background refresh outlives
+// the Fetch that started it).
+func Flights[T any](c *Cache[T]) int {
+	c.flights.mu.Lock()
+	defer c.flights.mu.Unlock()
+	return len(c.flights.m)
+}
+
+// ErrComputeTooLong is the cause that ends a compute's context after
+// WithMaxCompute's limit.
+var ErrComputeTooLong = errComputeTooLong
+
+// BreakerOpen reports whether the circuit of c's client is open.
+func BreakerOpen[T any](c *Cache[T]) bool { return c.breaker.Open() }
+
+// KeysOn returns n keys of c whose values live on s, a master of cc (see
+// keysOn, which the near tier's failover tests share).
+func KeysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
+	t.Helper()
+	return keysOn(t, c, cc, s, n)
+}
+
+// testScripts are the scripts LoadScripts loads.
+var testScripts = []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript}
+
+// LoadScripts loads every script on every server, so that counts do not
+// include the one-off NOSCRIPT+EVAL of a script's first use.
+func LoadScripts(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := t.Context()
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, s := range testScripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Encode returns v as c stores it.
+func Encode[T any](c *Cache[T], v T) ([]byte, error) { return c.encode(v) }
+
+// MaxWakeValue is the largest value a wake-up carries; a waiter reads a
+// larger one again.
+const MaxWakeValue = maxWakeValue
+
+// EarlyFloor is WithEarlyRefresh's floor: the gap is at least this many
+// times the compute's duration (times beta).
+const EarlyFloor = earlyFloor
+
+// EntryTiming returns how long the compute of the stored entry raw ran and
+// how long before expiry it is refreshed (WithEarlyRefresh).
+func EntryTiming[T any](c *Cache[T], raw []byte) (took, early time.Duration, err error) {
+	_, m, err := c.decodeEntry(raw)
+	return m.Took, m.Early, err
+}

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -31,12 +35,14 @@ var behaviour = redistest.Suite{
 	{Name: "SlowComputeNotTakenOver", Test: testSlowComputeNotTakenOver},
 	{Name: "SetDuringComputeIsFenced", Test: testSetDuringComputeIsFenced},
 	{Name: "KeyWithBraces", Test: testKeyWithBraces},
-	// What a Fetch sends (commands_test.go), what a wake-up carries (wake_test.go).
+	// What a Fetch sends (fetch_commands_test.go), what a wake-up carries
+	// (fetch_wake_test.go).
 	{Name: "CommandsPerFetch", Test: testCommandsPerFetch},
 	{Name: "WakeUpCarriesValue", Test: testWakeUpCarriesValue},
 	{Name: "LargeValueReadAgain", Test: testLargeValueReadAgain},
-	// WithStale (stale_test.go), WithNegativeTTL (negative_test.go), Refresh
-	// (refresh_test.go), SetTTL (ttl_test.go), WithEarlyRefresh (early_test.go).
+	// WithStale (fetch_stale_test.go), WithNegativeTTL
+	// (fetch_negative_test.go), Refresh (fetch_refresh_test.go), SetTTL
+	// (fetch_ttl_test.go), WithEarlyRefresh (fetch_early_test.go).
 	{Name: "StaleServedWhileOneRefreshes", Test: testStaleServedWhileOneRefreshes},
 	{Name: "StaleRefreshFailsThrottled", Test: testStaleRefreshFailsThrottled},
 	{Name: "NegativeCaching", Test: testNegativeCaching},
@@ -52,34 +58,30 @@ func TestFetch(t *testing.T) { behaviour.RunWithMiniredis(t) }
 
 func testGetSetDelete(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+	c := dogpile.New[string](b.Client(t), prefix(t))
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Fatalf("Get on an empty cache: err = %v; want ErrMiss", err)
 	}
-	if err := c.Set(ctx, "k", "pils", time.Minute); err != nil {
-		t.Fatalf("Set: %v", err)
-	}
+	require.NoError(t, c.Set(ctx, "k", "pils", time.Minute), "Set")
 	if got, err := c.Get(ctx, "k"); err != nil || got != "pils" {
 		t.Fatalf("Get = %q, %v; want pils, nil", got, err)
 	}
-	pttl, err := c.client.PTTL(ctx, c.keys("k").value).Result()
+	pttl, err := dogpile.Client(c).PTTL(ctx, dogpile.KeysOf(c, "k").Value).Result()
 	if err != nil || pttl <= 0 || pttl > time.Minute {
 		t.Errorf("PTTL of the value = %v, %v; want in (0, 1m]", pttl, err)
 	}
-	if err := c.Delete(ctx, "k"); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
-	if _, err := c.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
+	require.NoError(t, c.Delete(ctx, "k"), "Delete")
+	if _, err := c.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get after Delete: err = %v; want ErrMiss", err)
 	}
-	if got, want := c.Stats(), (Stats{Hits: 1, Misses: 2}); got != want {
+	if got, want := c.Stats(), (dogpile.Stats{Hits: 1, Misses: 2}); got != want {
 		t.Errorf("Stats = %+v; want %+v", got, want)
 	}
 }
 
 func testDedupInProcess(t *testing.T, b redistest.Backend) {
 	rdb := b.Client(t)
-	c := New[int](rdb, prefix(t))
+	c := dogpile.New[int](rdb, prefix(t))
 	var computes atomic.Int64
 	compute := func(context.Context) (int, error) {
 		computes.Add(1)
@@ -89,8 +91,8 @@ func testDedupInProcess(t *testing.T, b redistest.Backend) {
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			if v, err := c.Fetch(t.Context(), "k", time.Minute, compute); err != nil || v != 42 {
-				t.Errorf("Fetch = %v, %v; want 42, nil", v, err)
+			if v, err := c.Fetch(t.Context(), "k", time.Minute, compute); assert.NoError(t, err, "Fetch = %v, %v; want 42, nil", v, err) {
+				assert.EqualValues(t, 42, v, "Fetch = %v, %v; want 42, nil", v, err)
 			}
 		})
 	}
@@ -108,9 +110,9 @@ func testDedupInProcess(t *testing.T, b redistest.Backend) {
 func testDedupAcrossInstances(t *testing.T, b redistest.Backend) {
 	ctr := &counted{rdb: b.Client(t), counter: t.Name() + ":counter"}
 	var wg sync.WaitGroup
-	caches := make([]*Cache[string], 8)
+	caches := make([]*dogpile.Cache[string], 8)
 	for i := range caches {
-		caches[i] = New[string](b.Client(t), prefix(t))
+		caches[i] = dogpile.New[string](b.Client(t), prefix(t))
 	}
 	for _, c := range caches {
 		for range 10 {
@@ -120,8 +122,8 @@ func testDedupAcrossInstances(t *testing.T, b redistest.Backend) {
 					time.Sleep(100 * time.Millisecond) // a slow load
 					return "lager", nil
 				})
-				if err != nil || v != "lager" {
-					t.Errorf("Fetch = %q, %v; want lager, nil", v, err)
+				if assert.NoError(t, err, "Fetch = %q, %v; want lager, nil", v, err) {
+					assert.Equal(t, "lager", v, "Fetch = %q, %v; want lager, nil", v, err)
 				}
 			})
 		}
@@ -141,8 +143,8 @@ func testDedupAcrossInstances(t *testing.T, b redistest.Backend) {
 }
 
 func testComputeError(t *testing.T, b redistest.Backend) {
-	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	holder := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	waiter := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
 	errDB := errors.New("db down")
 	start := time.Now()
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
@@ -153,7 +155,7 @@ func testComputeError(t *testing.T, b redistest.Backend) {
 		t.Errorf("holder Fetch error = %v; want %v", r.err, errDB)
 	}
 	r := <-wres
-	if !errors.Is(r.err, ErrComputeFailed) || !strings.Contains(r.err.Error(), "db down") {
+	if !errors.Is(r.err, dogpile.ErrComputeFailed) || !strings.Contains(r.err.Error(), "db down") {
 		t.Errorf("waiter Fetch error = %v; want ErrComputeFailed with the holder's message", r.err)
 	}
 	// The lease is a minute: the waiter was told, not left to wait it out.
@@ -169,14 +171,14 @@ func testComputeError(t *testing.T, b redistest.Backend) {
 	}
 	// The next Fetch computes afresh.
 	v, err := waiter.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 7, nil })
-	if err != nil || v != 7 {
-		t.Errorf("Fetch after the failure = %v, %v; want 7, nil", v, err)
+	if assert.NoError(t, err, "Fetch after the failure = %v, %v; want 7, nil", v, err) {
+		assert.EqualValues(t, 7, v, "Fetch after the failure = %v, %v; want 7, nil", v, err)
 	}
 }
 
 func testComputePanic(t *testing.T, b redistest.Backend) {
-	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	holder := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	waiter := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		panic("boom")
 	})
@@ -184,7 +186,7 @@ func testComputePanic(t *testing.T, b redistest.Backend) {
 	if r := <-hres; r.err == nil || !strings.Contains(r.err.Error(), "panicked: boom") || strings.Contains(r.err.Error(), "goroutine ") {
 		t.Errorf("holder Fetch error = %v; want a panic error with the value, not the stack", r.err)
 	}
-	if r := <-wres; !errors.Is(r.err, ErrComputeFailed) || !strings.Contains(r.err.Error(), "boom") || strings.Contains(r.err.Error(), "goroutine ") {
+	if r := <-wres; !errors.Is(r.err, dogpile.ErrComputeFailed) || !strings.Contains(r.err.Error(), "boom") || strings.Contains(r.err.Error(), "goroutine ") {
 		t.Errorf("waiter Fetch error = %v; want ErrComputeFailed with the message only", r.err)
 	}
 	assertNothingStored(t, holder, "k")
@@ -192,7 +194,7 @@ func testComputePanic(t *testing.T, b redistest.Backend) {
 
 func testCorruptBytes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	for i, raw := range []string{
 		"not ours at all",
 		"dp\x01\xc1",             // our header, a payload msgpack rejects
@@ -200,18 +202,16 @@ func testCorruptBytes(t *testing.T, b redistest.Backend) {
 		"dp\x01\x93\x01\x02\x03", // valid msgpack, wrong type (array)
 	} {
 		key := fmt.Sprint("k", i)
-		if err := c.client.Set(ctx, c.keys(key).value, raw, time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Get(ctx, key); !errors.Is(err, ErrMiss) {
+		require.NoError(t, dogpile.Client(c).Set(ctx, dogpile.KeysOf(c, key).Value, raw, time.Minute).Err())
+		if _, err := c.Get(ctx, key); !errors.Is(err, dogpile.ErrMiss) {
 			t.Errorf("Get(%q) over %q: err = %v; want ErrMiss", key, raw, err)
 		}
 		v, err := c.Fetch(ctx, key, time.Minute, func(context.Context) (string, error) { return "fresh", nil })
-		if err != nil || v != "fresh" {
-			t.Errorf("Fetch over %q = %q, %v; want fresh, nil", raw, v, err)
+		if assert.NoError(t, err, "Fetch over %q = %q, %v; want fresh, nil", raw, v, err) {
+			assert.Equal(t, "fresh", v, "Fetch over %q = %q, %v; want fresh, nil", raw, v, err)
 		}
-		if got, err := c.Get(ctx, key); err != nil || got != "fresh" {
-			t.Errorf("Get after Fetch over %q = %q, %v; want fresh, nil (overwritten)", raw, got, err)
+		if got, err := c.Get(ctx, key); assert.NoError(t, err, "Get after Fetch over %q = %q, %v; want fresh, nil (overwritten)", raw, got, err) {
+			assert.Equal(t, "fresh", got, "Get after Fetch over %q = %q, %v; want fresh, nil (overwritten)", raw, got, err)
 		}
 	}
 	if s := c.Stats(); s.DecodeErrors != 8 || s.Computes != 4 {
@@ -220,8 +220,8 @@ func testCorruptBytes(t *testing.T, b redistest.Backend) {
 }
 
 func testWaiterCtxCancelled(t *testing.T, b redistest.Backend) {
-	holder := New[int](b.Client(t), prefix(t))
-	waiter := New[int](b.Client(t), prefix(t))
+	holder := dogpile.New[int](b.Client(t), prefix(t))
+	waiter := dogpile.New[int](b.Client(t), prefix(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) {
 		return 1, nil
@@ -231,18 +231,18 @@ func testWaiterCtxCancelled(t *testing.T, b redistest.Backend) {
 		t.Errorf("waiter Fetch error = %v; want context.Canceled", r.err)
 	}
 	close(release)
-	if r := <-hres; r.err != nil || r.v != 1 {
-		t.Errorf("holder Fetch = %v, %v; want 1, nil", r.v, r.err)
+	if r := <-hres; assert.NoError(t, r.err, "holder Fetch = %v, %v; want 1, nil", r.v, r.err) {
+		assert.EqualValues(t, 1, r.v, "holder Fetch = %v, %v; want 1, nil", r.v, r.err)
 	}
-	if v, err := waiter.Get(t.Context(), "k"); err != nil || v != 1 {
-		t.Errorf("Get = %v, %v; want 1, nil", v, err)
+	if v, err := waiter.Get(t.Context(), "k"); assert.NoError(t, err, "Get = %v, %v; want 1, nil", v, err) {
+		assert.EqualValues(t, 1, v, "Get = %v, %v; want 1, nil", v, err)
 	}
 }
 
 // testLocalCallerLeaves: the caller that started a compute gives up; the
 // compute is not cancelled, and another caller of the flight gets the value.
 func testLocalCallerLeaves(t *testing.T, b redistest.Backend) {
-	c := New[int](b.Client(t), prefix(t))
+	c := dogpile.New[int](b.Client(t), prefix(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	computing, release := make(chan struct{}), make(chan struct{})
 	first := make(chan error, 1)
@@ -265,26 +265,23 @@ func testLocalCallerLeaves(t *testing.T, b redistest.Backend) {
 		t.Errorf("first caller: err = %v; want context.Canceled", err)
 	}
 	close(release)
-	if r := <-second; r.err != nil || r.v != 5 {
-		t.Errorf("second caller = %v, %v; want 5, nil (the shared compute)", r.v, r.err)
+	if r := <-second; assert.NoError(t, r.err, "second caller = %v, %v; want 5, nil (the shared compute)", r.v, r.err) {
+		assert.EqualValues(t, 5, r.v, "second caller = %v, %v; want 5, nil (the shared compute)", r.v, r.err)
 	}
 }
 
 // testDeadHolderTakenOver: a lock whose holder is gone (never stores,
 // never renews) is taken over when its lease runs out.
 func testDeadHolderTakenOver(t *testing.T, b redistest.Backend) {
-	c := New[int](b.Client(t), prefix(t))
+	c := dogpile.New[int](b.Client(t), prefix(t))
 	ctx := t.Context()
-	if err := c.client.Set(ctx, c.keys("k").lock, "dead-holder", 300*time.Millisecond).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dogpile.Client(c).Set(ctx, dogpile.KeysOf(c, "k").Lock, "dead-holder", 300*time.Millisecond).Err())
 	if b.Advance != nil {
-		c.onWait = func(string) { b.Advance(time.Second) }
+		dogpile.OnWait(c, func(string) { b.Advance(time.Second) })
 	}
 	v, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (int, error) { return 3, nil })
-	if err != nil || v != 3 {
-		t.Fatalf("Fetch = %v, %v; want 3, nil", v, err)
-	}
+	require.NoError(t, err, "Fetch = %v, %v; want 3, nil", v, err)
+	require.EqualValues(t, 3, v, "Fetch = %v, %v; want 3, nil", v, err)
 	if s := c.Stats(); s.Takeovers != 1 || s.Waits != 1 || s.PollWakeups == 0 {
 		t.Errorf("Stats = %+v; want Takeovers 1, Waits 1, PollWakeups > 0", s)
 	}
@@ -296,18 +293,18 @@ func testSlowComputeNotTakenOver(t *testing.T, b redistest.Backend) {
 	// Renewed every third of the lease: a 60ms lease was lost to a 40ms
 	// stall of a loaded machine (1 run in 20), which is a takeover by design.
 	const lease = 300 * time.Millisecond
-	holder := New[int](b.Client(t), prefix(t), WithLease(lease))
-	waiter := New[int](b.Client(t), prefix(t), WithLease(lease))
+	holder := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(lease))
+	waiter := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(lease))
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		return 9, nil
 	})
 	time.Sleep(3 * lease) // the compute outlives its lease several times; not synchronization
 	close(release)
-	if r := <-hres; r.err != nil || r.v != 9 {
-		t.Errorf("holder = %v, %v; want 9, nil", r.v, r.err)
+	if r := <-hres; assert.NoError(t, r.err, "holder = %v, %v; want 9, nil", r.v, r.err) {
+		assert.EqualValues(t, 9, r.v, "holder = %v, %v; want 9, nil", r.v, r.err)
 	}
-	if r := <-wres; r.err != nil || r.v != 9 {
-		t.Errorf("waiter = %v, %v; want 9, nil", r.v, r.err)
+	if r := <-wres; assert.NoError(t, r.err, "waiter = %v, %v; want 9, nil", r.v, r.err) {
+		assert.EqualValues(t, 9, r.v, "waiter = %v, %v; want 9, nil", r.v, r.err)
 	}
 	if s := waiter.Stats(); s.Computes != 0 || s.Takeovers != 0 {
 		t.Errorf("waiter Stats = %+v; want no compute, no takeover", s)
@@ -318,38 +315,36 @@ func testSlowComputeNotTakenOver(t *testing.T, b redistest.Backend) {
 // compute's result is not stored over it, and its own callers get the
 // Set's value too (the refused store looks again).
 func testSetDuringComputeIsFenced(t *testing.T, b redistest.Backend) {
-	holder := New[int](b.Client(t), prefix(t))
-	other := New[int](b.Client(t), prefix(t))
+	holder := dogpile.New[int](b.Client(t), prefix(t))
+	other := dogpile.New[int](b.Client(t), prefix(t))
 	release, hres, wres := holdAndWait(t, holder, other, t.Context(), "k", func(context.Context) (int, error) {
 		return 1, nil
 	})
-	if err := other.Set(t.Context(), "k", 2, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if r := <-wres; r.err != nil || r.v != 2 {
-		t.Errorf("waiter = %v, %v; want 2 (the Set value), nil", r.v, r.err)
+	require.NoError(t, other.Set(t.Context(), "k", 2, time.Minute))
+	if r := <-wres; assert.NoError(t, r.err, "waiter = %v, %v; want 2 (the Set value), nil", r.v, r.err) {
+		assert.EqualValues(t, 2, r.v, "waiter = %v, %v; want 2 (the Set value), nil", r.v, r.err)
 	}
 	close(release)
-	if r := <-hres; r.err != nil || r.v != 2 {
-		t.Errorf("holder = %v, %v; want 2, the Set's value (its store was refused), nil", r.v, r.err)
+	if r := <-hres; assert.NoError(t, r.err, "holder = %v, %v; want 2, the Set's value (its store was refused), nil", r.v, r.err) {
+		assert.EqualValues(t, 2, r.v, "holder = %v, %v; want 2, the Set's value (its store was refused), nil", r.v, r.err)
 	}
-	if v, err := other.Get(t.Context(), "k"); err != nil || v != 2 {
-		t.Errorf("Get = %v, %v; want 2 (not overwritten by the stale compute)", v, err)
+	if v, err := other.Get(t.Context(), "k"); assert.NoError(t, err, "Get = %v, %v; want 2 (not overwritten by the stale compute)", v, err) {
+		assert.EqualValues(t, 2, v, "Get = %v, %v; want 2 (not overwritten by the stale compute)", v, err)
 	}
 }
 
 func testKeyWithBraces(t *testing.T, b redistest.Backend) {
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	for _, key := range []string{"{", "}", "a{b}c", "{}", "x}{y"} {
 		v, err := c.Fetch(t.Context(), key, time.Minute, func(context.Context) (string, error) { return key, nil })
-		if err != nil || v != key {
-			t.Errorf("Fetch(%q) = %q, %v; want %q, nil", key, v, err, key)
+		if assert.NoError(t, err, "Fetch(%q) = %q, %v; want %q, nil", key, v, err, key) {
+			assert.Equal(t, key, v, "Fetch(%q) = %q, %v; want %q, nil", key, v, err, key)
 		}
-		if got, err := c.Get(t.Context(), key); err != nil || got != key {
-			t.Errorf("Get(%q) = %q, %v", key, got, err)
+		if got, err := c.Get(t.Context(), key); assert.NoError(t, err, "Get(%q) = %q, %v", key, got, err) {
+			assert.Equal(t, key, got, "Get(%q) = %q, %v", key, got, err)
 		}
 	}
-	if a, b := c.keys("a{b}c").value, c.keys("{a{b}c}").value; a == b {
+	if a, b := dogpile.KeysOf(c, "a{b}c").Value, dogpile.KeysOf(c, "{a{b}c}").Value; a == b {
 		t.Errorf("distinct keys share the Redis key %q", a)
 	}
 }

@@ -3,8 +3,9 @@ package dogpile
 // The child side of the multi-process tests: the test binary re-executed
 // by redistest.StartChild (see fleet_test.go) runs one mode as one process
 // of a fleet, with its own client and Cache. The modes are in
-// fleet_modes_test.go, fleet_stale_modes_test.go and near_procs_test.go. Each
-// counts its computes in Redis, so that the counts of every process add up.
+// fleet_modes_test.go, fleet_stale_modes_test.go and fleet_near_test.go.
+// Each counts its computes in Redis, so that the counts of every process
+// add up.
 
 import (
 	"context"

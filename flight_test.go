@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"bytes"
@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -26,7 +30,7 @@ func goid() string {
 func TestLeaderRunsItsFlight(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
-	c := New[string](rdb, prefix(t))
+	c := dogpile.New[string](rdb, prefix(t))
 	defer c.Close()
 	cancelled, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -52,14 +56,12 @@ func TestLeaderRunsItsFlight(t *testing.T) {
 				t.Errorf("a caller that joined the flight with a deadline: %v; want DeadlineExceeded", err)
 			}
 			close(release)
-			if err := <-fetched; err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, <-fetched)
 			if here := in == caller; here != (ctx.Done() == nil) {
 				t.Errorf("compute ran in the caller's goroutine: %v; want %v", here, ctx.Done() == nil)
 			}
-			if v, err := c.Get(context.Background(), name); err != nil || v != "v" {
-				t.Errorf("Get = %q, %v; want the computed value", v, err)
+			if v, err := c.Get(context.Background(), name); assert.NoError(t, err, "Get = %q, %v; want the computed value", v, err) {
+				assert.Equal(t, "v", v, "Get = %q, %v; want the computed value", v, err)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"bytes"
@@ -10,13 +10,19 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
+// The helpers of the behaviour tests (package dogpile_test); those of the
+// white-box tests are in helpers_internal_test.go.
+
 // prefix gives each test keys of its own (its name is the prefix), so that
 // the cases of a suite share one deployment.
-func prefix(t *testing.T) Option { return WithPrefix(t.Name() + ":") }
+func prefix(t *testing.T) dogpile.Option { return dogpile.WithPrefix(t.Name() + ":") }
 
 // pass lets d go by on the server's clock: miniredis is told to, a real
 // server is waited for (on purpose: a TTL must run out).
@@ -30,13 +36,9 @@ func pass(b redistest.Backend, d time.Duration) {
 
 // settle waits until c runs no background refresh (they outlive the Fetch
 // that started them), so that each test ends with no goroutine of its own.
-func settle[T any](t *testing.T, c *Cache[T]) {
+func settle[T any](t *testing.T, c *dogpile.Cache[T]) {
 	t.Helper()
-	redistest.Eventually(t, "the background work to end", func() bool {
-		c.flights.mu.Lock()
-		defer c.flights.mu.Unlock()
-		return len(c.flights.m) == 0
-	})
+	redistest.Eventually(t, "the background work to end", func() bool { return dogpile.Flights(c) == 0 })
 }
 
 // counted counts its calls in a Redis counter (so that calls in every
@@ -56,12 +58,12 @@ func (c *counted) total(t *testing.T) int64 {
 	t.Helper()
 	n, err := c.rdb.Get(context.Background(), c.counter).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatalf("read counter: %v", err)
+		require.NoError(t, err, "read counter")
 	}
 	return n
 }
 
-// waitSignal returns a hook for Cache.onWait that closes the returned
+// waitSignal returns a hook for dogpile.OnWait that closes the returned
 // channel the first time a flight starts waiting.
 func waitSignal() (func(string), <-chan struct{}) {
 	ch := make(chan struct{})
@@ -72,7 +74,7 @@ func waitSignal() (func(string), <-chan struct{}) {
 // holdAndWait starts a compute of key in holder that blocks until release
 // is closed, and a Fetch of key in waiter; it returns once the waiter
 // waits for the holder.
-func holdAndWait[T any](t *testing.T, holder, waiter *Cache[T], ctx context.Context, key string, compute func(context.Context) (T, error)) (release chan struct{}, holderRes, waiterRes chan result[T]) {
+func holdAndWait[T any](t *testing.T, holder, waiter *dogpile.Cache[T], ctx context.Context, key string, compute func(context.Context) (T, error)) (release chan struct{}, holderRes, waiterRes chan result[T]) {
 	t.Helper()
 	release = make(chan struct{})
 	computing := make(chan struct{})
@@ -87,7 +89,7 @@ func holdAndWait[T any](t *testing.T, holder, waiter *Cache[T], ctx context.Cont
 	}()
 	<-computing
 	hook, waiting := waitSignal()
-	waiter.onWait = hook
+	dogpile.OnWait(waiter, hook)
 	go func() {
 		v, err := waiter.Fetch(ctx, key, time.Minute, func(ctx context.Context) (T, error) {
 			var zero T
@@ -108,13 +110,11 @@ type result[T any] struct {
 	err error
 }
 
-func assertNothingStored[T any](t *testing.T, c *Cache[T], key string) {
+func assertNothingStored[T any](t *testing.T, c *dogpile.Cache[T], key string) {
 	t.Helper()
-	ks := c.keys(key)
-	n, err := c.client.Exists(context.Background(), ks.value, ks.lock).Result()
-	if err != nil || n != 0 {
-		t.Errorf("EXISTS value lock = %d, %v; want 0 (nothing cached, lock released)", n, err)
-	}
+	ks := dogpile.KeysOf(c, key)
+	n, err := dogpile.Client(c).Exists(context.Background(), ks.Value, ks.Lock).Result()
+	assert.True(t, err == nil && n == 0, "EXISTS value lock = %d, %v; want 0 (nothing cached, lock released)", n, err)
 }
 
 func constant(v string) func(context.Context) (string, error) {
@@ -129,12 +129,7 @@ func nil2[T any](context.Context) (T, error) {
 
 func mustPanic(t *testing.T, name string, f func()) {
 	t.Helper()
-	defer func() {
-		if recover() == nil {
-			t.Errorf("%s did not panic", name)
-		}
-	}()
-	f()
+	assert.Panics(t, f, "%s did not panic", name)
 }
 
 // nopClient returns a client that is never used for I/O (New does none).
@@ -161,4 +156,19 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// fetchNear fetches key until the answer comes from the near tier (tracking
+// is in place and the value was read once), and returns it.
+func fetchNear[T any](t *testing.T, c *dogpile.Cache[T], key string) T {
+	t.Helper()
+	var v T
+	redistest.Eventually(t, "a near hit on "+key, func() bool {
+		before := c.Stats().NearHits
+		var err error
+		v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T])
+		require.NoError(t, err, "Fetch(%q)", key)
+		return c.Stats().NearHits > before
+	})
+	return v
 }

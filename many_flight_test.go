@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -20,7 +24,7 @@ import (
 // passed to FetchMany's compute: FetchMany joins that flight.
 func testManyJoinsFetch(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	started, release := make(chan struct{}), make(chan struct{})
 	fres := make(chan error, 1)
 	go func() {
@@ -41,9 +45,7 @@ func testManyJoinsFetch(t *testing.T, b redistest.Backend) {
 	redistest.Eventually(t, "FetchMany's compute", func() bool { return len(e.keys()) > 0 })
 	close(release)
 	wantAll(t, <-mres, []string{"a", "b"})
-	if err := <-fres; err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, <-fres)
 	if calls := e.keys(); len(calls) != 1 || !slices.Equal(calls[0], []string{"b"}) {
 		t.Errorf("compute calls %v; want one, with b alone", calls)
 	}
@@ -53,18 +55,18 @@ func testManyJoinsFetch(t *testing.T, b redistest.Backend) {
 // key that FetchMany computes share its compute.
 func testManyFetchJoinsMany(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
-	other := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
+	other := dogpile.New[string](b.Client(t), prefix(t))
 	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
 	mres := goFetchMany(t, c, []string{"a", "b"}, e.compute)
 	<-e.started
 	hook, waiting := waitSignal()
-	other.onWait = hook
+	dogpile.OnWait(other, hook)
 	var wg sync.WaitGroup
-	for _, f := range []*Cache[string]{c, other} {
+	for _, f := range []*dogpile.Cache[string]{c, other} {
 		wg.Go(func() {
-			if v, err := f.Fetch(ctx, "a", time.Minute, nil2[string]); err != nil || v != "v:a" {
-				t.Errorf("Fetch = %q, %v; want v:a", v, err)
+			if v, err := f.Fetch(ctx, "a", time.Minute, nil2[string]); assert.NoError(t, err, "Fetch = %q, %v; want v:a", v, err) {
+				assert.Equal(t, "v:a", v, "Fetch = %q, %v; want v:a", v, err)
 			}
 		})
 	}
@@ -84,22 +86,18 @@ func testManyTakesOverDeadHolder(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	// A lease longer than the dead lock: miniredis's clock, moved past the
 	// dead lock below, must not take a's lock too.
-	c := New[string](b.Client(t), prefix(t), WithLease(3*time.Second))
+	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(3*time.Second))
 	// The dead holder's lock outlives the time a loaded machine may take to
 	// reach the lock script, so that FetchMany finds it held.
-	if err := c.client.Set(ctx, c.keys("dead").lock, "someone", time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, dogpile.Client(c).Set(ctx, dogpile.KeysOf(c, "dead").Lock, "someone", time.Second).Err())
 	if b.Advance != nil { // miniredis expires keys only when told to
 		hook, waiting := waitSignal()
-		c.onWait = hook
+		dogpile.OnWait(c, hook)
 		go func() { <-waiting; b.Advance(1100 * time.Millisecond) }()
 	}
 	e := &echo{}
 	got, err := c.FetchMany(ctx, []string{"a", "dead"}, time.Minute, e.compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "dead"})
 	calls := e.keys()
 	slices.SortFunc(calls, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
@@ -115,21 +113,15 @@ func testManyTakesOverDeadHolder(t *testing.T, b redistest.Backend) {
 // is refreshed in the background with compute for that key alone.
 func testManyStale(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
+	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
 	for _, k := range []string{"s1", "s2"} {
-		if err := c.Set(ctx, k, "old", 100*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Set(ctx, k, "old", 100*time.Millisecond))
 	}
-	if err := c.Set(ctx, "fresh", "v:fresh", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "fresh", "v:fresh", time.Minute))
 	pass(b, 200*time.Millisecond)
 	e := &echo{}
 	got, err := c.FetchMany(ctx, []string{"s1", "s2", "fresh"}, time.Minute, e.compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if want := map[string]string{"s1": "old", "s2": "old", "fresh": "v:fresh"}; !maps.Equal(got, want) {
 		t.Errorf("FetchMany = %v; want %v (stale values at once)", got, want)
 	}
@@ -143,8 +135,8 @@ func testManyStale(t *testing.T, b redistest.Backend) {
 		t.Errorf("Stats = %+v; want Stale 2, Refreshes 2", s)
 	}
 	for _, k := range []string{"s1", "s2"} {
-		if v, err := c.Get(ctx, k); err != nil || v != "v:"+k {
-			t.Errorf("Get(%s) after the refresh = %q, %v", k, v, err)
+		if v, err := c.Get(ctx, k); assert.NoError(t, err, "Get(%s) after the refresh = %q, %v", k, v, err) {
+			assert.Equal(t, "v:"+k, v, "Get(%s) after the refresh = %q, %v", k, v, err)
 		}
 	}
 }
@@ -154,10 +146,8 @@ func testManyStale(t *testing.T, b redistest.Backend) {
 // values are stored for the next caller.
 func TestFetchManyCallerLeaves(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	c := New[string](rdb, prefix(t))
-	if err := c.Set(t.Context(), "hit", "v:hit", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	c := dogpile.New[string](rdb, prefix(t))
+	require.NoError(t, c.Set(t.Context(), "hit", "v:hit", time.Minute))
 	e := &echo{gate: make(chan struct{}), started: make(chan struct{})}
 	ctx, cancel := context.WithCancel(t.Context())
 	res := make(chan error, 1)
@@ -179,22 +169,18 @@ func TestFetchManyCallerLeaves(t *testing.T) {
 	// The compute, abandoned by its caller, still stores: a new caller
 	// joins its flight or reads the value.
 	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "b"})
 	settle(t, c)
 }
 
 // goFetchMany calls c.FetchMany(keys, compute) on a goroutine of its own
 // and sends its values on the channel it returns (an error fails t).
-func goFetchMany(t *testing.T, c *Cache[string], keys []string, compute func(context.Context, []string) (map[string]string, error)) <-chan map[string]string {
+func goFetchMany(t *testing.T, c *dogpile.Cache[string], keys []string, compute func(context.Context, []string) (map[string]string, error)) <-chan map[string]string {
 	res := make(chan map[string]string, 1)
 	go func() {
 		got, err := c.FetchMany(t.Context(), keys, time.Minute, compute)
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		res <- got
 	}()
 	return res

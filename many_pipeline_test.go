@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
@@ -74,20 +76,16 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 	count := newNodeCounter()
 	cc.OnNewNode(func(rdb *redis.Client) { rdb.AddHook(count.hook(rdb.Options().Addr)) })
 
-	c := New[string](cc, prefix(t))
+	c := dogpile.New[string](cc, prefix(t))
 	keys := keyRange("k", 100)
 	slots := map[int]bool{}
 	for _, k := range keys {
-		if err := c.Set(ctx, k, "v:"+k, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		slots[redisutil.Slot(c.valueKey(k))] = true
+		require.NoError(t, c.Set(ctx, k, "v:"+k, time.Minute))
+		slots[redisutil.Slot(dogpile.KeysOf(c, k).Value)] = true
 	}
 	count.reset()
 	got, err := c.FetchMany(ctx, keys, time.Minute, nilMany[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, keys)
 	count.mu.Lock()
 	defer count.mu.Unlock()
@@ -107,19 +105,17 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 
 	// A single server: one MGET.
 	rdb := redistest.StartServer(t).Client(t)
-	hc := countCommands(rdb)
-	s := New[string](rdb, prefix(t))
+	hc := redistest.RecordCommands(rdb)
+	s := dogpile.New[string](rdb, prefix(t))
 	for _, k := range keys {
-		if err := s.Set(ctx, k, "v:"+k, time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Set(ctx, k, "v:"+k, time.Minute))
 	}
-	hc.take()
+	hc.Take()
 	if got, err = s.FetchMany(ctx, keys, time.Minute, nilMany[string]); err != nil {
 		t.Fatal(err)
 	}
 	wantAll(t, got, keys)
-	if cmds := hc.take(); len(cmds) != 1 || cmds[0] != "mget" {
+	if cmds := hc.Take(); len(cmds) != 1 || cmds[0] != "mget" {
 		t.Errorf("single server sent %v; want one mget", cmds)
 	}
 }
@@ -128,16 +124,14 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 // round trips: the MGET, one lock script for all, one pipeline of stores.
 func TestFetchManyMissCommands(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	loadScripts(t, rdb)
-	hc := countCommands(rdb)
-	c := New[string](rdb, prefix(t))
+	dogpile.LoadScripts(t, rdb)
+	hc := redistest.RecordCommands(rdb)
+	c := dogpile.New[string](rdb, prefix(t))
 	keys := keyRange("k", 20)
 	got, err := c.FetchMany(t.Context(), keys, time.Minute, (&echo{}).compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, keys)
-	cmds := hc.take()
+	cmds := hc.Take()
 	evals := 0
 	for _, name := range cmds {
 		if name == "evalsha" {

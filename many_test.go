@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -91,18 +96,14 @@ func wantAll(t *testing.T, got map[string]string, keys []string) {
 
 func testManyHitsAndMisses(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	keys := keyRange("k", 50)
 	for _, k := range keys[:20] {
-		if err := c.Set(ctx, k, "v:"+k, time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Set(ctx, k, "v:"+k, time.Minute))
 	}
 	e := &echo{}
 	got, err := c.FetchMany(ctx, keys, time.Minute, e.compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, keys)
 	calls := e.keys()
 	if len(calls) != 1 {
@@ -113,9 +114,7 @@ func testManyHitsAndMisses(t *testing.T, b redistest.Backend) {
 	}
 	// Stored: a second call is all hits.
 	got, err = c.FetchMany(ctx, keys, time.Minute, nilMany[string])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, keys)
 	if s := c.Stats(); s.Hits != 70 || s.Misses != 30 || s.Computes != 1 {
 		t.Errorf("Stats = %+v; want Hits 70, Misses 30, Computes 1", s)
@@ -127,12 +126,10 @@ func nilMany[T any](context.Context, []string) (map[string]T, error) {
 }
 
 func testManyDuplicates(t *testing.T, b redistest.Backend) {
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	e := &echo{}
 	got, err := c.FetchMany(t.Context(), []string{"a", "b", "a", "a", "b"}, time.Minute, e.compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "b"})
 	if calls := e.keys(); len(calls) != 1 || len(calls[0]) != 2 {
 		t.Errorf("compute calls %v; want one with a and b once each", calls)
@@ -142,13 +139,11 @@ func testManyDuplicates(t *testing.T, b redistest.Backend) {
 // testManyPartialMap: a key compute leaves out is absent, with no error,
 // and not stored (no negative TTL).
 func testManyPartialMap(t *testing.T, b redistest.Backend) {
-	c := New[string](b.Client(t), prefix(t))
+	c := dogpile.New[string](b.Client(t), prefix(t))
 	got, err := c.FetchMany(t.Context(), []string{"a", "gone", "b"}, time.Minute, func(_ context.Context, keys []string) (map[string]string, error) {
 		return map[string]string{"a": "v:a", "b": "v:b", "extra": "x"}, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "b"})
 	assertNothingStored(t, c, "gone")
 	assertNothingStored(t, c, "extra")
@@ -156,7 +151,7 @@ func testManyPartialMap(t *testing.T, b redistest.Backend) {
 
 func testManyNegativeTTL(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t), WithNegativeTTL(time.Minute))
+	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithNegativeTTL(time.Minute))
 	e := &echo{}
 	only := func(ctx context.Context, keys []string) (map[string]string, error) {
 		m, err := e.compute(ctx, keys)
@@ -165,15 +160,13 @@ func testManyNegativeTTL(t *testing.T, b redistest.Backend) {
 	}
 	for range 2 {
 		got, err := c.FetchMany(ctx, []string{"a", "gone"}, time.Minute, only)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		wantAll(t, got, []string{"a"})
 	}
 	if calls := e.keys(); len(calls) != 1 {
 		t.Errorf("compute calls %v; want one: the tombstone answers the second", calls)
 	}
-	if _, err := c.Get(ctx, "gone"); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Get(ctx, "gone"); !errors.Is(err, dogpile.ErrNotFound) {
 		t.Errorf("Get(gone) = %v; want ErrNotFound (a tombstone)", err)
 	}
 }
@@ -183,11 +176,9 @@ func testManyNegativeTTL(t *testing.T, b redistest.Backend) {
 // them gets ErrComputeFailed.
 func testManyComputeError(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
-	other := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
-	if err := c.Set(ctx, "hit", "v:hit", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	other := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	require.NoError(t, c.Set(ctx, "hit", "v:hit", time.Minute))
 	errDB := errors.New("db down")
 	started, release := make(chan struct{}), make(chan struct{})
 	res := make(chan error, 1)
@@ -204,7 +195,7 @@ func testManyComputeError(t *testing.T, b redistest.Backend) {
 	}()
 	<-started
 	hook, waiting := waitSignal()
-	other.onWait = hook
+	dogpile.OnWait(other, hook)
 	wres := make(chan error, 1)
 	go func() { _, err := other.Fetch(ctx, "x", time.Minute, nil2[string]); wres <- err }()
 	<-waiting
@@ -213,7 +204,7 @@ func testManyComputeError(t *testing.T, b redistest.Backend) {
 	if !errors.Is(err, errDB) || !strings.Contains(err.Error(), `"x"`) || !strings.Contains(err.Error(), `"y"`) {
 		t.Errorf("FetchMany error = %v; want errDB for x and for y, naming them", err)
 	}
-	if err := <-wres; !errors.Is(err, ErrComputeFailed) {
+	if err := <-wres; !errors.Is(err, dogpile.ErrComputeFailed) {
 		t.Errorf("waiter Fetch = %v; want ErrComputeFailed", err)
 	}
 	assertNothingStored(t, c, "x")
@@ -229,7 +220,7 @@ func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
 	var wg sync.WaitGroup
 	keys := keyRange("k", 200)
 	for p := range 4 {
-		c := New[string](b.Client(t), prefix(t))
+		c := dogpile.New[string](b.Client(t), prefix(t))
 		for g := range 8 {
 			// Each goroutine asks for a window of 120 keys starting at a
 			// different place, wrapping around: every pair overlaps.
@@ -238,9 +229,7 @@ func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
 			e := &echo{counter: func(ctx context.Context, k string) { rdb.HIncrBy(ctx, counter, k, 1) }}
 			wg.Go(func() {
 				got, err := c.FetchMany(t.Context(), mine, time.Minute, e.compute)
-				if err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, err)
 				wantAll(t, got, mine)
 			})
 		}
@@ -254,19 +243,76 @@ func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
 func TestFetchManyRedisDown(t *testing.T) {
 	s := redistest.StartServer(t)
 	s.Kill()
-	c := New[string](noRetryClient(t, s))
+	c := dogpile.New[string](noRetryClient(t, s))
 	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
 	if len(got) != 0 || err == nil || !strings.Contains(err.Error(), `dogpile: get "a"`) || !strings.Contains(err.Error(), `dogpile: get "b"`) {
 		t.Errorf("FetchMany with Redis down = %v, %v; want nothing and a get error per key", got, err)
 	}
-	open := New[string](noRetryClient(t, s), WithComputeWhenDown())
+	open := dogpile.New[string](noRetryClient(t, s), dogpile.WithComputeWhenDown())
 	e := &echo{}
 	got, err = open.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, e.compute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "b"})
 	if calls := e.keys(); len(calls) != 1 {
 		t.Errorf("compute calls %v; want one, without the cache", calls)
 	}
+}
+
+// testManyWithFetch: 4 Caches (a process each) × 8 goroutines, half
+// calling FetchMany on windows of 60 of 100 keys, half Fetch on each key
+// of a window in turn, all at once: each key is computed once in all.
+func testManyWithFetch(t *testing.T, b redistest.Backend) {
+	rdb := b.Client(t)
+	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, t.Name()+":computes", k, 1) }
+	keys := keyRange("k", 100)
+	var wg sync.WaitGroup
+	for p := range 4 {
+		c := dogpile.New[string](b.Client(t), prefix(t))
+		for g := range 8 {
+			from := (p*8 + g) * 100 / 32
+			mine := append(slices.Clone(keys[from:]), keys[:from]...)[:60]
+			e := &echo{counter: count}
+			wg.Go(func() {
+				if g%2 == 0 {
+					got, err := c.FetchMany(t.Context(), mine, time.Minute, e.compute)
+					assert.NoError(t, err)
+					wantAll(t, got, mine)
+					return
+				}
+				for _, k := range mine {
+					v, err := c.Fetch(t.Context(), k, time.Minute, func(ctx context.Context) (string, error) {
+						m, err := e.compute(ctx, []string{k}) // FetchMany's compute of k alone
+						return m[k], err
+					})
+					if assert.NoError(t, err, "Fetch(%s) = %q, %v", k, v, err) {
+						assert.Equal(t, "v:"+k, v, "Fetch(%s) = %q, %v", k, v, err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	computedOnce(t, computesPerKey(t, rdb, t.Name()+":"), len(keys))
+}
+
+// computedOnce checks that counts (computes per key, from Redis) has n
+// keys, each computed once.
+func computedOnce(t *testing.T, counts map[string]string, n int) {
+	t.Helper()
+	for k, c := range counts {
+		if c != "1" {
+			t.Errorf("key %s computed %s times; want 1", k, c)
+		}
+	}
+	if len(counts) != n {
+		t.Errorf("%d keys computed; want %d", len(counts), n)
+	}
+}
+
+// computesPerKey reads the hash of computes per key under prefix.
+func computesPerKey(t *testing.T, rdb redis.UniversalClient, prefix string) map[string]string {
+	t.Helper()
+	m, err := rdb.HGetAll(context.Background(), prefix+"computes").Result()
+	require.NoError(t, err)
+	return m
 }

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -17,35 +20,35 @@ import (
 // it returns so that tests can tell where they went.
 type recorder struct {
 	mu     sync.Mutex
-	events []Event
+	events []dogpile.Event
 	ctxOK  []bool // per event: ctx carried the mark of its start event
 }
 
 type markKey struct{}
 
-func (r *recorder) observe(ctx context.Context, e Event) context.Context {
+func (r *recorder) observe(ctx context.Context, e dogpile.Event) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	marked := ctx.Value(markKey{}) == e.Kind-1 // an end event gets its start's context
 	r.events = append(r.events, e)
 	r.ctxOK = append(r.ctxOK, marked)
-	if e.Kind == EventComputeStart || e.Kind == EventWaitStart {
+	if e.Kind == dogpile.EventComputeStart || e.Kind == dogpile.EventWaitStart {
 		return context.WithValue(ctx, markKey{}, e.Kind)
 	}
 	return nil
 }
 
-func (r *recorder) kinds() []EventKind {
+func (r *recorder) kinds() []dogpile.EventKind {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ks []EventKind
+	var ks []dogpile.EventKind
 	for _, e := range r.events {
 		ks = append(ks, e.Kind)
 	}
 	return ks
 }
 
-func (r *recorder) find(k EventKind) (Event, bool) {
+func (r *recorder) find(k dogpile.EventKind) (dogpile.Event, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, e := range r.events {
@@ -53,7 +56,7 @@ func (r *recorder) find(k EventKind) (Event, bool) {
 			return e, r.ctxOK[i]
 		}
 	}
-	return Event{}, false
+	return dogpile.Event{}, false
 }
 
 // TestObserver: a miss computed in one process and awaited in another
@@ -62,10 +65,10 @@ func (r *recorder) find(k EventKind) (Event, bool) {
 func TestObserver(t *testing.T) {
 	s := redistest.StartServer(t)
 	var hr, wr recorder
-	holder := New[int](s.Client(t), prefix(t), WithObserver(hr.observe))
-	waiter := New[int](s.Client(t), prefix(t), WithObserver(wr.observe))
+	holder := dogpile.New[int](s.Client(t), prefix(t), dogpile.WithObserver(hr.observe))
+	waiter := dogpile.New[int](s.Client(t), prefix(t), dogpile.WithObserver(wr.observe))
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(ctx context.Context) (int, error) {
-		if ctx.Value(markKey{}) != EventComputeStart {
+		if ctx.Value(markKey{}) != dogpile.EventComputeStart {
 			return 0, errors.New("compute did not run with the observer's context")
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -78,22 +81,21 @@ func TestObserver(t *testing.T) {
 	if r := <-wres; r.err != nil {
 		t.Fatal(r.err)
 	}
-	if _, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int]); err != nil {
-		t.Fatal(err)
-	}
+	_, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int])
+	require.NoError(t, err)
 
-	if got, want := hr.kinds(), []EventKind{EventComputeStart, EventComputeEnd, EventMiss}; !slices.Equal(got, want) {
+	if got, want := hr.kinds(), []dogpile.EventKind{dogpile.EventComputeStart, dogpile.EventComputeEnd, dogpile.EventMiss}; !slices.Equal(got, want) {
 		t.Errorf("holder events %v; want %v", got, want)
 	}
-	if got, want := wr.kinds(), []EventKind{EventWaitStart, EventWaitEnd, EventMiss, EventHit}; !slices.Equal(got, want) {
+	if got, want := wr.kinds(), []dogpile.EventKind{dogpile.EventWaitStart, dogpile.EventWaitEnd, dogpile.EventMiss, dogpile.EventHit}; !slices.Equal(got, want) {
 		t.Errorf("waiter events %v; want %v", got, want)
 	}
-	end, ctxOK := hr.find(EventComputeEnd)
+	end, ctxOK := hr.find(dogpile.EventComputeEnd)
 	if end.Took < 10*time.Millisecond || end.Err != nil || end.Key != "k" || end.Prefix != t.Name()+":" || !ctxOK {
 		t.Errorf("compute end = %+v (start's context: %v); want Took >= 10ms, no error, key, prefix, the start's context", end, ctxOK)
 	}
-	wend, ctxOK := wr.find(EventWaitEnd)
-	if wend.Wake != WakePush || wend.Took <= 0 || wend.Err != nil || !ctxOK {
+	wend, ctxOK := wr.find(dogpile.EventWaitEnd)
+	if wend.Wake != dogpile.WakePush || wend.Took <= 0 || wend.Err != nil || !ctxOK {
 		t.Errorf("wait end = %+v (start's context: %v); want a push wake-up, a duration, the start's context", wend, ctxOK)
 	}
 	if st := waiter.Stats(); st.Waits != 1 || st.Misses != 1 || st.Hits != 1 {
@@ -106,17 +108,17 @@ func TestObserver(t *testing.T) {
 func TestObserverFailedCompute(t *testing.T) {
 	s := redistest.StartServer(t)
 	var hr, wr recorder
-	holder := New[int](s.Client(t), prefix(t), WithObserver(hr.observe))
-	waiter := New[int](s.Client(t), prefix(t), WithObserver(wr.observe))
+	holder := dogpile.New[int](s.Client(t), prefix(t), dogpile.WithObserver(hr.observe))
+	waiter := dogpile.New[int](s.Client(t), prefix(t), dogpile.WithObserver(wr.observe))
 	boom := errors.New("boom")
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) { return 0, boom })
 	close(release)
 	<-hres
 	<-wres
-	if e, _ := hr.find(EventComputeEnd); !errors.Is(e.Err, boom) {
+	if e, _ := hr.find(dogpile.EventComputeEnd); !errors.Is(e.Err, boom) {
 		t.Errorf("compute end error = %v; want compute's", e.Err)
 	}
-	if e, _ := wr.find(EventWaitEnd); e.Wake != WakeFailed || !errors.Is(e.Err, ErrComputeFailed) {
+	if e, _ := wr.find(dogpile.EventWaitEnd); e.Wake != dogpile.WakeFailed || !errors.Is(e.Err, dogpile.ErrComputeFailed) {
 		t.Errorf("wait end = %+v; want WakeFailed with ErrComputeFailed", e)
 	}
 	if st := waiter.Stats(); st.RemoteErrors != 1 {
@@ -128,21 +130,18 @@ func TestObserverFailedCompute(t *testing.T) {
 // ComputeEnd, with every key in Keys; each key is a hit or a miss.
 func TestFetchManyObserver(t *testing.T) {
 	rec := &recorder{}
-	c := New[string](redistest.StartServer(t).Client(t), prefix(t), WithObserver(rec.observe))
-	if err := c.Set(t.Context(), "hit", "v:hit", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.FetchMany(t.Context(), []string{"hit", "a", "b"}, time.Minute, (&echo{}).compute); err != nil {
-		t.Fatal(err)
-	}
+	c := dogpile.New[string](redistest.StartServer(t).Client(t), prefix(t), dogpile.WithObserver(rec.observe))
+	require.NoError(t, c.Set(t.Context(), "hit", "v:hit", time.Minute))
+	_, err := c.FetchMany(t.Context(), []string{"hit", "a", "b"}, time.Minute, (&echo{}).compute)
+	require.NoError(t, err)
 	kinds := rec.kinds()
-	count := func(k EventKind) int {
-		return len(slices.DeleteFunc(slices.Clone(kinds), func(x EventKind) bool { return x != k }))
+	count := func(k dogpile.EventKind) int {
+		return len(slices.DeleteFunc(slices.Clone(kinds), func(x dogpile.EventKind) bool { return x != k }))
 	}
-	if count(EventComputeStart) != 1 || count(EventComputeEnd) != 1 || count(EventHit) != 1 || count(EventMiss) != 2 {
+	if count(dogpile.EventComputeStart) != 1 || count(dogpile.EventComputeEnd) != 1 || count(dogpile.EventHit) != 1 || count(dogpile.EventMiss) != 2 {
 		t.Errorf("events %v; want 1 compute start and end, 1 hit, 2 misses", kinds)
 	}
-	if e, ok := rec.find(EventComputeEnd); !ok || !slices.Equal(e.Keys, []string{"a", "b"}) || e.Key != "a" {
+	if e, ok := rec.find(dogpile.EventComputeEnd); !ok || !slices.Equal(e.Keys, []string{"a", "b"}) || e.Key != "a" {
 		t.Errorf("ComputeEnd = %+v; want Keys [a b], Key a", e)
 	}
 }
@@ -154,13 +153,11 @@ func TestLogger(t *testing.T) {
 	var buf syncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	rdb := noRetryClient(t, s)
-	c := New[int](rdb, prefix(t), WithLogger(logger))
+	c := dogpile.New[int](rdb, prefix(t), dogpile.WithLogger(logger))
 	if _, err := c.Fetch(t.Context(), "p", time.Minute, func(context.Context) (int, error) { panic("kaboom") }); err == nil {
 		t.Fatal("Fetch of a panicking compute: no error")
 	}
-	if err := rdb.Set(t.Context(), c.keys("bad").value, "garbage", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rdb.Set(t.Context(), dogpile.KeysOf(c, "bad").Value, "garbage", time.Minute).Err())
 	c.Fetch(t.Context(), "bad", time.Minute, func(context.Context) (int, error) { return 1, nil })
 	for range 10 {
 		c.Fetch(t.Context(), "bad", time.Minute, nil2[int]) // hits: not logged

@@ -1,8 +1,9 @@
-package dogpile
+package dogpile_test
 
 // WithStale: a value past its TTL is served at once, in every process,
 // while one process refreshes it in the background. Cases of the behaviour
-// suite (fetch_test.go); across processes, see stale_takeover_test.go.
+// suite (fetch_test.go); across processes, see
+// fleet_stale_takeover_test.go.
 
 import (
 	"context"
@@ -11,16 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
-	o := New[string](b.Client(t), prefix(t), WithStale(time.Minute))
-	if _, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1")); err != nil {
-		t.Fatal(err)
-	}
+	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
+	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
+	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1"))
+	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
 
 	var computes atomic.Int32
@@ -32,7 +36,7 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	}
 	// Both "processes" answer at once with the stale value while one of
 	// them refreshes; the other's refresh finds the lock taken.
-	for _, c := range []*Cache[string]{a, o, a, o} {
+	for _, c := range []*dogpile.Cache[string]{a, o, a, o} {
 		if v, err := c.Fetch(ctx, "k", time.Minute, refresh); v != "v1" || err != nil {
 			t.Fatalf("Fetch of a stale value = %q, %v; want v1 at once", v, err)
 		}
@@ -46,8 +50,8 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	if n := computes.Load(); n != 1 {
 		t.Errorf("refresh computes = %d; want 1", n)
 	}
-	if v, err := o.Fetch(ctx, "k", time.Minute, refresh); v != "v2" || err != nil {
-		t.Errorf("Fetch after the refresh = %q, %v; want v2", v, err)
+	if v, err := o.Fetch(ctx, "k", time.Minute, refresh); assert.NoError(t, err, "Fetch after the refresh = %q, %v; want v2", v, err) {
+		assert.Equal(t, "v2", v, "Fetch after the refresh = %q, %v; want v2", v, err)
 	}
 	sa, so := a.Stats(), o.Stats()
 	if sa.Stale != 2 || sa.Refreshes+so.Refreshes != 1 {
@@ -58,13 +62,12 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 func testStaleRefreshFailsThrottled(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	const retry, stale = 200 * time.Millisecond, 1500 * time.Millisecond
-	cs := []*Cache[string]{
-		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
-		New[string](b.Client(t), prefix(t), WithStale(stale), WithRefreshRetry(retry)),
+	cs := []*dogpile.Cache[string]{
+		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
+		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 	}
-	if _, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1"))
+	require.NoError(t, err)
 	pass(b, 60*time.Millisecond)
 	var calls atomic.Int32
 	errDB := errors.New("db down")

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -22,12 +24,10 @@ func TestRefusedPipelines(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
 	ctx := t.Context()
-	plain := New[string](rdb, prefix(t))
-	stale := New[string](rdb, WithPrefix(t.Name()+":stale:"), WithStale(time.Minute))
-	for _, c := range []*Cache[string]{plain, stale} {
-		if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
-			t.Fatal(err)
-		}
+	plain := dogpile.New[string](rdb, prefix(t))
+	stale := dogpile.New[string](rdb, dogpile.WithPrefix(t.Name()+":stale:"), dogpile.WithStale(time.Minute))
+	for _, c := range []*dogpile.Cache[string]{plain, stale} {
+		require.NoError(t, c.Set(ctx, "k", "v", time.Minute))
 	}
 	refused := errors.New("refused by a hook")
 	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {

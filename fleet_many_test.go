@@ -1,14 +1,8 @@
 package dogpile
 
 import (
-	"context"
-	"slices"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestMultiProcessFetchMany: 4 processes × 8 goroutines FetchMany
@@ -64,42 +58,6 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 			}
 		})
 	}
-}
-
-// testManyWithFetch: 4 Caches (a process each) × 8 goroutines, half
-// calling FetchMany on windows of 60 of 100 keys, half Fetch on each key
-// of a window in turn, all at once: each key is computed once in all.
-func testManyWithFetch(t *testing.T, b redistest.Backend) {
-	rdb := b.Client(t)
-	count := func(ctx context.Context, k string) { rdb.HIncrBy(ctx, t.Name()+":computes", k, 1) }
-	keys := keyRange("k", 100)
-	var wg sync.WaitGroup
-	for p := range 4 {
-		c := New[string](b.Client(t), prefix(t))
-		for g := range 8 {
-			from := (p*8 + g) * 100 / 32
-			mine := append(slices.Clone(keys[from:]), keys[:from]...)[:60]
-			e := &echo{counter: count}
-			wg.Go(func() {
-				if g%2 == 0 {
-					got, err := c.FetchMany(t.Context(), mine, time.Minute, e.compute)
-					if err != nil {
-						t.Error(err)
-					}
-					wantAll(t, got, mine)
-					return
-				}
-				for _, k := range mine {
-					v, err := c.Fetch(t.Context(), k, time.Minute, one(k, e.compute))
-					if err != nil || v != "v:"+k {
-						t.Errorf("Fetch(%s) = %q, %v", k, v, err)
-					}
-				}
-			})
-		}
-	}
-	wg.Wait()
-	computedOnce(t, computesPerKey(t, rdb, t.Name()+":"), len(keys))
 }
 
 // computedOnce checks that counts (computes per key, from Redis) has n

@@ -1,17 +1,91 @@
-package dogpile
+package dogpile_test
+
+// Arguments that come from data (keys, TTLs) are refused with ErrInvalid,
+// with no I/O; programmer errors (a nil compute, a bad option) panic.
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
+
+func TestBadInput(t *testing.T) {
+	c := dogpile.New[int](redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+	ctx := context.Background()
+	ok := func(context.Context) (int, error) { return 1, nil }
+	// Keys and TTLs may come from data: an error naming the argument, no
+	// panic and no I/O (the client points at a closed port).
+	for name, err := range map[string]error{
+		"empty key":        first(c.Fetch(ctx, "", time.Minute, ok)),
+		"ttl":              first(c.Fetch(ctx, "k", 0, ok)),
+		"ttl -1s":          first(c.Fetch(ctx, "k", -time.Second, ok)),
+		"Refresh key":      first(c.Refresh(ctx, "", time.Minute, ok)),
+		"Refresh ttl":      first(c.Refresh(ctx, "k", time.Microsecond, ok)),
+		"Set ttl":          c.Set(ctx, "k", 1, 0),
+		"Set empty key":    c.Set(ctx, "", 1, time.Minute),
+		"Get empty key":    first(c.Get(ctx, "")),
+		"Delete empty key": c.Delete(ctx, ""),
+	} {
+		if !errors.Is(err, dogpile.ErrInvalid) {
+			t.Errorf("%s: err = %v; want ErrInvalid", name, err)
+		} else if !strings.Contains(err.Error(), "key") && !strings.Contains(err.Error(), "ttl") {
+			t.Errorf("%s: err = %v; want it to name the argument", name, err)
+		}
+	}
+	// Programmer errors stay panics.
+	mustPanic(t, "New(nil)", func() { dogpile.New[int](nil) })
+	mustPanic(t, "Fetch with nil compute", func() { _, _ = c.Fetch(ctx, "k", time.Minute, nil) })
+	mustPanic(t, "Refresh with nil compute", func() { _, _ = c.Refresh(ctx, "k", time.Minute, nil) })
+	mustPanic(t, "WithPrefix with a brace", func() { dogpile.WithPrefix("a{") })
+	mustPanic(t, `WithPrefix("")`, func() { dogpile.WithPrefix("") })
+	mustPanic(t, "WithLease(0)", func() { dogpile.WithLease(0) })
+	mustPanic(t, "WithMaxCompute(0)", func() { dogpile.WithMaxCompute(0) })
+	mustPanic(t, "WithCodec(nil)", func() { dogpile.WithCodec(nil) })
+	mustPanic(t, "WithWaitTimeout(-1)", func() { dogpile.WithWaitTimeout(-1) })
+	mustPanic(t, "WithStale(0)", func() { dogpile.WithStale(0) })
+	mustPanic(t, "WithNegativeTTL(0)", func() { dogpile.WithNegativeTTL(0) })
+	mustPanic(t, "WithEarlyRefresh(0)", func() { dogpile.WithEarlyRefresh(0) })
+	mustPanic(t, "WithRefreshRetry(0)", func() { dogpile.WithRefreshRetry(0) })
+	_ = dogpile.Client(c).Close()
+}
+
+func first[T any](_ T, err error) error { return err }
+
+func TestFetchManyBadInput(t *testing.T) {
+	c := dogpile.New[string](nopClient(t)) // any I/O would fail
+	ctx := t.Context()
+	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
+	if err != nil || got == nil || len(got) != 0 {
+		t.Errorf("FetchMany(no keys) = %v, %v; want an empty map, nil", got, err)
+	}
+	for _, tc := range []struct {
+		keys []string
+		ttl  time.Duration
+		want string
+	}{
+		{[]string{"a", ""}, time.Minute, "dogpile: invalid argument: key 2 of 2 is empty"},
+		{[]string{"a"}, time.Microsecond, "ttl 1µs is below 1ms"},
+		{[]string{"a"}, 0, "below 1ms"},
+	} {
+		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
+		if !errors.Is(err, dogpile.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
+			t.Errorf("FetchMany(%q, %v) = %v, %v; want nil, ErrInvalid saying %q", tc.keys, tc.ttl, got, err, tc.want)
+		}
+	}
+	mustPanic(t, "FetchMany(nil compute)", func() { _, _ = c.FetchMany(ctx, []string{"a"}, time.Minute, nil) })
+	assert.Equal(t, dogpile.Stats{}, c.Stats(), "Stats; want nothing counted")
+}
 
 // TestCloseLeavesNoGoroutine: Close of a Cache whose near tier tracks and
 // whose compute is in flight cancels that compute (cause ErrClosed), which
@@ -25,11 +99,9 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	raw := s.Client(t)
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c := New[string](rdb, prefix(t), WithNearCache(100), withNear(nearTest()), WithStale(time.Minute))
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(100), dogpile.WithNearTest(), dogpile.WithStale(time.Minute))
 	ctx := context.Background()
-	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "k", "v", time.Minute))
 	fetchNear(t, c, "k")
 	computing, cause, fetched := make(chan struct{}), make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -42,17 +114,15 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		fetched <- err
 	}()
 	<-computing
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-cause; !errors.Is(err, ErrClosed) {
+	require.NoError(t, c.Close())
+	if err := <-cause; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("compute's context cause = %v; want ErrClosed", err)
 	}
-	if err := <-fetched; !errors.Is(err, ErrClosed) {
+	if err := <-fetched; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("Fetch in flight at Close = %v; want ErrClosed", err)
 	}
-	if n, err := raw.Exists(ctx, keysFor(c.valueKey("slow")).lock).Result(); err != nil || n != 0 {
-		t.Errorf("the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
+	if n, err := raw.Exists(ctx, dogpile.KeysOf(c, "slow").Lock).Result(); assert.NoError(t, err, "the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err) {
+		assert.EqualValues(t, 0, n, "the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
 	}
 	calls := map[string]func() error{
 		"Fetch":     func() error { _, err := c.Fetch(ctx, "k", time.Minute, constant("x")); return err },
@@ -61,16 +131,14 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		"Get":       func() error { _, err := c.Get(ctx, "k"); return err },
 		"Set":       func() error { return c.Set(ctx, "k", "x", time.Minute) },
 		"Delete":    func() error { return c.Delete(ctx, "k") },
-		"Close":     func() error { return errors.Join(c.Close(), ErrClosed) },
+		"Close":     func() error { return errors.Join(c.Close(), dogpile.ErrClosed) },
 	}
 	for name, call := range calls {
-		if err := call(); !errors.Is(err, ErrClosed) {
+		if err := call(); !errors.Is(err, dogpile.ErrClosed) {
 			t.Errorf("%s after Close = %v; want ErrClosed", name, err)
 		}
 	}
-	if err := rdb.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
 
@@ -85,10 +153,10 @@ func nil2Many(context.Context, []string) (map[string]string, error) {
 // Cache is left running once the client is closed too.
 func TestCloseEndsEveryWait(t *testing.T) {
 	s := redistest.StartServer(t)
-	other := New[string](s.Client(t), prefix(t))
+	other := dogpile.New[string](s.Client(t), prefix(t))
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	c := New[string](rdb, prefix(t), WithStale(time.Minute))
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithStale(time.Minute))
 	ctx := context.Background()
 
 	held, release := make(chan struct{}), make(chan struct{})
@@ -103,14 +171,12 @@ func TestCloseEndsEveryWait(t *testing.T) {
 	}()
 	<-held
 	waiting := make(chan struct{}, 1)
-	c.onWait = func(string) { waiting <- struct{}{} }
+	dogpile.OnWait(c, func(string) { waiting <- struct{}{} })
 	waited := make(chan error, 1)
 	go func() { _, err := c.Fetch(ctx, "w", time.Minute, constant("x")); waited <- err }()
 	<-waiting
 
-	if err := c.Set(ctx, "s", "old", time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Set(ctx, "s", "old", time.Millisecond))
 	time.Sleep(5 * time.Millisecond) // past its TTL: stale from now on
 	refreshing, refreshCause := make(chan struct{}), make(chan error, 1)
 	if v, err := c.Fetch(ctx, "s", time.Minute, func(ctx context.Context) (string, error) {
@@ -134,27 +200,21 @@ func TestCloseEndsEveryWait(t *testing.T) {
 	}()
 	<-batching
 
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	for what, ch := range map[string]chan error{"Fetch waiting for another process": waited, "FetchMany computing": batched} {
 		select {
 		case err := <-ch:
-			if !errors.Is(err, ErrClosed) {
-				t.Errorf("%s at Close = %v; want ErrClosed", what, err)
-			}
+			assert.ErrorIs(t, err, dogpile.ErrClosed, "%s at Close = %v; want ErrClosed", what, err)
 		case <-time.After(5 * time.Second):
 			t.Errorf("%s still running 5 s after Close", what)
 		}
 	}
-	if err := <-refreshCause; !errors.Is(err, ErrClosed) {
+	if err := <-refreshCause; !errors.Is(err, dogpile.ErrClosed) {
 		t.Errorf("background refresh's context cause = %v; want ErrClosed", err)
 	}
 	close(release) // the other process's compute ends
 	<-otherDone
-	if err := rdb.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
 
@@ -167,15 +227,15 @@ func TestCloseIsNoComputeError(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	var mu sync.Mutex
 	var ends []error
-	observe := WithObserver(func(ctx context.Context, e Event) context.Context {
-		if e.Kind == EventComputeEnd {
+	observe := dogpile.WithObserver(func(ctx context.Context, e dogpile.Event) context.Context {
+		if e.Kind == dogpile.EventComputeEnd {
 			mu.Lock()
 			ends = append(ends, e.Err)
 			mu.Unlock()
 		}
 		return nil
 	})
-	c := New[string](rdb, prefix(t), observe)
+	c := dogpile.New[string](rdb, prefix(t), observe)
 	ctx := t.Context()
 	if _, err := c.Fetch(ctx, "fails", time.Minute, func(context.Context) (string, error) {
 		return "", errors.New("backend down")
@@ -200,16 +260,14 @@ func TestCloseIsNoComputeError(t *testing.T) {
 		})
 	})
 	computing.Wait()
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	done.Wait()
 	if n := c.Stats().ComputeErrors; n != 1 {
 		t.Errorf("ComputeErrors = %d; want 1, the compute that failed on its own", n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(ends) != 3 || errors.Is(ends[0], ErrClosed) || !errors.Is(ends[1], ErrClosed) || !errors.Is(ends[2], ErrClosed) {
+	if len(ends) != 3 || errors.Is(ends[0], dogpile.ErrClosed) || !errors.Is(ends[1], dogpile.ErrClosed) || !errors.Is(ends[2], dogpile.ErrClosed) {
 		t.Errorf("ComputeEnd errors = %v; want the failure, then ErrClosed twice", ends)
 	}
 }

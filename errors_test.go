@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -22,15 +25,15 @@ import (
 func TestNotFoundIsItsOwnOutcome(t *testing.T) {
 	s := redistest.StartServer(t)
 	var mu sync.Mutex
-	var events []Event
-	observe := WithObserver(func(ctx context.Context, e Event) context.Context {
+	var events []dogpile.Event
+	observe := dogpile.WithObserver(func(ctx context.Context, e dogpile.Event) context.Context {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
 		return ctx
 	})
-	opts := []Option{prefix(t), WithStale(10 * time.Minute), WithNegativeTTL(30 * time.Second), observe}
-	holder, waiter := New[int](s.Client(t), opts...), New[int](s.Client(t), opts...)
+	opts := []dogpile.Option{prefix(t), dogpile.WithStale(10 * time.Minute), dogpile.WithNegativeTTL(30 * time.Second), observe}
+	holder, waiter := dogpile.New[int](s.Client(t), opts...), dogpile.New[int](s.Client(t), opts...)
 	errMine := errors.New("no such row")
 	computing, release := make(chan struct{}), make(chan struct{})
 	held := make(chan error, 1)
@@ -38,21 +41,19 @@ func TestNotFoundIsItsOwnOutcome(t *testing.T) {
 		_, err := holder.Fetch(t.Context(), "404", time.Minute, func(context.Context) (int, error) {
 			close(computing)
 			<-release
-			return 0, fmt.Errorf("row 404: %w (%w)", ErrNotFound, errMine)
+			return 0, fmt.Errorf("row 404: %w (%w)", dogpile.ErrNotFound, errMine)
 		})
 		held <- err
 	}()
 	<-computing
-	waiter.onWait = func(string) { close(release) }
-	if _, err := waiter.Fetch(t.Context(), "404", time.Minute, nil2[int]); !errors.Is(err, ErrNotFound) {
-		t.Errorf("the waiting process's Fetch = %v; want ErrNotFound", err)
-	}
-	if err := <-held; !errors.Is(err, ErrNotFound) || !errors.Is(err, errMine) {
-		t.Errorf("the computing Fetch = %v; want compute's own error, matching ErrNotFound", err)
-	}
-	if _, err := holder.Fetch(t.Context(), "404", time.Minute, nil2[int]); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Fetch of the tombstone = %v; want ErrNotFound", err)
-	}
+	dogpile.OnWait(waiter, func(string) { close(release) })
+	_, err := waiter.Fetch(t.Context(), "404", time.Minute, nil2[int])
+	assert.ErrorIs(t, err, dogpile.ErrNotFound, "the waiting process's Fetch; want ErrNotFound")
+	err = <-held
+	assert.ErrorIs(t, err, dogpile.ErrNotFound, "the computing Fetch; want compute's own error, matching ErrNotFound")
+	assert.ErrorIs(t, err, errMine, "the computing Fetch; want compute's own error, matching ErrNotFound")
+	_, err = holder.Fetch(t.Context(), "404", time.Minute, nil2[int])
+	assert.ErrorIs(t, err, dogpile.ErrNotFound, "Fetch of the tombstone; want ErrNotFound")
 	h, w := holder.Stats(), waiter.Stats()
 	if h.NotFound != 2 || h.Stale != 0 || h.ComputeErrors != 0 || h.Hits != 1 || h.Misses != 1 {
 		t.Errorf("computing process: %+v; want NotFound 2 (a miss, a hit), no stale hit, no compute error", h)
@@ -64,7 +65,7 @@ func TestNotFoundIsItsOwnOutcome(t *testing.T) {
 	defer mu.Unlock()
 	for _, e := range events {
 		switch e.Kind {
-		case EventHit, EventMiss, EventComputeEnd, EventWaitEnd:
+		case dogpile.EventHit, dogpile.EventMiss, dogpile.EventComputeEnd, dogpile.EventWaitEnd:
 			if !e.NotFound || e.Stale {
 				t.Errorf("event %+v; want NotFound, not Stale", e)
 			}
@@ -84,22 +85,20 @@ func TestUnstoredValueReturned(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	ctx := t.Context()
 	ch := make(chan int)
-	c := New[unencodable](rdb, prefix(t))
+	c := dogpile.New[unencodable](rdb, prefix(t))
 	v, err := c.Fetch(ctx, "k", time.Minute, func(context.Context) (unencodable, error) { return unencodable{ch}, nil })
 	if err == nil || !strings.Contains(err.Error(), "encode") || v.C != ch {
 		t.Errorf("Fetch of an unencodable value = %v, %v; want the value and an encode error", v, err)
 	}
-	big := New[string](rdb, prefix(t), WithMaxValueSize(1000))
+	big := dogpile.New[string](rdb, prefix(t), dogpile.WithMaxValueSize(1000))
 	long := strings.Repeat("x", 2000)
 	err = big.Set(ctx, "k", long, time.Minute)
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "above the limit of 1000") || strings.Count(err.Error(), "dogpile:") != 1 {
+	if !errors.Is(err, dogpile.ErrInvalid) || !strings.Contains(err.Error(), "above the limit of 1000") || strings.Count(err.Error(), "dogpile:") != 1 {
 		t.Errorf("Set of 2000 bytes = %v; want ErrInvalid naming the size and the limit, with one prefix", err)
 	}
 	s, err := big.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) { return long, nil })
-	if !errors.Is(err, ErrInvalid) || s != long {
-		t.Errorf("Fetch of a value above the limit = %d bytes, %v; want the value and ErrInvalid", len(s), err)
-	}
-	if _, err := big.Get(ctx, "k"); !errors.Is(err, ErrMiss) {
-		t.Errorf("Get after it = %v; want ErrMiss (nothing stored)", err)
-	}
+	assert.ErrorIs(t, err, dogpile.ErrInvalid, "Fetch of a value above the limit; want the value and ErrInvalid")
+	assert.True(t, s == long, "Fetch of a value above the limit = %d bytes; want the value and ErrInvalid", len(s))
+	_, err = big.Get(ctx, "k")
+	assert.ErrorIs(t, err, dogpile.ErrMiss, "Get after it; want ErrMiss (nothing stored)")
 }

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // Refresh: a compute now, even of a cached key, shared with a compute
 // already running anywhere in the fleet. Cases of the behaviour suite
@@ -11,20 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func testRefreshForces(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	c := New[string](b.Client(t), prefix(t))
-	if err := c.Set(ctx, "k", "old", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	c := dogpile.New[string](b.Client(t), prefix(t))
+	require.NoError(t, c.Set(ctx, "k", "old", time.Minute))
 	if v, err := c.Refresh(ctx, "k", time.Minute, constant("new")); v != "new" || err != nil {
 		t.Fatalf("Refresh = %q, %v; want new", v, err)
 	}
-	if v, err := New[string](b.Client(t), prefix(t)).Get(ctx, "k"); v != "new" || err != nil {
-		t.Errorf("Get after Refresh = %q, %v; want new", v, err)
+	if v, err := dogpile.New[string](b.Client(t), prefix(t)).Get(ctx, "k"); assert.NoError(t, err, "Get after Refresh = %q, %v; want new", v, err) {
+		assert.Equal(t, "new", v, "Get after Refresh = %q, %v; want new", v, err)
 	}
 	errDB := errors.New("db down")
 	if _, err := c.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) { return "", errDB }); !errors.Is(err, errDB) {
@@ -37,11 +39,9 @@ func testRefreshForces(t *testing.T, b redistest.Backend) {
 
 func testRefreshJoinsRunningCompute(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	a := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
-	o := New[string](b.Client(t), prefix(t), WithLease(time.Minute))
-	if err := a.Set(ctx, "k", "old", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	require.NoError(t, a.Set(ctx, "k", "old", time.Minute))
 	// a's Refresh computes; o's Refresh waits for it instead of computing.
 	release, computing := make(chan struct{}), make(chan struct{})
 	done := make(chan result[string], 1)
@@ -55,7 +55,7 @@ func testRefreshJoinsRunningCompute(t *testing.T, b redistest.Backend) {
 	}()
 	<-computing
 	hook, waiting := waitSignal()
-	o.onWait = hook
+	dogpile.OnWait(o, hook)
 	got := make(chan result[string], 1)
 	go func() {
 		v, err := o.Refresh(ctx, "k", time.Minute, func(context.Context) (string, error) {
@@ -76,7 +76,7 @@ func testRefreshJoinsRunningCompute(t *testing.T, b redistest.Backend) {
 // flight of another kind: a Fetch of a key spelled like a name a Refresh
 // once used for its flight computes its own value.
 func TestFlightNamesDoNotCollide(t *testing.T) {
-	c := New[string](redistest.StartServer(t).Client(t), prefix(t))
+	c := dogpile.New[string](redistest.StartServer(t).Client(t), prefix(t))
 	ctx := t.Context()
 	release, computing := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -94,9 +94,7 @@ func TestFlightNamesDoNotCollide(t *testing.T) {
 	if err != nil || v != "its own" {
 		t.Errorf("Fetch during Refresh(k) = %q, %v; want its own value", v, err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 }
 
 // TestRefreshAfterAwaitedHolderFails: a Refresh that waited for another
@@ -116,11 +114,9 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 		t.Run(holderEnd, func(t *testing.T) {
 			s := redistest.StartServer(t)
 			ctx := t.Context()
-			holder := New[string](s.Client(t), prefix(t), WithLease(200*time.Millisecond), WithStale(time.Minute))
-			refresher := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
-			if err := holder.SetTagged(ctx, "k", "old", time.Minute, "t"); err != nil {
-				t.Fatal(err)
-			}
+			holder := dogpile.New[string](s.Client(t), prefix(t), dogpile.WithLease(200*time.Millisecond), dogpile.WithStale(time.Minute))
+			refresher := dogpile.New[string](s.Client(t), prefix(t), dogpile.WithStale(time.Minute))
+			require.NoError(t, holder.SetTagged(ctx, "k", "old", time.Minute, "t"))
 			computing, end := make(chan struct{}), make(chan struct{})
 			held := make(chan error, 1)
 			go func() {
@@ -137,13 +133,13 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 			}()
 			<-computing
 			waiting := make(chan struct{}, 1)
-			refresher.onWait = func(string) { waiting <- struct{}{} }
+			dogpile.OnWait(refresher, func(string) { waiting <- struct{}{} })
 			got := make(chan string, 1)
 			go func() {
 				v, err := refresher.Refresh(ctx, "k", time.Minute, constant("new"))
 				if err != nil {
 					v = "error: " + err.Error()
-					if errors.Is(err, ErrComputeFailed) {
+					if errors.Is(err, dogpile.ErrComputeFailed) {
 						v = "ErrComputeFailed"
 					}
 				}
@@ -153,15 +149,11 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 			if holderEnd == "vanishes" {
 				// The lock goes, as if its lease ran out with the holder
 				// frozen: no store, no error record.
-				if err := s.Client(t).Del(ctx, holder.keys("k").lock).Err(); err != nil {
-					t.Fatal(err)
-				}
-				s.Client(t).Publish(ctx, holder.keys("k").channel, "r")
+				require.NoError(t, s.Client(t).Del(ctx, dogpile.KeysOf(holder, "k").Lock).Err())
+				s.Client(t).Publish(ctx, dogpile.KeysOf(holder, "k").Channel, "r")
 			}
 			if holderEnd == "restamped" {
-				if err := holder.InvalidateTag(ctx, "t"); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, holder.InvalidateTag(ctx, "t"))
 			}
 			close(end)
 			<-held
@@ -177,14 +169,12 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 // whose first compute is held until an InvalidateTag of T (which takes its
 // compute lock) has returned; answer makes the n-th compute's result. It
 // returns what Refresh returned and how many computes ran.
-func refreshOverInvalidation(t *testing.T, answer func(n int) (string, error)) (*Cache[string], string, error, int) {
+func refreshOverInvalidation(t *testing.T, answer func(n int) (string, error)) (*dogpile.Cache[string], string, error, int) {
 	t.Helper()
 	s := redistest.StartServer(t)
 	ctx := t.Context()
-	c := New[string](s.Client(t), prefix(t), WithStale(time.Minute))
-	if err := c.SetTagged(ctx, "k", "old", time.Minute, "T"); err != nil {
-		t.Fatal(err)
-	}
+	c := dogpile.New[string](s.Client(t), prefix(t), dogpile.WithStale(time.Minute))
+	require.NoError(t, c.SetTagged(ctx, "k", "old", time.Minute, "T"))
 	computing, release := make(chan struct{}), make(chan struct{})
 	n := 0
 	type result struct {
@@ -204,9 +194,7 @@ func refreshOverInvalidation(t *testing.T, answer func(n int) (string, error)) (
 		got <- result{v, err}
 	}()
 	<-computing
-	if err := c.InvalidateTag(ctx, "T"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.InvalidateTag(ctx, "T"))
 	close(release)
 	r := <-got
 	return c, r.v, r.err, n
@@ -219,11 +207,11 @@ func refreshOverInvalidation(t *testing.T, answer func(n int) (string, error)) (
 // refresh-refused).
 func TestRefreshStoreRefused(t *testing.T) {
 	c, v, err, _ := refreshOverInvalidation(t, func(n int) (string, error) { return fmt.Sprint("new", n), nil })
-	if err != nil || v != "new2" {
-		t.Errorf("Refresh whose first store was refused = %q, %v; want new2, computed again", v, err)
+	if assert.NoError(t, err, "Refresh whose first store was refused = %q, %v; want new2, computed again", v, err) {
+		assert.Equal(t, "new2", v, "Refresh whose first store was refused = %q, %v; want new2, computed again", v, err)
 	}
-	if after, err := c.Fetch(t.Context(), "k", time.Minute, constant("later")); err != nil || after != v {
-		t.Errorf("Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
+	if after, err := c.Fetch(t.Context(), "k", time.Minute, constant("later")); assert.NoError(t, err, "Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err) {
+		assert.Equal(t, v, after, "Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
 	}
 }
 
@@ -232,11 +220,11 @@ func TestRefreshStoreRefused(t *testing.T) {
 // computes again, rather than answering "not found" while the old value
 // stays served stale (torture defect refresh-refused, not-found case).
 func TestRefreshNotFoundRefused(t *testing.T) {
-	c, _, err, n := refreshOverInvalidation(t, func(int) (string, error) { return "", ErrNotFound })
-	if !errors.Is(err, ErrNotFound) || n != 2 {
+	c, _, err, n := refreshOverInvalidation(t, func(int) (string, error) { return "", dogpile.ErrNotFound })
+	if !errors.Is(err, dogpile.ErrNotFound) || n != 2 {
 		t.Errorf("Refresh = %v after %d computes; want ErrNotFound after 2", err, n)
 	}
-	if v, err := c.Get(t.Context(), "k"); !errors.Is(err, ErrMiss) {
+	if v, err := c.Get(t.Context(), "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get after the Refresh found k gone = %q, %v; want ErrMiss, not the old value", v, err)
 	}
 }

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/lock"
 )
@@ -30,7 +33,7 @@ var frozenLoads = []frozenLoad{
 	{"Fetch alone", 1, fetchLoad},
 	{"Fetch by 40", 40, fetchLoad},
 	{"FetchMany", 2, func(t *testing.T, rdb *redis.Client, name string) func(context.Context, int) error {
-		c := New[string](rdb, WithPrefix(name+":"))
+		c := dogpile.New[string](rdb, dogpile.WithPrefix(name+":"))
 		t.Cleanup(func() { _ = c.Close() })
 		return func(ctx context.Context, i int) error {
 			_, err := c.FetchMany(ctx, []string{"a", "b", fmt.Sprint(i)}, time.Hour, constMany)
@@ -38,7 +41,7 @@ var frozenLoads = []frozenLoad{
 		}
 	}},
 	{"Set", 2, func(t *testing.T, rdb *redis.Client, name string) func(context.Context, int) error {
-		c := New[string](rdb, WithPrefix(name+":"))
+		c := dogpile.New[string](rdb, dogpile.WithPrefix(name+":"))
 		t.Cleanup(func() { _ = c.Close() })
 		return func(ctx context.Context, i int) error { return c.Set(ctx, fmt.Sprint(i), "v", time.Hour) }
 	}},
@@ -61,15 +64,13 @@ var frozenLoads = []frozenLoad{
 	})},
 	{"Lease.Extend", 1, func(t *testing.T, rdb *redis.Client, name string) func(context.Context, int) error {
 		l, err := lock.NewMutex(rdb, name, lock.WithTTL(time.Hour)).Lock(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return func(ctx context.Context, _ int) error { return l.Extend(ctx, time.Hour) }
 	}},
 }
 
 func fetchLoad(t *testing.T, rdb *redis.Client, name string) func(context.Context, int) error {
-	c := New[string](rdb, WithPrefix(name+":"))
+	c := dogpile.New[string](rdb, dogpile.WithPrefix(name+":"))
 	t.Cleanup(func() { _ = c.Close() })
 	return func(ctx context.Context, i int) error {
 		_, err := c.Fetch(ctx, fmt.Sprint(i), time.Hour, constant("v"))
@@ -153,7 +154,7 @@ func TestFrozenServerNoticed(t *testing.T) {
 
 func firstUnavailable(all []answer) error {
 	for _, a := range all {
-		if errors.Is(a.err, ErrUnavailable) {
+		if errors.Is(a.err, dogpile.ErrUnavailable) {
 			return a.err
 		}
 	}
@@ -184,9 +185,7 @@ func TestBusyClientIsNotAnOutage(t *testing.T) {
 			admin := s.Client(t)
 			for range 3 {
 				time.Sleep(200 * time.Millisecond)
-				if err := admin.Do(t.Context(), "DEBUG", "SLEEP", "0.3").Err(); err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, admin.Do(t.Context(), "DEBUG", "SLEEP", "0.3").Err())
 			}
 		}},
 	} {
@@ -195,7 +194,7 @@ func TestBusyClientIsNotAnOutage(t *testing.T) {
 			opts.Addr, opts.ContextTimeoutEnabled = s.Addr(), true
 			rdb := redis.NewClient(&opts)
 			t.Cleanup(func() { _ = rdb.Close() })
-			c := New[int](rdb, prefix(t))
+			c := dogpile.New[int](rdb, prefix(t))
 			defer c.Close()
 			stop := make(chan struct{})
 			answers := loadKeys(c, []string{"a", "b", "c"}, tc.goroutines, tc.deadline, func(context.Context) (int, error) { return 1, nil }, stop)
@@ -208,7 +207,7 @@ func TestBusyClientIsNotAnOutage(t *testing.T) {
 					ok++
 				case errors.Is(a.err, context.DeadlineExceeded):
 					timedOut++
-				case errors.Is(a.err, ErrUnavailable):
+				case errors.Is(a.err, dogpile.ErrUnavailable):
 					unavailable++
 					if unavailable == 1 {
 						t.Errorf("a busy client's call: %v", a.err)
@@ -236,7 +235,7 @@ func TestFrozenDuringFlightNoticed(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := New[string](rdb, prefix(t))
+	c := dogpile.New[string](rdb, prefix(t))
 	defer c.Close()
 	started, release := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -255,7 +254,7 @@ func TestFrozenDuringFlightNoticed(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
 		_, err := c.Fetch(ctx, "k", time.Hour, constant("w"))
 		cancel()
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, dogpile.ErrUnavailable) {
 			t.Logf("first ErrUnavailable %v after the freeze", time.Since(frozen))
 			return
 		}

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // What a wake-up carries: the value, when it is short enough and comes
 // from the compute the waiter waits for; otherwise the waiter reads Redis
@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -19,19 +23,15 @@ import (
 // and it decodes; anything else makes it look in Redis again.
 func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	holder := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
-	waiter := New[int](b.Client(t), prefix(t), WithLease(time.Minute))
+	holder := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
+	waiter := dogpile.New[int](b.Client(t), prefix(t), dogpile.WithLease(time.Minute))
 	release, hres, wres := holdAndWait(t, holder, waiter, ctx, "k", func(context.Context) (int, error) { return 2, nil })
-	ks := waiter.keys("k")
-	token, err := waiter.client.Get(ctx, ks.lock).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ks := dogpile.KeysOf(waiter, "k")
+	token, err := dogpile.Client(waiter).Get(ctx, ks.Lock).Result()
+	require.NoError(t, err)
 	enc := func(v int) string {
-		b, err := waiter.encode(v)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, err := dogpile.Encode(waiter, v)
+		require.NoError(t, err)
 		return string(b)
 	}
 	publish := func(msg string) {
@@ -39,13 +39,11 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 		push := waiter.Stats().PushWakeups
 		var err error
 		if b.Cluster {
-			err = waiter.client.SPublish(ctx, ks.channel, msg).Err()
+			err = dogpile.Client(waiter).SPublish(ctx, ks.Channel, msg).Err()
 		} else {
-			err = waiter.client.Publish(ctx, ks.channel, msg).Err()
+			err = dogpile.Client(waiter).Publish(ctx, ks.Channel, msg).Err()
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		redistest.Eventually(t, fmt.Sprintf("the wake-up %q", msg), func() bool { return waiter.Stats().PushWakeups != push })
 	}
 	publish("v" + "another-holder:" + enc(99)) // an earlier compute's value
@@ -58,12 +56,12 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 	}
 	// The value is not in Redis: only the wake-up can have carried it.
 	publish("v" + token + ":" + enc(77))
-	if r := <-wres; r.err != nil || r.v != 77 {
-		t.Errorf("waiter = %v, %v; want 77 from the wake-up", r.v, r.err)
+	if r := <-wres; assert.NoError(t, r.err, "waiter = %v, %v; want 77 from the wake-up", r.v, r.err) {
+		assert.EqualValues(t, 77, r.v, "waiter = %v, %v; want 77 from the wake-up", r.v, r.err)
 	}
 	close(release)
-	if r := <-hres; r.err != nil || r.v != 2 {
-		t.Errorf("holder = %v, %v; want 2, nil", r.v, r.err)
+	if r := <-hres; assert.NoError(t, r.err, "holder = %v, %v; want 2, nil", r.v, r.err) {
+		assert.EqualValues(t, 2, r.v, "holder = %v, %v; want 2, nil", r.v, r.err)
 	}
 	if s := waiter.Stats(); s.PushWakeups != 4 || s.PollWakeups != 0 || s.DecodeErrors != 0 {
 		t.Errorf("waiter Stats = %+v; want 4 push wake-ups, no poll, no decode error", s)
@@ -74,11 +72,11 @@ func testWakeUpCarriesValue(t *testing.T, b redistest.Backend) {
 // read again by the waiter (GET, fetch script twice, then once more).
 func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
 	hrdb, wrdb := b.Client(t), b.Client(t)
-	loadScripts(t, hrdb)
-	wcount := countCommands(wrdb)
-	holder := New[string](hrdb, prefix(t))
-	waiter := New[string](wrdb, prefix(t))
-	big := strings.Repeat("x", maxWakeValue)
+	dogpile.LoadScripts(t, hrdb)
+	wcount := redistest.RecordCommands(wrdb)
+	holder := dogpile.New[string](hrdb, prefix(t))
+	waiter := dogpile.New[string](wrdb, prefix(t))
+	big := strings.Repeat("x", dogpile.MaxWakeValue)
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (string, error) { return big, nil })
 	close(release)
 	if r := <-hres; r.err != nil {
@@ -87,7 +85,7 @@ func testLargeValueReadAgain(t *testing.T, b redistest.Backend) {
 	if r := <-wres; r.err != nil || r.v != big {
 		t.Fatalf("waiter = %d bytes, %v; want %d bytes", len(r.v), r.err, len(big))
 	}
-	if got := wcount.take(); len(got) != 4 {
+	if got := wcount.Take(); len(got) != 4 {
 		t.Errorf("waiter sent %d commands %v; want 4 (the value read again)", len(got), got)
 	}
 }

@@ -1,0 +1,85 @@
+package dogpile
+
+// The helpers of the white-box tests (package dogpile); those of the
+// behaviour tests are in helpers_test.go.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
+)
+
+// prefix gives each test keys of its own (its name is the prefix), so that
+// the cases of a suite share one deployment.
+func prefix(t *testing.T) Option { return WithPrefix(t.Name() + ":") }
+
+// settle waits until c runs no background refresh (they outlive the Fetch
+// that started them), so that each test ends with no goroutine of its own.
+func settle[T any](t *testing.T, c *Cache[T]) {
+	t.Helper()
+	redistest.Eventually(t, "the background work to end", func() bool {
+		c.flights.mu.Lock()
+		defer c.flights.mu.Unlock()
+		return len(c.flights.m) == 0
+	})
+}
+
+func constant(v string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return v, nil }
+}
+
+// nil2 is a compute that must not be called.
+func nil2[T any](context.Context) (T, error) {
+	var zero T
+	return zero, errors.New("unexpected compute")
+}
+
+func mustPanic(t *testing.T, name string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", name)
+		}
+	}()
+	f()
+}
+
+// nopClient returns a client that is never used for I/O (New does none).
+func nopClient(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// syncBuffer is a bytes.Buffer for a logger that writes from the cache's
+// goroutines while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// noRetryClient returns a client that does not retry failed commands, so
+// that tests of a dead server do not wait out go-redis's retry backoff.
+func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
