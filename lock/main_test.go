@@ -26,13 +26,15 @@ func TestMain(m *testing.M) {
 // mutex, each named Name on the Redis at Addr.
 type holding struct{ Addr, Kind, Name string }
 
-// hold runs in a child process: it takes its holding with a 300 ms lease,
+// hold runs in a child process: it takes its holding with a 1 s lease,
 // says "held", and holds it with auto-extension until it is killed.
 func hold(p *redistest.Parent) {
 	var h holding
 	p.Params(&h)
 	rdb := redis.NewClient(&redis.Options{Addr: h.Addr})
-	opts := []lock.Option{lock.WithTTL(300 * time.Millisecond), lock.WithAutoExtend()}
+	// 1s, not 300ms: a child (a -race binary) stalled by a loaded machine
+	// must not lose what it holds while the test counts on it.
+	opts := []lock.Option{lock.WithTTL(time.Second), lock.WithAutoExtend()}
 	ctx := context.Background()
 	var err error
 	switch h.Kind {

@@ -65,6 +65,10 @@ func replicaPaths(t *testing.T) []errorPath {
 				return err
 			}, unacked},
 			errorPath{"acknowledged by no replica: " + p.name + " TryLock", func(t *testing.T) error {
+				// The Lock above was undone in the background: still
+				// held, the lock would make TryLock report busy (no
+				// error) on a loaded machine.
+				lock.WaitRollbacks()
 				_, _, err := p.try(t.Context())
 				return err
 			}, unacked})

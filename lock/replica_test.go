@@ -55,11 +55,13 @@ func TestReplicaAck(t *testing.T) {
 					t.Errorf("%s with WithReplicaAck(1): %v", kind, err)
 				}
 			}
-			l, err := lock.NewMutex(rdb, "watched", ack, lock.WithTTL(150*time.Millisecond), lock.WithAutoExtend()).Lock(t.Context())
+			// A 1 s TTL: with 150ms (renewed every 50ms, each waiting for
+			// the replica) a loaded machine's stall lost the lease.
+			l, err := lock.NewMutex(rdb, "watched", ack, lock.WithTTL(time.Second), lock.WithAutoExtend()).Lock(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(500 * time.Millisecond) // several acknowledged extensions
+			time.Sleep(1500 * time.Millisecond) // past the TTL: several acknowledged extensions
 			if err := l.Err(); err != nil {
 				t.Errorf("lease with acknowledged extensions: %v", err)
 			}

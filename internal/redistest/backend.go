@@ -57,8 +57,18 @@ var backends = []struct {
 // cannot start skips or fails alone, like [StartServer]).
 func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 	t.Helper()
+	forEachBackend(t, false, f)
+}
+
+// forEachBackend is ForEachBackend, whose subtests run in parallel with
+// each other if parallel is set (see [Suite.Run]).
+func forEachBackend(t *testing.T, parallel bool, f func(t *testing.T, b Backend)) {
+	t.Helper()
 	for _, k := range backends {
 		t.Run(k.name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
 			f(t, Backend{Name: k.name, Cluster: k.cluster, Client: k.start(t)})
 		})
 	}

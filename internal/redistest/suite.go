@@ -13,10 +13,14 @@ type Suite []Case
 
 // Run runs every case of s, as a subtest, on each deployment of
 // [ForEachBackend]: a fresh deployment per kind, shared by the cases (each
-// case uses keys of its own).
+// case uses keys of its own). The deployments' subtests run in parallel
+// with each other (at most go test's -parallel at once, and never beside
+// the package's other sequential tests): a suite's cases must therefore
+// touch no package-level state (roundtrip.SetDirect and the like), only
+// their own deployment's keys.
 func (s Suite) Run(t *testing.T) {
 	t.Helper()
-	ForEachBackend(t, s.on)
+	forEachBackend(t, true, s.on)
 }
 
 // RunWithMiniredis runs s as Run does, and on [Miniredis] too: the
@@ -24,7 +28,10 @@ func (s Suite) Run(t *testing.T) {
 func (s Suite) RunWithMiniredis(t *testing.T) {
 	t.Helper()
 	s.Run(t)
-	t.Run("miniredis", func(t *testing.T) { s.on(t, Miniredis(t)) })
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		s.on(t, Miniredis(t))
+	})
 }
 
 func (s Suite) on(t *testing.T, b Backend) {
