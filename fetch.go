@@ -46,7 +46,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		return zero, err
 	}
 	vk := c.valueKey(key)
-	if v, err, ok := c.near.hit(ctx, key, vk); ok {
+	if v, err, ok := c.nearHit(ctx, key, vk); ok {
 		return v, err
 	}
 	for {

@@ -111,34 +111,31 @@ func (n *nearTier[T]) key(vk string) string {
 	return vk
 }
 
-// hit answers Fetch from the near tier, if it holds a live value for vk
-// and tracking is up.
-func (n *nearTier[T]) hit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+// hit returns the near tier's value for vk, and whether it is a not-found
+// tombstone, if the tier holds a live one and tracking is up (see
+// core.nearHit, which answers Fetch with it).
+func (n *nearTier[T]) hit(vk string) (v T, notFound, ok bool) {
 	if n == nil {
-		return v, nil, false
+		return v, false, false
 	}
 	now := near.Now()
 	n.t.Use(now)
 	if !n.x.Up() {
-		return v, nil, false
+		return v, false, false
 	}
 	if !n.t.Heard(now) {
 		n.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
-		return v, nil, false
+		return v, false, false
 	}
 	e, ok := n.store.GetIfPresent(vk)
 	if !ok || now >= e.until {
-		return v, nil, false
+		return v, false, false
 	}
 	if !e.owner.Live(now) {
 		n.stats.nearLate.Add(1) // its reader failed, or answers late
-		return v, nil, false
+		return v, false, false
 	}
-	n.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: e.notFound})
-	if e.notFound {
-		return v, notFound(key), true
-	}
-	return e.v, nil, true
+	return e.v, e.notFound, true
 }
 
 // heard reports whether a Fetch may join a flight of its process (see

@@ -14,6 +14,22 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
+// nearHit answers a Fetch of key from the near tier, if it holds a live
+// value for vk (see nearTier.hit). The event is emitted here, by a direct
+// call: a near hit costs about a hundred nanoseconds, and a call through
+// a function value would add a tenth.
+func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+	v, tomb, ok := c.near.hit(vk)
+	if !ok {
+		return v, nil, false
+	}
+	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: tomb})
+	if tomb {
+		return v, notFound(key), true
+	}
+	return v, nil, true
+}
+
 // read is the hit path's round trip: a GET, which tells the value's
 // remaining TTL when freshness options or the near tier need it (see
 // readRedis). pttl is negative when it was not read or the key has no TTL. With
