@@ -14,7 +14,7 @@ import (
 )
 
 func BenchmarkCodec(b *testing.B) {
-	c := New[beer](nopClient(b))
+	c := New[beer](redistest.NopClient(b))
 	v := beer{Name: "Pils", ABV: 4.8, Tags: []string{"lager", "crisp"}}
 	enc, _ := c.encode(v)
 	b.Run("encode", func(b *testing.B) {

@@ -158,7 +158,7 @@ func TestBreakerFailsFastWhileDown(t *testing.T) {
 // failing, and Refresh fails fast or computes alike.
 func TestBreakerComputeWhenDown(t *testing.T) {
 	s := redistest.StartServer(t)
-	rdb := noRetryClient(t, s)
+	rdb := s.NoRetryClient(t)
 	strict := dogpile.New[int](rdb, prefix(t))
 	open := dogpile.New[int](rdb, prefix(t), dogpile.WithComputeWhenDown())
 	s.Kill()
@@ -189,7 +189,7 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 // so it must not pass for a probe that found Redis back.
 func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := dogpile.New[int](noRetryClient(t, s), prefix(t))
+	c := dogpile.New[int](s.NoRetryClient(t), prefix(t))
 	s.Kill()
 	c.Get(t.Context(), "k")            // opens the circuit
 	time.Sleep(300 * time.Millisecond) // past the cooldown: the next call probes
@@ -206,7 +206,7 @@ func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 // call of the client probing for it).
 func TestBreakerRefreshProbes(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := dogpile.New[string](noRetryClient(t, s), prefix(t))
+	c := dogpile.New[string](s.NoRetryClient(t), prefix(t))
 	s.Kill()
 	for range 5 { // trip the client's circuit: a Get, a lock, another Cache...
 		c.Get(t.Context(), "k")
@@ -359,7 +359,7 @@ func outageOf(all []answer, killed, restarted time.Duration) outage {
 // WithComputeWhenDown is set.
 func TestRedisKilledDuringCompute(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := dogpile.New[int](noRetryClient(t, s))
+	c := dogpile.New[int](s.NoRetryClient(t))
 	v, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) {
 		s.Kill()
 		return 4, nil
@@ -377,7 +377,7 @@ func TestRedisKilledDuringCompute(t *testing.T) {
 		t.Errorf("Fetch with Redis down: err = %v, computed = %v; want a wrapped get error, no compute", err, computed)
 	}
 
-	open := dogpile.New[int](noRetryClient(t, s), dogpile.WithComputeWhenDown())
+	open := dogpile.New[int](s.NoRetryClient(t), dogpile.WithComputeWhenDown())
 	v, err = open.Fetch(t.Context(), "k", time.Minute, func(context.Context) (int, error) { return 6, nil })
 	assert.NoError(t, err, "Fetch WithComputeWhenDown; want 6, nil")
 	assert.Equal(t, 6, v, "Fetch WithComputeWhenDown; want 6, nil")
@@ -387,8 +387,8 @@ func TestRedisKilledDuringCompute(t *testing.T) {
 // dies: its wake-up connection breaks, it looks again and gets an error.
 func TestRedisKilledWhileWaiting(t *testing.T) {
 	s := redistest.StartServer(t)
-	holder := dogpile.New[int](noRetryClient(t, s), dogpile.WithLease(time.Minute))
-	waiter := dogpile.New[int](noRetryClient(t, s), dogpile.WithLease(time.Minute))
+	holder := dogpile.New[int](s.NoRetryClient(t), dogpile.WithLease(time.Minute))
+	waiter := dogpile.New[int](s.NoRetryClient(t), dogpile.WithLease(time.Minute))
 	start := time.Now()
 	release, hres, wres := holdAndWait(t, holder, waiter, t.Context(), "k", func(context.Context) (int, error) {
 		return 1, nil
@@ -426,12 +426,4 @@ func TestRedisPausedCallerDeadline(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Fetch took %v past a 100ms deadline", d)
 	}
-}
-
-// noRetryClient returns a client that does not retry failed commands, so
-// that tests of a dead server do not wait out go-redis's retry backoff.
-func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }

@@ -63,7 +63,7 @@ func TestBadInput(t *testing.T) {
 func first[T any](_ T, err error) error { return err }
 
 func TestFetchManyBadInput(t *testing.T) {
-	c := dogpile.New[string](nopClient(t)) // any I/O would fail
+	c := dogpile.New[string](redistest.NopClient(t)) // any I/O would fail
 	ctx := t.Context()
 	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
 	if err != nil || got == nil || len(got) != 0 {

@@ -26,7 +26,7 @@ type beer struct {
 }
 
 func TestCodecRoundTrip(t *testing.T) {
-	c := New[beer](nopClient(t))
+	c := New[beer](redistest.NopClient(t))
 	for _, v := range []beer{{}, {Name: "Pils", ABV: 4.8}, {Name: "IPA", Tags: []string{"hoppy", ""}}} {
 		b, err := c.encode(v)
 		if err != nil {
@@ -43,7 +43,7 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 func TestDecodeRejects(t *testing.T) {
-	c := New[beer](nopClient(t))
+	c := New[beer](redistest.NopClient(t))
 	for _, b := range []string{"", "d", "dp", "xp\x01\x80", "dp\x02\x80", "dp\x01", "dp\x01\xc1", "dp\x01\x81\xa4Name\x01"} {
 		if v, err := c.decode([]byte(b)); err == nil {
 			t.Errorf("decode(%q) = %+v, nil; want an error", b, v)
@@ -54,7 +54,7 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode checks that decoding arbitrary bytes never panics, and that
 // whatever decodes encodes and decodes to the same value.
 func FuzzDecode(f *testing.F) {
-	c := New[beer](nopClient(f))
+	c := New[beer](redistest.NopClient(f))
 	for _, v := range []beer{{Name: "Pils", ABV: 4.8}, {Tags: []string{"a"}}} {
 		b, err := c.encode(v)
 		if err != nil {
@@ -85,7 +85,7 @@ func FuzzDecode(f *testing.F) {
 const oldEntry = "dp\x01\x83\xa4Name\xa4Pils\xa3ABV\xcb@\x13333333\xa4Tags\x91\xa5crisp"
 
 func TestEntryReadsOldFormat(t *testing.T) {
-	c := New[beer](nopClient(t))
+	c := New[beer](redistest.NopClient(t))
 	v, m, err := c.decodeEntry([]byte(oldEntry))
 	want := beer{Name: "Pils", ABV: 4.8, Tags: []string{"crisp"}}
 	if err != nil || !reflect.DeepEqual(v, want) || m != (entry.Meta{}) {
@@ -100,7 +100,7 @@ func TestEntryReadsOldFormat(t *testing.T) {
 }
 
 func TestEntryMeta(t *testing.T) {
-	c := New[beer](nopClient(t))
+	c := New[beer](redistest.NopClient(t))
 	for _, m := range []entry.Meta{{Took: 150 * time.Millisecond, Early: 170 * time.Millisecond}, {Took: time.Microsecond}, {NotFound: true, Took: 2 * time.Second}} {
 		v := beer{Name: "IPA"}
 		b, err := c.encodeEntry(v, m)
@@ -124,7 +124,7 @@ func TestEntryMeta(t *testing.T) {
 }
 
 func TestEntryUnknownIsAnError(t *testing.T) {
-	c := New[beer](nopClient(t))
+	c := New[beer](redistest.NopClient(t))
 	for _, b := range []string{
 		"dp\x04\x80",             // a newer version
 		"dp\x02\x80\x00\x00\x80", // a flag this code does not know

@@ -3,12 +3,14 @@ package dogpile
 import (
 	"testing"
 	"time"
+
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // TestEarlyGapFloor: the early-refresh gap is never below twice the last
 // refresh's duration (times beta), unless capped at a third of the TTL.
 func TestEarlyGapFloor(t *testing.T) {
-	c := New[string](nopClient(t), WithEarlyRefresh(1.5))
+	c := New[string](redistest.NopClient(t), WithEarlyRefresh(1.5))
 	const took = 10 * time.Millisecond
 	for range 1000 {
 		if gap := c.earlyGap(took, time.Hour); gap < 30*time.Millisecond {

@@ -317,9 +317,9 @@ func scriptOf(cmd redis.Cmder) string {
 // WithComputeWhenDown, a compute of its own.
 func TestScriptLookRedisKilled(t *testing.T) {
 	s := redistest.StartServer(t)
-	c := New[int](noRetryClient(t, s))
+	c := New[int](s.NoRetryClient(t))
 	defer c.Close()
-	open := New[int](noRetryClient(t, s), WithComputeWhenDown())
+	open := New[int](s.NoRetryClient(t), WithComputeWhenDown())
 	defer open.Close()
 	c.looks.score.Store(lookMax)
 	open.looks.score.Store(lookMax)

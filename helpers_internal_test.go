@@ -4,13 +4,9 @@ package dogpile
 // behaviour tests are in helpers_test.go.
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
@@ -48,38 +44,4 @@ func mustPanic(t *testing.T, name string, f func()) {
 		}
 	}()
 	f()
-}
-
-// nopClient returns a client that is never used for I/O (New does none).
-func nopClient(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// syncBuffer is a bytes.Buffer for a logger that writes from the cache's
-// goroutines while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// noRetryClient returns a client that does not retry failed commands, so
-// that tests of a dead server do not wait out go-redis's retry backoff.
-func noRetryClient(t *testing.T, s *redistest.Server) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }

@@ -1,7 +1,6 @@
 package dogpile_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -130,32 +129,6 @@ func nil2[T any](context.Context) (T, error) {
 func mustPanic(t *testing.T, name string, f func()) {
 	t.Helper()
 	assert.Panics(t, f, "%s did not panic", name)
-}
-
-// nopClient returns a client that is never used for I/O (New does none).
-func nopClient(tb testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// syncBuffer is a bytes.Buffer for a logger that writes from the cache's
-// goroutines while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // fetchNear fetches key until the answer comes from the near tier (tracking

@@ -243,12 +243,12 @@ func testManyAcrossInstances(t *testing.T, b redistest.Backend) {
 func TestFetchManyRedisDown(t *testing.T) {
 	s := redistest.StartServer(t)
 	s.Kill()
-	c := dogpile.New[string](noRetryClient(t, s))
+	c := dogpile.New[string](s.NoRetryClient(t))
 	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
 	if len(got) != 0 || err == nil || !strings.Contains(err.Error(), `dogpile: get "a"`) || !strings.Contains(err.Error(), `dogpile: get "b"`) {
 		t.Errorf("FetchMany with Redis down = %v, %v; want nothing and a get error per key", got, err)
 	}
-	open := dogpile.New[string](noRetryClient(t, s), dogpile.WithComputeWhenDown())
+	open := dogpile.New[string](s.NoRetryClient(t), dogpile.WithComputeWhenDown())
 	e := &echo{}
 	got, err = open.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, e.compute)
 	require.NoError(t, err)

@@ -112,7 +112,7 @@ func tracked(t *testing.T, rdb *redis.Client) []map[string]string {
 // off: every Fetch reads Redis, which is said once.
 func TestNearCacheDegrades(t *testing.T) {
 	rdb := redistest.Embedded(t)
-	var buf syncBuffer
+	var buf redistest.SyncBuffer
 	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
@@ -256,7 +256,7 @@ func TestNearCacheACLWithoutChannels(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "secret"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	var buf syncBuffer
+	var buf redistest.SyncBuffer
 	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)

@@ -150,9 +150,9 @@ func TestFetchManyObserver(t *testing.T) {
 // bytes that do not decode, an outage), hits and misses are not.
 func TestLogger(t *testing.T) {
 	s := redistest.StartServer(t)
-	var buf syncBuffer
+	var buf redistest.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	rdb := noRetryClient(t, s)
+	rdb := s.NoRetryClient(t)
 	c := dogpile.New[int](rdb, prefix(t), dogpile.WithLogger(logger))
 	if _, err := c.Fetch(t.Context(), "p", time.Minute, func(context.Context) (int, error) { panic("kaboom") }); err == nil {
 		t.Fatal("Fetch of a panicking compute: no error")

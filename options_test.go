@@ -20,7 +20,7 @@ import (
 // and the lock package's constructors, panic at once with a message that
 // names the mistake, not with a nil dereference at the first call.
 func TestNewRefusesNilClientsAndOptions(t *testing.T) {
-	rdb := nopClient(t)
+	rdb := redistest.NopClient(t)
 	var typed *redis.Client
 	var cluster *redis.ClusterClient
 	for _, tc := range []struct {

@@ -1,13 +1,11 @@
 package breaker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +15,6 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestOutageLoggedOncePerLogger: an outage is logged once when it begins
 // and once when it ends, to every logger attached (one attached twice logs
 // once), whichever call saw the change, and failed probes log nothing more
@@ -41,7 +22,7 @@ func (s *syncBuffer) String() string {
 // lost when the call that opened the circuit had no logger).
 func TestOutageLoggedOncePerLogger(t *testing.T) {
 	b := New(nil)
-	var one, two syncBuffer
+	var one, two redistest.SyncBuffer
 	l1, l2 := slog.New(slog.NewTextHandler(&one, nil)), slog.New(slog.NewTextHandler(&two, nil))
 	b.AddLogger(l1)
 	b.AddLogger(l2)
@@ -60,7 +41,7 @@ func TestOutageLoggedOncePerLogger(t *testing.T) {
 		t.Fatalf("Allow after the cooldown = %v", err)
 	}
 	probe(nil)
-	for name, buf := range map[string]*syncBuffer{"first": &one, "second": &two} {
+	for name, buf := range map[string]*redistest.SyncBuffer{"first": &one, "second": &two} {
 		out := buf.String()
 		if n := strings.Count(out, "redis unreachable"); n != 1 || !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "EOF") {
 			t.Errorf("%s logger: %d start lines (want 1, an ERROR naming the error):\n%s", name, n, out)
@@ -81,7 +62,7 @@ func TestOutageLoggedOncePerLogger(t *testing.T) {
 func TestOutageReminder(t *testing.T) {
 	b := New(nil)
 	b.log.remindEvery = 200 * time.Millisecond
-	var out syncBuffer
+	var out redistest.SyncBuffer
 	b.AddLogger(slog.New(slog.NewTextHandler(&out, nil)))
 	done, _ := b.Allow(context.Background())
 	done(io.EOF)
