@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/vmihailenco/msgpack/v5"
@@ -173,3 +176,76 @@ func (c *core[T]) storedBy(holder, payload string) ([]byte, bool) {
 // notFoundMark starts the error text of a compute that found no value, so
 // that waiting processes return ErrNotFound rather than ErrComputeFailed.
 const notFoundMark = "\x00not found: "
+
+// entry turns compute's answer for j (v, or cerr) into the entry to store
+// and its TTL: a value with the metadata the freshness options need, or a
+// tombstone for ErrNotFound with WithNegativeTTL. took is how long the
+// value took to get, round trips included. It returns an error if there is
+// nothing to store: compute failed, or the value does not encode.
+func (c *core[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
+	fresh, ttl := c.storeTTL(j.ttl, ro)
+	m := entry.Meta{}
+	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
+		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), entry.Meta{NotFound: true, Took: took}
+	} else if c.opts.beta > 0 && fresh > 0 {
+		m = entry.Meta{Took: took, Early: c.earlyGap(took, fresh)}
+	}
+	if cerr != nil {
+		return nil, 0, cerr
+	}
+	if b, err = c.encodeEntry(v, m); err != nil {
+		return nil, 0, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
+	}
+	return b, ttl, nil
+}
+
+// storeTTL is how long a computed value is fresh, the TTL compute set (see
+// SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
+// in Redis: that plus the stale window. 0 stores nothing.
+func (c *core[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
+	if d, ok := ro.get(); ok {
+		if d <= 0 {
+			return 0, 0
+		}
+		ttl = d
+	}
+	fresh = c.jittered(ttl)
+	return fresh, fresh + c.opts.stale
+}
+
+// jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
+// below a millisecond (Redis's resolution).
+func (c *core[T]) jittered(ttl time.Duration) time.Duration {
+	if c.opts.jitter == 0 {
+		return ttl
+	}
+	spread := c.opts.jitter * (2*rand.Float64() - 1)
+	return max(time.Millisecond, ttl+time.Duration(float64(ttl)*spread))
+}
+
+// earlyGap draws, once per stored value, how long before its TTL runs out
+// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
+// refresh started only took before expiry has no room for a late start (the
+// hit that notices, the goroutine, the lock's round trip) or a compute
+// slower than the last, and callers then wait at expiry: with a floor of δ·β
+// they did, with 2·δ·β they did not, for a few more computes
+// (bench/HISTORY.md, "Figures moved out of code comments"). The cap of a
+// third of the TTL keeps a key to at most 1.5 computes per TTL period (about
+// 1.25 when δ is a tenth of the TTL).
+//
+// Unlike the paper, which draws on each read, the gap is drawn once, by the
+// process that stores the value, and kept in the entry. Drawn on each read,
+// the chance that some read refreshes early grows with the call rate: at
+// thousands of calls a second the refresh would start near δ·β·ln(rate·δ)
+// before expiry, several times a TTL period. With one draw per value every
+// process agrees on one refresh point, which neither drifts earlier with
+// load nor comes later than 2·δ·β before expiry; the draw also spreads the
+// refreshes of many keys stored at the same moment.
+func (c *core[T]) earlyGap(took, ttl time.Duration) time.Duration {
+	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
+	gap := time.Duration(float64(took) * c.opts.beta * draw)
+	return min(gap, ttl/3)
+}
+
+// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
+const earlyFloor = 2

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/rand/v2"
 	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
@@ -220,75 +217,73 @@ func errText(err error) string {
 	return s
 }
 
-// entry turns compute's answer for j (v, or cerr) into the entry to store
-// and its TTL: a value with the metadata the freshness options need, or a
-// tombstone for ErrNotFound with WithNegativeTTL. took is how long the
-// value took to get, round trips included. It returns an error if there is
-// nothing to store: compute failed, or the value does not encode.
-func (c *core[T]) entry(j *job[T], v T, cerr error, took time.Duration, ro *resultOpts) (b []byte, ttl time.Duration, err error) {
-	fresh, ttl := c.storeTTL(j.ttl, ro)
-	m := entry.Meta{}
-	if errors.Is(cerr, ErrNotFound) && c.opts.negativeTTL > 0 {
-		cerr, ttl, m = nil, c.jittered(c.opts.negativeTTL), entry.Meta{NotFound: true, Took: took}
-	} else if c.opts.beta > 0 && fresh > 0 {
-		m = entry.Meta{Took: took, Early: c.earlyGap(took, fresh)}
+// An extender extends the leases of the held locks once, to ttl, and
+// reports whether any is still held.
+type extender func(ctx context.Context, ttl time.Duration) (held bool, err error)
+
+// extendOne extends the lease of one key's lock held with token.
+func (c *core[T]) extendOne(ks keys, token string) extender {
+	return func(ctx context.Context, ttl time.Duration) (bool, error) {
+		n, err := extendScript.Run(ctx, c.client, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
+		return n > 0, err
 	}
-	if cerr != nil {
-		return nil, 0, cerr
-	}
-	if b, err = c.encodeEntry(v, m); err != nil {
-		return nil, 0, fmt.Errorf("dogpile: encode %q: %w", j.key, err)
-	}
-	return b, ttl, nil
 }
 
-// storeTTL is how long a computed value is fresh, the TTL compute set (see
-// SetTTL) or the caller's, spread by WithTTLJitter, and how long it stays
-// in Redis: that plus the stale window. 0 stores nothing.
-func (c *core[T]) storeTTL(ttl time.Duration, ro *resultOpts) (fresh, stored time.Duration) {
-	if d, ok := ro.get(); ok {
-		if d <= 0 {
-			return 0, 0
-		}
-		ttl = d
-	}
-	fresh = c.jittered(ttl)
-	return fresh, fresh + c.opts.stale
+// holdLease starts the lease of the locks acquired by a request sent at
+// sent (one lease for all the keys of a FetchMany compute), renewed with
+// extend while compute runs. Once no lock is held any more, or no
+// extension was confirmed before the lease may have run out in Redis, the
+// lease is lost and cancel is called with errLeaseLost (errComputeTooLong
+// once past the WithMaxCompute bound).
+func (c *core[T]) holdLease(sent time.Time, cancel context.CancelCauseFunc, extend extender) *hold.Clock {
+	k := new(hold.Clock)
+	k.Start(hold.Config{
+		Sent: sent, TTL: c.opts.lease, MaxHold: c.opts.maxCompute, AutoExtend: true,
+		Lost: errLeaseLost,
+		Extend: func(ctx context.Context, ttl time.Duration) hold.Outcome {
+			switch held, err := extend(ctx, ttl); {
+			case err != nil:
+				return hold.Failed
+			case !held:
+				return hold.Refused
+			}
+			return hold.Renewed
+		},
+		OnLost: func() {
+			// A lease that runs out at its cap ends as compute's deadline
+			// does (see computeContext): the bound is why.
+			if capped := c.opts.maxCompute - hold.Drift(c.opts.lease); c.opts.maxCompute > 0 && time.Since(sent) >= capped {
+				cancel(c.tooLong())
+				return
+			}
+			cancel(errLeaseLost)
+		},
+	})
+	k.Done() // arms the timer that ends the lease at its safe deadline
+	return k
 }
 
-// jittered is ttl spread by up to ±WithTTLJitter's fraction of it, never
-// below a millisecond (Redis's resolution).
-func (c *core[T]) jittered(ttl time.Duration) time.Duration {
-	if c.opts.jitter == 0 {
-		return ttl
-	}
-	spread := c.opts.jitter * (2*rand.Float64() - 1)
-	return max(time.Millisecond, ttl+time.Duration(float64(ttl)*spread))
+// leaseGone returns why the lease k ended, if it ran out before compute
+// could start: the process stalled (paused, starved of CPU) between the
+// lock's reply and now for longer than the lease, so another process may
+// hold the lock and compute already. Compute is then not called at all,
+// and the caller goes on as after a lease lost while compute ran. A stall
+// after this check is what fenced stores are for.
+func leaseGone(k *hold.Clock) error { return k.Err() }
+
+// endLease stops k's renewals once compute returned, and reports whether
+// the lease was lost while compute ran: cctx, compute's context, was
+// cancelled for it.
+func endLease(k *hold.Clock, cctx context.Context) (lost bool) {
+	k.StopWatchdog()
+	lost = errors.Is(context.Cause(cctx), errLeaseLost)
+	k.End(errComputeEnded)
+	return lost
 }
 
-// earlyGap draws, once per stored value, how long before its TTL runs out
-// the value is refreshed (see WithEarlyRefresh). The floor is twice took: a
-// refresh started only took before expiry has no room for a late start (the
-// hit that notices, the goroutine, the lock's round trip) or a compute
-// slower than the last, and callers then wait at expiry: with a floor of δ·β
-// they did, with 2·δ·β they did not, for a few more computes
-// (bench/HISTORY.md, "Figures moved out of code comments"). The cap of a
-// third of the TTL keeps a key to at most 1.5 computes per TTL period (about
-// 1.25 when δ is a tenth of the TTL).
-//
-// Unlike the paper, which draws on each read, the gap is drawn once, by the
-// process that stores the value, and kept in the entry. Drawn on each read,
-// the chance that some read refreshes early grows with the call rate: at
-// thousands of calls a second the refresh would start near δ·β·ln(rate·δ)
-// before expiry, several times a TTL period. With one draw per value every
-// process agrees on one refresh point, which neither drifts earlier with
-// load nor comes later than 2·δ·β before expiry; the draw also spreads the
-// refreshes of many keys stored at the same moment.
-func (c *core[T]) earlyGap(took, ttl time.Duration) time.Duration {
-	draw := earlyFloor - math.Log(1-rand.Float64()) // 2 − ln u, u in (0, 1]
-	gap := time.Duration(float64(took) * c.opts.beta * draw)
-	return min(gap, ttl/3)
+// tooLong is the cause that ends compute's context after the bound set by
+// WithMaxCompute: errComputeTooLong, naming the option and its bound
+// (compute may return the cause as its error).
+func (c *core[T]) tooLong() error {
+	return fmt.Errorf("%w of %v (WithMaxCompute)", errComputeTooLong, c.opts.maxCompute)
 }
-
-// earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
-const earlyFloor = 2

@@ -7,7 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // Tags: values computed with Tag (see job.go) or stored by SetTagged
@@ -131,49 +130,6 @@ func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, tt
 // invalidateTag). All share the tag's hash slot; a value's keys share
 // another.
 
-// tagLua adds value key vk, stored for ttl ms, to the set of a tag, and
-// makes the set live at least as long.
-const tagLua = `
-local function tagadd(set, vk, ttl)
-  redis.call('SADD', set, vk)
-  local p = redis.call('PTTL', set)
-  if p < tonumber(ttl) then redis.call('PEXPIRE', set, ttl) end
-end
-`
-
-// storeTaggedScript is storeScript for a value with tags, on a server that
-// holds every key (not a Cluster or a Ring): if an epoch is no longer what
-// compute saw when it tagged the value (an InvalidateTag came since), it
-// stores nothing, releases the lock and wakes the waiters, who look again,
-// and returns -1; else it stores the value and adds it to each tag's set.
-// KEYS: value, lock, channel, then each tag's set and epoch. ARGV: as
-// storeScript, then each tag's epoch as compute saw it ("" for none).
-var storeTaggedScript = redis.NewScript(storeLua + tagLua + `
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-local n = (#KEYS - 3) / 2
-for i = 1, n do
-  if (redis.call('GET', KEYS[3 + 2*i]) or '') ~= ARGV[5 + i] then
-    redis.call('DEL', KEYS[2])
-    redis.call(ARGV[4], KEYS[3], '` + wake.Released + `')
-    return -1
-  end
-end
-if ARGV[3] ~= '0' then
-  for i = 1, n do tagadd(KEYS[2 + 2*i], KEYS[1], ARGV[3]) end
-end
-return store(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-`)
-
-// tagAddScript adds a value key to a tag's set, where the tag's keys live
-// in another slot than the value's (a Cluster, a Ring), and returns the
-// tag's epoch ("" for none) so that the caller can tell whether an
-// InvalidateTag came since compute tagged the value. KEYS: set, epoch.
-// ARGV: value key, its ttl ms.
-var tagAddScript = redis.NewScript(tagLua + `
-tagadd(KEYS[1], ARGV[1], ARGV[2])
-return redis.call('GET', KEYS[2]) or ''
-`)
-
 // storeCall is the script call of store.
 func (c *core[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
 	return scriptCall{Script: storeScript, Keys: []string{ks.value, ks.lock, ks.channel},
@@ -249,39 +205,3 @@ func (c *core[T]) void(ctx context.Context, vks []string) error {
 	}
 	return err
 }
-
-// tagBumpScript bumps a tag's epoch and moves its set aside, in one step,
-// before InvalidateTag voids the values of the set: a value tagged after
-// this step goes into a new set, and a compute that tagged before it finds
-// the epoch moved. The set aside joins the tag's registry of sets aside,
-// which it returns (the new one among them, if the tag had a set). KEYS:
-// epoch, set, registry, the set's new name. ARGV: how long the epoch and
-// the registry live at least (as long as its longest set aside), ms.
-var tagBumpScript = redis.NewScript(`
-redis.call('INCR', KEYS[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('RENAME', KEYS[2], KEYS[4])
-  redis.call('SADD', KEYS[3], KEYS[4])
-  local life = math.max(tonumber(ARGV[1]), redis.call('PTTL', KEYS[4]))
-  if redis.call('PTTL', KEYS[3]) < life then redis.call('PEXPIRE', KEYS[3], life) end
-end
-return redis.call('SMEMBERS', KEYS[3])
-`)
-
-// voidScript makes one value of an invalidated tag a miss, or with a stale
-// window (ARGV[2] ms > 0) stale, so that it is refreshed in the background;
-// takes the lock away from a compute in progress (its store is fenced off)
-// and wakes the waiters. KEYS: value, lock, channel. ARGV: PUBLISH or
-// SPUBLISH, stale window ms.
-var voidScript = redis.NewScript(expiryLua + `
-local stale = tonumber(ARGV[2])
-if stale == 0 then
-  redis.call('DEL', KEYS[1])
-elseif redis.call('PTTL', KEYS[1]) > stale then
-  shorten(KEYS[1], ARGV[2])
-end
-redis.call('DEL', KEYS[2])
-redis.call(ARGV[1], KEYS[3], '` + wake.Deleted + `')
-return 1
-`)
