@@ -22,7 +22,7 @@ import (
 func (c *core[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
-	c.flights.setBusy(j.cl, ro)
+	c.flights.SetBusy(j.cl, ro.taggedWith)
 	if c.beforeCompute != nil {
 		c.beforeCompute(j.key)
 	}
@@ -165,7 +165,7 @@ func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
 // computeLocal runs j's compute without the cache, when Redis is
 // unreachable and WithComputeWhenDown is set.
 func (c *core[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
-	c.flights.setBusy(j.cl, nil)
+	c.flights.SetBusy(j.cl, nil)
 	var v T
 	err := c.runCompute(ctx, Event{Key: j.key}, func(ctx context.Context) (err error) {
 		v, err = j.compute(ctx)

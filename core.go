@@ -13,6 +13,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -26,7 +27,7 @@ type core[T any] struct {
 	client  redis.UniversalClient
 	opts    options
 	publish string // PUBLISH or SPUBLISH, for the scripts
-	flights group
+	flights flight.Group[outcome]
 	stats   counters
 
 	attempts turns            // bounds the lock attempts in flight
@@ -204,7 +205,7 @@ func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, at
 // failure: it may have been applied), so that a flight started after
 // forget reads after the write.
 func (c *core[T]) forget(vk string) {
-	c.flights.forget(vk)
+	c.flights.Forget(vk)
 	c.near.forget(vk)
 }
 

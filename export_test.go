@@ -48,9 +48,7 @@ func Client[T any](c *Cache[T]) redis.UniversalClient { return c.client }
 // Flights returns how many flights of c run (a background refresh outlives
 // the Fetch that started it).
 func Flights[T any](c *Cache[T]) int {
-	c.flights.mu.Lock()
-	defer c.flights.mu.Unlock()
-	return len(c.flights.m)
+	return c.flights.Len()
 }
 
 // ErrComputeTooLong is the cause that ends a compute's context after

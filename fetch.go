@@ -60,8 +60,8 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 // fetch makes one attempt; retry reports that the flight it joined was
 // abandoned by its first caller, and the caller should start over.
 func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
-	id := flightID{fetchFlight, vk}
-	cl, lead := c.flights.join(id, c.near.heard())
+	id := flightID{Kind: fetchFlight, Key: vk}
+	cl, lead := c.flights.Join(id, c.near.heard())
 	if !lead {
 		c.stats.shared.Add(1)
 		if err := c.turnedAway(); err != nil {
@@ -89,7 +89,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
 			c.near.put(vk, tk, o, b, m, pttl)
-			c.flights.end(id, cl, r)
+			c.flights.End(id, cl, r)
 			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
 				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
@@ -104,13 +104,13 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	case err == redis.Nil:
 		c.looks.saw(false)
 	case ctx.Err() != nil:
-		c.flights.end(id, cl, outcome{err: errRetry})
+		c.flights.End(id, cl, outcome{err: errRetry})
 		return v, ctx.Err(), false
 	case c.opts.computeIfDown && unreachable(err):
 		down = true
 	default:
 		err = redisutil.Failed(ctx, "dogpile", "get", key, err)
-		c.flights.end(id, cl, outcome{err: err})
+		c.flights.End(id, cl, outcome{err: err})
 		return v, err, false
 	}
 	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
@@ -148,8 +148,8 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
 	}
 	vk := c.valueKey(key)
-	flight := flightID{refreshFlight, vk}
-	cl, lead := c.flights.join(flight, true) // its compute writes after every write before it
+	flight := flightID{Kind: refreshFlight, Key: vk}
+	cl, lead := c.flights.Join(flight, true) // its compute writes after every write before it
 	if !lead {
 		c.stats.shared.Add(1)
 	} else {
@@ -197,8 +197,8 @@ func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok
 // still at most limit; then it computes and stores as a Fetch would, waking
 // any process that waits for the key.
 func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
-	j.flight = flightID{laterFlight, j.ks.value}
-	cl, ok := c.flights.start(j.flight)
+	j.flight = flightID{Kind: laterFlight, Key: j.ks.value}
+	cl, ok := c.flights.Start(j.flight)
 	if !ok {
 		return
 	}
@@ -206,7 +206,7 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 	ctx, stop := c.life.Detach(ctx)
 	started := c.life.Go(func() {
 		var r outcome
-		defer func() { c.flights.end(j.flight, cl, r) }()
+		defer func() { c.flights.End(j.flight, cl, r) }()
 		defer stop()
 		lctx, cancel := context.WithTimeout(ctx, c.opts.lease)
 		defer cancel()
@@ -228,6 +228,6 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 	})
 	if !started {
 		stop()
-		c.flights.end(j.flight, cl, outcome{err: ErrClosed})
+		c.flights.End(j.flight, cl, outcome{err: ErrClosed})
 	}
 }

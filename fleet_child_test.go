@@ -184,9 +184,7 @@ func (p *proc) fail(msg string) {
 // Fetch that started it, and the counts are read once it is done.
 func (p *proc) settle() bool {
 	return redistest.Within(30*time.Second, func() bool {
-		p.c.flights.mu.Lock()
-		defer p.c.flights.mu.Unlock()
-		return len(p.c.flights.m) == 0
+		return p.c.flights.Len() == 0
 	})
 }
 

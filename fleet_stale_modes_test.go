@@ -177,7 +177,9 @@ func procRefresh(p *proc) {
 			p.check(v, "held", err)
 		})
 	}
-	waiting := func() bool { return p.joined(flightID{refreshFlight, p.c.valueKey("k")}) && p.c.Stats().Waits > 0 }
+	waiting := func() bool {
+		return p.joined(flightID{Kind: refreshFlight, Key: p.c.valueKey("k")}) && p.c.Stats().Waits > 0
+	}
 	if !redistest.Within(redistest.ChildTimeout, waiting) {
 		p.fail("the workers did not join one Refresh flight waiting for the other process")
 	}
@@ -187,10 +189,7 @@ func procRefresh(p *proc) {
 
 // joined reports whether every worker waits on the flight name.
 func (p *proc) joined(name flightID) bool {
-	p.c.flights.mu.Lock()
-	defer p.c.flights.mu.Unlock()
-	cl := p.c.flights.m[name]
-	return cl != nil && cl.refs == p.workers
+	return p.c.flights.Waiting(name) == p.workers
 }
 
 // procXFetch: a first fill, then workers fetch the hot "k" every 2ms for

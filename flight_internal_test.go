@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -349,10 +350,8 @@ func TestBackgroundRefreshAfterWrite(t *testing.T) {
 }
 
 // inFlight reports whether a flight of kind for key is in progress.
-func (c *Cache[T]) inFlight(kind flightKind, key string) bool {
-	c.flights.mu.Lock()
-	defer c.flights.mu.Unlock()
-	return c.flights.m[flightID{kind, c.valueKey(key)}] != nil
+func (c *Cache[T]) inFlight(kind flight.Kind, key string) bool {
+	return c.flights.Waiting(flightID{Kind: kind, Key: c.valueKey(key)}) >= 0
 }
 
 // TestNearReadsNeverGoBack: one caller's reads of a key never go back from
@@ -379,8 +378,8 @@ func TestNearReadsNeverGoBack(t *testing.T) {
 	}
 	var blocked atomic.Bool
 	resume := make(chan struct{})
-	c.flights.onEnd = func(id flightID) {
-		if id.vk == c.valueKey("k") && blocked.CompareAndSwap(false, true) {
+	c.flights.OnEnd = func(id flightID) {
+		if id.Key == c.valueKey("k") && blocked.CompareAndSwap(false, true) {
 			<-resume // the first flight of k to end waits for the test
 		}
 	}

@@ -20,9 +20,7 @@ func prefix(t *testing.T) Option { return WithPrefix(t.Name() + ":") }
 func settle[T any](t *testing.T, c *Cache[T]) {
 	t.Helper()
 	redistest.Eventually(t, "the background work to end", func() bool {
-		c.flights.mu.Lock()
-		defer c.flights.mu.Unlock()
-		return len(c.flights.m) == 0
+		return c.flights.Len() == 0
 	})
 }
 

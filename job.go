@@ -7,13 +7,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
 // What flights carry: a flight's name and its shared call, the job of one
 // key's miss, the batch's records, and what a compute says of its result
-// (SetTTL, Tag). The flight group (flight.go) and the runner (run.go) work
+// (SetTTL, Tag). The flight group (internal/flight) and the runner (run.go) work
 // on them.
 
 // A job is one key's miss in one process: what to compute and where to
@@ -64,18 +65,8 @@ type want struct {
 }
 
 // A call is one flight: the work for one key shared by the concurrent
-// Fetch calls of one process.
-type call struct {
-	outcome // set before done is closed
-
-	// Guarded by group.mu.
-	done   chan struct{}      // made once a caller must wait; closed by end
-	refs   int                // callers waiting for done
-	busy   bool               // computing: runs on even if every caller leaves
-	ended  bool               // end was called; later calls do nothing
-	cancel context.CancelFunc // ends the wait of a flight nobody waits for
-	ro     *resultOpts        // what its compute said of its result, once computing
-}
+// Fetch calls of one process; it ends with an outcome.
+type call = flight.Call[outcome]
 
 // An outcome is how a flight ended.
 type outcome struct {
@@ -87,15 +78,9 @@ type outcome struct {
 }
 
 // A flightID names a flight: a Fetch's (or FetchMany's) of a key, a
-// Refresh's, or a background refresh's. The kind keeps them apart whatever
-// the key holds: keys come from data. vk is the key's value key (see
+// Refresh's, or a background refresh's, by the key's value key (see
 // valueKey), the name that writes and invalidations come with.
-type flightID struct {
-	kind flightKind
-	vk   string
-}
-
-type flightKind uint8
+type flightID = flight.ID
 
 // SetTTL, called by a compute with the context it was given, sets how long
 // the value it returns is cached, in place of the ttl passed to Fetch: for
@@ -224,9 +209,9 @@ func (r *resultOpts) get() (time.Duration, bool) {
 }
 
 const (
-	fetchFlight   flightKind = iota // Fetch and FetchMany: they share flights
-	refreshFlight                   // Refresh: computes even over a value
-	laterFlight                     // a background refresh (stale or early)
+	fetchFlight   = flight.Fetch   // Fetch and FetchMany: they share flights
+	refreshFlight = flight.Refresh // Refresh: computes even over a value
+	laterFlight   = flight.Later   // a background refresh (stale or early)
 )
 
 // keys are the Redis names of one cache key. They share the hash tag

@@ -166,19 +166,19 @@ func (c *core[T]) nearMany(ctx context.Context, keys []string, out map[string]T)
 func (c *core[T]) collect(ctx context.Context, ws []want, out map[string]T, errs []error) (again []missing, _ []error, _ error) {
 	for i, w := range ws {
 		select {
-		case <-w.cl.done:
+		case <-w.cl.Done():
 		case <-ctx.Done():
 			for _, w := range ws[i:] {
-				c.flights.leave(flightID{fetchFlight, w.vk}, w.cl)
+				c.flights.Leave(flightID{Kind: fetchFlight, Key: w.vk}, w.cl)
 			}
 			return nil, errs, ctx.Err()
 		}
-		if w.cl.err == errRetry {
+		if w.cl.Result.err == errRetry {
 			again = append(again, w.missing)
 			continue
 		}
-		nf, err := c.answer(w.key, w.cl.outcome, out)
-		c.count(ctx, w.key, w.cl.outcome, nf)
+		nf, err := c.answer(w.key, w.cl.Result, out)
+		c.count(ctx, w.key, w.cl.Result, nf)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -24,7 +24,7 @@ func (c *core[T]) computeMany(ctx context.Context, js []*job[T], token string, s
 	defer stop()
 	keys := make([]string, len(js))
 	for i, j := range js {
-		c.flights.setBusy(j.cl, ro)
+		c.flights.SetBusy(j.cl, ro.taggedWith)
 		keys[i] = j.key
 	}
 	if c.beforeCompute != nil {
@@ -46,7 +46,7 @@ func (c *core[T]) computeMany(ctx context.Context, js []*job[T], token string, s
 	if cerr != nil && errors.Is(context.Cause(cctx), ErrClosed) {
 		c.releaseMany(ctx, js, token) // other processes take over at once
 		for _, j := range js {
-			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+			c.flights.End(j.flight, j.cl, outcome{err: ErrClosed})
 		}
 		return
 	}
@@ -111,7 +111,7 @@ func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, ent
 		if outs[i].b != nil {
 			outs[i].err = c.stored(ctx, j, token, cmds[i].Err())
 		}
-		c.flights.end(j.flight, j.cl, outs[i])
+		c.flights.End(j.flight, j.cl, outs[i])
 	}
 	return overtaken
 }
@@ -179,7 +179,7 @@ func (c *core[T]) releaseMany(ctx context.Context, js []*job[T], token string) {
 func (c *core[T]) computeLocalMany(ctx context.Context, js []*job[T], compute manyFunc[T]) {
 	keys := make([]string, len(js))
 	for i, j := range js {
-		c.flights.setBusy(j.cl, nil)
+		c.flights.SetBusy(j.cl, nil)
 		keys[i] = j.key
 	}
 	var vals map[string]T
@@ -196,7 +196,7 @@ func (c *core[T]) computeLocalMany(ctx context.Context, js []*job[T], compute ma
 				r.err = fmt.Errorf("dogpile: encode %q: %w", j.key, r.err)
 			}
 		}
-		c.flights.end(j.flight, j.cl, r)
+		c.flights.End(j.flight, j.cl, r)
 	}
 }
 

@@ -31,8 +31,8 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	ws := make([]want, len(misses))
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
-		id := flightID{fetchFlight, m.vk}
-		cl, lead := c.flights.join(id, c.near.heard())
+		id := flightID{Kind: fetchFlight, Key: m.vk}
+		cl, lead := c.flights.Join(id, c.near.heard())
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
@@ -44,7 +44,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 		if c.near != nil && (!m.tracked || !c.near.x.Good(m.vk, m.tk)) {
 			c.near.unheard(id, cl)
 		}
-		c.flights.detach(cl, nil) // FetchMany waits for it (see collect)
+		c.flights.Detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
 		b.jobs = append(b.jobs, &job[T]{flight: id, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl, bad: m.bad})
 	}
@@ -55,7 +55,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	if !c.life.Go(func() { defer stop(); c.runBatch(bctx, b) }) {
 		stop()
 		for _, j := range b.jobs {
-			c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+			c.flights.End(j.flight, j.cl, outcome{err: ErrClosed})
 		}
 	}
 	return ws
@@ -69,7 +69,7 @@ func (c *core[T]) runBatch(ctx context.Context, b *batch[T]) {
 		if r := recover(); r != nil { // a bug here must not crash the caller's process
 			err := fmt.Errorf("dogpile: fetch many: internal panic: %v\n%s", r, debug.Stack())
 			for _, j := range b.jobs {
-				c.flights.end(j.flight, j.cl, outcome{err: err})
+				c.flights.End(j.flight, j.cl, outcome{err: err})
 			}
 		}
 	}()
@@ -95,7 +95,7 @@ func (c *core[T]) runBatch(ctx context.Context, b *batch[T]) {
 		case replyValue:
 			s, _ := at[string](res, 1)
 			if _, _, derr := c.decodeEntry([]byte(s)); derr == nil {
-				c.flights.end(j.flight, j.cl, outcome{b: []byte(s)})
+				c.flights.End(j.flight, j.cl, outcome{b: []byte(s)})
 				continue
 			}
 		}
@@ -170,7 +170,7 @@ func (c *core[T]) lockFailed(ctx context.Context, js []*job[T], errs []error, to
 			down = append(down, j)
 			continue
 		}
-		c.flights.end(j.flight, j.cl, outcome{err: fmt.Errorf("dogpile: fetch %q: %w", j.key, errs[i])})
+		c.flights.End(j.flight, j.cl, outcome{err: fmt.Errorf("dogpile: fetch %q: %w", j.key, errs[i])})
 	}
 	if len(undo) > 0 {
 		c.rollback(ctx, undo...)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -64,14 +65,14 @@ type nearTier[T any] struct {
 
 	opts    *options
 	stats   *counters
-	flights *group
+	flights *flight.Group[outcome]
 	decode  func(b []byte) (T, entry.Meta, error)
 	emit    func(ctx context.Context, e Event) context.Context
 }
 
 // newNear builds the near tier of a Cache on client with opts, whose
 // flights it forgets on invalidations and whose counters it keeps.
-func newNear[T any](client redis.UniversalClient, opts *options, flights *group, stats *counters,
+func newNear[T any](client redis.UniversalClient, opts *options, flights *flight.Group[outcome], stats *counters,
 	decode func([]byte) (T, entry.Meta, error), emit func(context.Context, Event) context.Context) *nearTier[T] {
 	store := otter.Must(&otter.Options[string, nearEntry[T]]{
 		MaximumSize: opts.nearEntries,
@@ -85,9 +86,9 @@ func newNear[T any](client redis.UniversalClient, opts *options, flights *group,
 		Purge:  store.InvalidateAll,
 		Forget: func(vk string) {
 			if vk == "" {
-				flights.forgetAll()
+				flights.ForgetAll()
 			} else {
-				flights.forget(vk)
+				flights.Forget(vk)
 			}
 		},
 	}
@@ -154,7 +155,7 @@ func (n *nearTier[T]) heard() bool {
 // when it comes back (see near.Index.setUp).
 func (n *nearTier[T]) unheard(id flightID, cl *call) {
 	if n != nil && n.x.Up() {
-		n.flights.unheard(id, cl)
+		n.flights.Unheard(id, cl)
 	}
 }
 

@@ -32,7 +32,7 @@ func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 	} else {
 		wctx, cancel = context.WithCancel(base)
 	}
-	c.flights.detach(j.cl, cancel)
+	c.flights.Detach(j.cl, cancel)
 	started := c.life.Run(here, func() {
 		defer stop()
 		defer cancel()
@@ -40,7 +40,7 @@ func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 		if r.err != nil && c.life.Done() {
 			r = outcome{err: ErrClosed} // whatever the cancellation made of it
 		}
-		c.flights.end(j.flight, j.cl, r)
+		c.flights.End(j.flight, j.cl, r)
 	})
 	if !started {
 		cancel()
@@ -48,7 +48,7 @@ func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 		if j.m != nil {
 			j.m.abandon(ctx)
 		}
-		c.flights.end(j.flight, j.cl, outcome{err: ErrClosed})
+		c.flights.End(j.flight, j.cl, outcome{err: ErrClosed})
 	}
 }
 
@@ -56,9 +56,9 @@ func (c *core[T]) startFlight(ctx context.Context, j *job[T], here bool) {
 // or for ctx.
 func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
 	select {
-	case <-cl.done:
+	case <-cl.Done():
 	case <-ctx.Done():
-		c.flights.leave(flight, cl)
+		c.flights.Leave(flight, cl)
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		// The flight's round trip may be what held the caller up, on a
 		// server that stopped answering: the breaker asks the server (see
@@ -66,28 +66,28 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 		c.breaker.Observe(ctx.Err())
 		return v, ctx.Err(), false
 	}
-	if cl.err == errRetry {
+	if cl.Result.err == errRetry {
 		return v, nil, true
 	}
-	if cl.b == nil {
-		c.count(ctx, key, cl.outcome, errors.Is(cl.err, ErrNotFound))
-		if u, ok := cl.v.(T); ok {
+	if cl.Result.b == nil {
+		c.count(ctx, key, cl.Result, errors.Is(cl.Result.err, ErrNotFound))
+		if u, ok := cl.Result.v.(T); ok {
 			v = u // computed but not stored: it did not encode
 		}
-		return v, cl.err, false
+		return v, cl.Result.err, false
 	}
 	growStack(0) // before the codec's deep frames (see growStack)
-	v, m, derr := c.decodeEntry(cl.b)
-	c.count(ctx, key, cl.outcome, m.NotFound)
+	v, m, derr := c.decodeEntry(cl.Result.b)
+	c.count(ctx, key, cl.Result, m.NotFound)
 	switch {
 	case derr != nil: // cannot happen: the flight decoded b already
 		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
-	case m.NotFound && errors.Is(cl.err, ErrNotFound):
-		return v, cl.err, false // compute's own error, in the process that computed
+	case m.NotFound && errors.Is(cl.Result.err, ErrNotFound):
+		return v, cl.Result.err, false // compute's own error, in the process that computed
 	case m.NotFound:
 		return v, notFound(key), false
 	}
-	return v, cl.err, false
+	return v, cl.Result.err, false
 }
 
 // count reports a caller's answer: a hit, stale or not, or a miss; either
@@ -163,7 +163,7 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 			m.close()
 			c.looks.saw(true)
 			r := outcome{b: b, hit: true}
-			c.flights.end(j.flight, j.cl, r)
+			c.flights.End(j.flight, j.cl, r)
 			c.count(ctx, j.key, r, meta.NotFound)
 			if meta.NotFound {
 				return v, notFound(j.key), false
@@ -195,12 +195,12 @@ func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err err
 			rctx, cancel := redisutil.Detached(ctx)
 			defer cancel()
 			redisutil.RunScripts(rctx, c.client, []scriptCall{release})
-			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+			c.flights.End(j.flight, j.cl, outcome{err: errRetry})
 		}) {
 			if mayHold {
 				c.rollback(ctx, release) // closed: as other undos
 			}
-			c.flights.end(j.flight, j.cl, outcome{err: errRetry})
+			c.flights.End(j.flight, j.cl, outcome{err: errRetry})
 		}
 		return v, ctx.Err(), false
 	}
@@ -213,7 +213,7 @@ func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err err
 		return c.await(ctx, j.key, j.flight, j.cl)
 	}
 	err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
-	c.flights.end(j.flight, j.cl, outcome{err: err})
+	c.flights.End(j.flight, j.cl, outcome{err: err})
 	return v, err, false
 }
 
@@ -224,7 +224,28 @@ func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err err
 // flight nobody ends.
 func (c *core[T]) endIfPanic(id flightID, cl *call) {
 	if p := recover(); p != nil {
-		c.flights.endUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
+		c.flights.EndUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
 		panic(p)
 	}
 }
+
+// growStack makes room on the calling goroutine's stack for a decode, in one
+// copy made while few frames are on it. A caller that waited for a flight is
+// often a goroutine started for this request, whose stack begins at 2 KiB; a
+// codec's decode (msgpack's reflection) needs more, and the runtime grows a
+// stack by copying it and fixing up every frame on it, which deep in the
+// codec's frames was the dearest work a woken waiter did (bench/HISTORY.md,
+// "Figures moved out of code comments"). A stack already this deep pays only
+// the zeroing of the frame, once per waiting caller, never on a hit.
+//
+//go:noinline
+func growStack(i int) byte {
+	var frame [waiterFrame]byte
+	frame[i] = 1 // i is 0: a frame the compiler cannot drop
+	return frame[len(frame)-1-i]
+}
+
+// waiterFrame is growStack's frame: with the frames of Fetch and a shallow
+// caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
+// decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
+const waiterFrame = 4 << 10

@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -204,4 +205,47 @@ func (c *core[T]) void(ctx context.Context, vks []string) error {
 		c.forget(vk)
 	}
 	return err
+}
+
+// set is Set, and SetTagged with tags.
+func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
+	if err := c.checkTTL(key, ttl); err != nil {
+		return err
+	}
+	ks := c.keys(key)
+	b, err := c.encode(v)
+	if err != nil {
+		return fmt.Errorf("dogpile: encode %q: %w", key, err)
+	}
+	stored := c.jittered(ttl) + c.opts.stale
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{Script: setScript, Keys: []string{ks.value, ks.lock, ks.channel},
+		Args: []any{b, redisutil.Millis(stored), c.publish}})
+	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
+	err = c.guard(ctx, func() error {
+		if len(calls) == 1 || !c.oneNode() {
+			// Where a tag's set and the value live on different nodes,
+			// the value first: added to a set before it is stored, it
+			// could be voided by an InvalidateTag in between and then
+			// stored, out of every set, for good.
+			err := calls[0].Run(ctx, c.client).Err()
+			if err == nil && len(calls) > 1 {
+				err = firstErr(redisutil.RunScripts(ctx, c.client, calls[1:]))
+			}
+			if err != nil && len(calls) > 1 {
+				// Stored (or its reply lost) but maybe in no tag's set,
+				// where InvalidateTag would never find it: undone, unless
+				// a later write replaced it.
+				redisutil.Rollback(ctx, func(ctx context.Context) {
+					_ = undoSetScript.Run(ctx, c.client, []string{ks.value}, b).Err()
+				})
+			}
+			return err
+		}
+		return firstErr(redisutil.RunScripts(ctx, c.client, calls))
+	})
+	c.forget(ks.value)
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "set", key, err)
+	}
+	return nil
 }
