@@ -71,7 +71,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	}
 	defer c.endIfPanic(id, cl)
 	if c.looks.script() { // most first looks miss: the lock script looks
-		return c.lookWithScript(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl})
+		return c.lookWithScript(ctx, newJob(id, key, ttl, compute, cl))
 	}
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
@@ -92,7 +92,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			c.flights.End(id, cl, r)
 			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
-				c.refreshLater(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute}, limit)
+				c.refreshLater(ctx, newJob(flightID{Kind: laterFlight, Key: vk}, key, ttl, compute, nil), limit)
 			}
 			if m.NotFound {
 				return v, notFound(key), false
@@ -113,7 +113,9 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 		c.flights.End(id, cl, outcome{err: err})
 		return v, err, false
 	}
-	c.startFlight(ctx, &job[T]{flight: id, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, bad: bad, down: down}, true)
+	j := newJob(id, key, ttl, compute, cl)
+	j.bad, j.down = bad, down
+	c.startFlight(ctx, j, true)
 	return c.await(ctx, key, id, cl)
 }
 
@@ -153,7 +155,8 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 	if !lead {
 		c.stats.shared.Add(1)
 	} else {
-		j := &job[T]{flight: flight, key: key, ks: keysFor(vk), ttl: ttl, compute: compute, cl: cl, down: down, force: true}
+		j := newJob(flight, key, ttl, compute, cl)
+		j.down, j.force = down, true
 		c.startFlight(ctx, j, true)
 	}
 	v, err, _ := c.await(ctx, key, flight, cl)
@@ -191,13 +194,12 @@ func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok
 	return 0, false
 }
 
-// refreshLater starts a background refresh of j, unless one runs in this
+// refreshLater starts a background refresh of j (a laterFlight job), unless one runs in this
 // process already. It takes the compute lock only if no other process holds
 // it, no refresh failed within the retry interval, and the value's PTTL is
 // still at most limit; then it computes and stores as a Fetch would, waking
 // any process that waits for the key.
 func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
-	j.flight = flightID{Kind: laterFlight, Key: j.ks.value}
 	cl, ok := c.flights.Start(j.flight)
 	if !ok {
 		return
@@ -229,5 +231,15 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 	if !started {
 		stop()
 		c.flights.End(j.flight, cl, outcome{err: ErrClosed})
+	}
+}
+
+// count reports a caller's answer: a hit, stale or not, or a miss; either
+// may be "not found".
+func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
+	if r.hit {
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
+	} else {
+		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}
 }

@@ -36,6 +36,13 @@ type job[T any] struct {
 	force bool   // Refresh's: compute even if a value is there
 }
 
+// newJob is the job of key's miss in flight id, whose result goes to cl (nil
+// for a background refresh, whose flight refreshLater starts). Every
+// job starts here; how the miss starts (bad, down, force) is set after.
+func newJob[T any](id flightID, key string, ttl time.Duration, compute func(context.Context) (T, error), cl *call) *job[T] {
+	return &job[T]{flight: id, key: key, ks: keysFor(id.Key), ttl: ttl, compute: compute, cl: cl}
+}
+
 // A read is one key's answer in a batch read.
 type read struct {
 	b    []byte

@@ -118,7 +118,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 				out[k] = v
 			}
 			if limit, ok := c.due(r.pttl, m); ok {
-				c.refreshLater(ctx, &job[T]{key: k, ks: keysFor(vks[i]), ttl: ttl, compute: one(k, compute)}, limit)
+				c.refreshLater(ctx, newJob(flightID{Kind: laterFlight, Key: vks[i]}, k, ttl, one(k, compute), nil), limit)
 			}
 			continue
 		case r.err == redis.Nil:

@@ -46,7 +46,9 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 		}
 		c.flights.Detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
-		b.jobs = append(b.jobs, &job[T]{flight: id, key: m.key, ks: keysFor(m.vk), ttl: ttl, cl: cl, bad: m.bad})
+		j := newJob[T](id, m.key, ttl, nil, cl)
+		j.bad = m.bad
+		b.jobs = append(b.jobs, j)
 	}
 	if len(b.jobs) == 0 {
 		return ws

@@ -90,16 +90,6 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 	return v, cl.Result.err, false
 }
 
-// count reports a caller's answer: a hit, stale or not, or a miss; either
-// may be "not found".
-func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
-	if r.hit {
-		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
-	} else {
-		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
-	}
-}
-
 // runMiss is the miss path of one process for one key: it looks across the
 // fleet (see miss) and computes when it wins the lock. ctx is detached from
 // the callers; wctx also ends when every caller left or the wait timeout
