@@ -35,8 +35,8 @@ const (
 	// slow round trip, nodes whose clocks disagree), the caller reads PTTLs.
 	MaxWidth = 20 * time.Millisecond
 	// slewPPM is the fastest a clock drifts from another, in parts per
-	// million: the most NTP slews one (clock steps are not bounded; see the
-	// package doc of the caller).
+	// million: the most NTP slews one (clock steps are not bounded; see
+	// "The server's clock" in docs/design.md).
 	slewPPM = 500
 	// margin covers the millisecond resolution of a deadline and of Redis's
 	// expiry, and the time between a script's start (when Redis dates a

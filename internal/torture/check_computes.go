@@ -125,7 +125,7 @@ type fill struct {
 // (whose refresh point is at most a third of the TTL before expiry); with
 // WithStale or WithEarlyRefresh, less servertime.Slack, for a hit judges
 // the value's age by an estimate of the server's clock that errs early by
-// up to that much (the package doc's "at most 22 ms").
+// up to that much ("at most 22 ms" in docs/design.md, "The server's clock").
 func fresh(cfg CacheConfig, d time.Duration) int64 {
 	if cfg.Early > 0 {
 		d = d * 2 / 3
