@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // WithEarlyRefresh across processes: a hot key is refreshed shortly before
 // it expires, so that no caller waits for a compute.

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // Fetch across processes: the test binary re-executed as children (see
 // fleet_test.go), each with its own client and Cache.

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"strconv"
@@ -57,19 +57,5 @@ func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
 				t.Errorf("Takeovers = %d; want 200", takeovers)
 			}
 		})
-	}
-}
-
-// computedOnce checks that counts (computes per key, from Redis) has n
-// keys, each computed once.
-func computedOnce(t *testing.T, counts map[string]string, n int) {
-	t.Helper()
-	for k, c := range counts {
-		if c != "1" {
-			t.Errorf("key %s computed %s times; want 1", k, c)
-		}
-	}
-	if len(counts) != n {
-		t.Errorf("%d keys computed; want %d", len(counts), n)
 	}
 }

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -29,8 +30,8 @@ func procSet(p *proc) {
 func TestNearCacheOtherProcess(t *testing.T) {
 	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "nearproc:"
-		a := New[string](rdb, WithPrefix(prefix), WithNearCache(100), withNear(nearTest()))
-		t.Cleanup(a.near.t.Stop)
+		a := dogpile.New[string](rdb, dogpile.WithPrefix(prefix), dogpile.WithNearCache(100), dogpile.WithNearTest())
+		t.Cleanup(func() { _ = a.Close() })
 		ctx := t.Context()
 		for _, k := range []string{"k", "j"} {
 			if err := a.Set(ctx, k, "v1", time.Minute); err != nil {

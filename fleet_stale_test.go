@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // Stale values, negative caching and Refresh across processes: the test
 // binary re-executed as children (see fleet_test.go and
@@ -13,15 +13,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // seed stores v under "k" for ttl with a stale window, as a process of the
 // fleet would, and returns the parent's Cache and the moment before the
 // store: the value stays in Redis at least until then + ttl + stale.
-func seed(t *testing.T, rdb redis.UniversalClient, prefix, v string, ttl, stale time.Duration) (*Cache[string], time.Time) {
+func seed(t *testing.T, rdb redis.UniversalClient, prefix, v string, ttl, stale time.Duration) (*dogpile.Cache[string], time.Time) {
 	t.Helper()
-	c := New[string](rdb, WithPrefix(prefix), WithStale(stale))
+	c := dogpile.New[string](rdb, dogpile.WithPrefix(prefix), dogpile.WithStale(stale))
 	t0 := time.Now()
 	if err := c.Set(context.Background(), "k", v, ttl); err != nil {
 		t.Fatal(err)
@@ -31,11 +32,11 @@ func seed(t *testing.T, rdb redis.UniversalClient, prefix, v string, ttl, stale 
 
 // seedStale seeds v1 and waits until it is past its TTL (by Redis's clock),
 // stale for a minute.
-func seedStale(t *testing.T, rdb redis.UniversalClient, prefix string) *Cache[string] {
+func seedStale(t *testing.T, rdb redis.UniversalClient, prefix string) *dogpile.Cache[string] {
 	t.Helper()
 	c, _ := seed(t, rdb, prefix, "v1", 20*time.Millisecond, time.Minute)
 	redistest.Eventually(t, "v1 past its TTL by Redis's clock", func() bool {
-		pttl, err := rdb.PTTL(context.Background(), c.keys("k").value).Result()
+		pttl, err := rdb.PTTL(context.Background(), dogpile.KeysOf(c, "k").Value).Result()
 		return err == nil && pttl <= time.Minute
 	})
 	return c
@@ -143,7 +144,7 @@ func TestProcsRefreshWhileAnotherComputes(t *testing.T) {
 		for _, op := range []string{"fetch", "refresh"} {
 			t.Run(op, func(t *testing.T) {
 				prefix := "rw" + op + ":"
-				c := New[string](rdb, WithPrefix(prefix))
+				c := dogpile.New[string](rdb, dogpile.WithPrefix(prefix))
 				if op == "refresh" {
 					if err := c.Set(context.Background(), "k", "old", time.Minute); err != nil {
 						t.Fatal(err)

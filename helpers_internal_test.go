@@ -7,9 +7,20 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
+
+// nearTest is the near tier's config in this package's tests, given to
+// every Cache with a near tier (withNear; newNearCache and WithNearTest do
+// it): trackers notice a silent connection, and an idle Cache, sooner; and
+// a tracker stalled by the race detector on a loaded machine does not turn
+// near hits that tests count into reads.
+func nearTest() near.Config {
+	return near.Config{Ping: 100 * time.Millisecond, Idle: time.Second, MaxLag: 300 * time.Millisecond}
+}
 
 // prefix gives each test keys of its own (its name is the prefix), so that
 // the cases of a suite share one deployment.
