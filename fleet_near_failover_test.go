@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
@@ -38,20 +39,20 @@ func TestNearCacheClusterFailover(t *testing.T) {
 		t.Fatal("the old master still replicates the new one")
 	}
 	for _, k := range keys {
-		redistest.Eventually(t, "A to serve the new value of "+k, func() bool { return fetchValue(t, a, k) == "v2" })
+		redistest.Eventually(t, "A to serve the new value of "+k, func() bool { return dogpile.FetchValue(t, a, k) == "v2" })
 	}
 	stop()
 	for _, k := range keys {
-		if v := fetchNear(t, a, k); v != "v2" {
+		if v := dogpile.FetchNear(t, a, k); v != "v2" {
 			t.Fatalf("near hit on %s after the failover = %q; want v2", k, v)
 		}
 		for range 20 {
-			if v := fetchValue(t, a, k); v != "v2" {
+			if v := dogpile.FetchValue(t, a, k); v != "v2" {
 				t.Fatalf("Fetch(%q) after A served v2 = %q", k, v)
 			}
 		}
 	}
-	if n, m := trackingConns(t, replica, a.nearConfig().Readers), trackingConns(t, old, a.nearConfig().Readers); n != 1 || m != 0 {
+	if n, m := trackingConns(t, replica, dogpile.Tracker(a).Config().Readers), trackingConns(t, old, dogpile.Tracker(a).Config().Readers); n != 1 || m != 0 {
 		t.Errorf("tracking connections on the new master %d, on the old %d; want 1 and 0", n, m)
 	}
 }
@@ -104,22 +105,21 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 			v, err := a.Fetch(ctx, k, time.Minute, nil2[string]) // A's client may not know the new master yet
 			return err == nil && v == "v2"
 		})
-		if v := fetchNear(t, a, k); v != "v2" {
+		if v := dogpile.FetchNear(t, a, k); v != "v2" {
 			t.Fatalf("near hit on %s after the promotion = %q; want v2", k, v)
 		}
 	}
-	if n := trackingConns(t, replica, a.nearConfig().Readers); n != 1 {
+	if n := trackingConns(t, replica, dogpile.Tracker(a).Config().Readers); n != 1 {
 		t.Errorf("tracking connections on the promoted replica: %d; want 1", n)
 	}
 }
 
-// keysOn returns n keys of c whose values live in the slots s owns.
 // A failoverFleet is a 3-master cluster with a replica each, process A
 // (a near-cached Cache) serving keys of master 0 from memory, and a writer
 // B on a client of its own.
 type failoverFleet struct {
 	cl           *redistest.Cluster
-	a, b         *Cache[string]
+	a, b         *dogpile.Cache[string]
 	bc           *redis.ClusterClient
 	old, replica *redistest.Server // master 0 and its replica
 	keys         []string          // 5 keys of master 0, "v1", near-cached by A
@@ -128,26 +128,27 @@ type failoverFleet struct {
 func startFailover(t *testing.T) failoverFleet {
 	t.Helper()
 	f := failoverFleet{cl: redistest.StartClusterReplicas(t, 3, 1)}
-	f.a = newNearCache[string](t, f.cl.Client(t), 1000)
+	f.a = dogpile.NewNearCache[string](t, f.cl.Client(t), 1000)
 	f.bc = f.cl.Client(t)
-	f.b = New[string](f.bc, prefix(t))
+	f.b = dogpile.New[string](f.bc, prefix(t))
 	f.old, f.replica = f.cl.Nodes[0], f.cl.Replicas[0][0]
 	f.keys = keysOn(t, f.b, f.bc, f.old, 5)
 	for _, k := range f.keys {
 		if err := f.b.Set(t.Context(), k, "v1", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		fetchNear(t, f.a, k)
+		dogpile.FetchNear(t, f.a, k)
 	}
 	return f
 }
 
-func keysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
+// keysOn returns n keys of c whose values live in the slots s owns.
+func keysOn[T any](t *testing.T, c *dogpile.Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
 	t.Helper()
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprint("k", i)
-		m, err := cc.MasterForKey(t.Context(), c.valueKey(k))
+		m, err := cc.MasterForKey(t.Context(), dogpile.KeysOf(c, k).Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +163,7 @@ func keysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redist
 // called, as a process under load would: its tracker never goes idle,
 // even while a Fetch waits for a dead master. after, if not nil, is called
 // after each Fetch, told whether it was a near hit. Errors are ignored.
-func serveNear(t *testing.T, c *Cache[string], keys []string, after func(near bool)) (stop func()) {
+func serveNear(t *testing.T, c *dogpile.Cache[string], keys []string, after func(near bool)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -180,7 +181,7 @@ func serveNear(t *testing.T, c *Cache[string], keys []string, after func(near bo
 	})
 	wg.Go(func() { // other callers' Fetches, which find the tier off
 		for ctx.Err() == nil {
-			c.near.t.Use(near.Now())
+			dogpile.Tracker(c).Use(near.Now())
 			time.Sleep(10 * time.Millisecond)
 		}
 	})

@@ -37,7 +37,7 @@ func TestNearCacheOtherProcess(t *testing.T) {
 			if err := a.Set(ctx, k, "v1", time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			fetchNear(t, a, k)
+			dogpile.FetchNear(t, a, k)
 		}
 		invalidations := a.Stats().NearInvalidations
 		for _, r := range results(t, goChildren(t, 1, "set", addrs, prefix)) {
@@ -59,7 +59,7 @@ func TestNearCacheOtherProcess(t *testing.T) {
 		if got := a.Stats().NearInvalidations; got < invalidations+2 {
 			t.Errorf("invalidations received: %d; want at least %d", got-invalidations, 2)
 		}
-		if v := fetchNear(t, a, "k"); v != fromOther {
+		if v := dogpile.FetchNear(t, a, "k"); v != fromOther {
 			t.Fatalf("near hit after the write = %q; want %q", v, fromOther)
 		}
 	})
