@@ -239,7 +239,7 @@ func TestBreakerFollowsClusterFailover(t *testing.T) {
 	c := dogpile.New[string](rdb, prefix(t))
 	ctx := t.Context()
 	old, replica := cl.Nodes[0], cl.Replicas[0][0]
-	key := dogpile.KeysOn(t, c, rdb, old, 1)[0]
+	key := keysOn(t, c, rdb, old, 1)[0]
 	_, err := c.Fetch(ctx, key, time.Minute, constant("v1"))
 	require.NoError(t, err)
 	old.Kill()

@@ -102,7 +102,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	c := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(100), dogpile.WithNearTest(), dogpile.WithStale(time.Minute))
 	ctx := context.Background()
 	require.NoError(t, c.Set(ctx, "k", "v", time.Minute))
-	fetchNear(t, c, "k")
+	dogpile.FetchNear(t, c, "k")
 	computing, cause, fetched := make(chan struct{}), make(chan error, 1), make(chan error, 1)
 	go func() {
 		_, err := c.Fetch(ctx, "slow", time.Minute, func(ctx context.Context) (string, error) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/near"
 )
 
 // This file exports to package dogpile_test what its tests need of the
@@ -15,8 +15,67 @@ import (
 // behaviour tests go through the public API and these few seams.
 
 // WithNearTest is withNear(nearTest()): the near tier's config of this
-// package's tests, for those of package dogpile_test (see nearTest).
-func WithNearTest() Option { return withNear(nearTest()) }
+// package's tests, for those of package dogpile_test (see nearTest), with
+// edit applied if given.
+func WithNearTest(edit ...func(*near.Config)) Option {
+	cfg := nearTest()
+	for _, e := range edit {
+		e(&cfg)
+	}
+	return withNear(cfg)
+}
+
+// NewNearCache is newNearCache: a Cache with the tests' near tier, stopped
+// when t ends (the white-box tests share it).
+func NewNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
+	t.Helper()
+	return newNearCache[T](t, rdb, size, opts...)
+}
+
+// FetchNear is fetchNear: Fetch of key until a near hit answers it (the
+// white-box tests share it).
+func FetchNear[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	return fetchNear(t, c, key)
+}
+
+// FetchValue is fetchValue: a Fetch of a cached key (the white-box tests
+// share it).
+func FetchValue[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	return fetchValue(t, c, key)
+}
+
+// Tracker returns the tracker of c's near tier: its Config, and the hooks
+// tests set before it starts (BeforeApply, BeforeSession, AfterIdle).
+func Tracker[T any](c *Cache[T]) *near.Tracker { return c.near.t }
+
+// NearIndex returns the coherence index of c's near tier (Up, Drop).
+func NearIndex[T any](c *Cache[T]) *near.Index { return c.near.x }
+
+// NearHas reports whether c's near tier holds key.
+func NearHas[T any](c *Cache[T], key string) bool {
+	_, ok := c.near.store.GetIfPresent(c.valueKey(key))
+	return ok
+}
+
+// NearLen returns how many entries c's near tier holds, its pending
+// evictions done.
+func NearLen[T any](c *Cache[T]) int {
+	c.near.store.CleanUp()
+	return c.near.store.EstimatedSize()
+}
+
+// InstallHolder is installHolder: it hooks rdb so that StartHeldFetch can
+// hold a read on it. Call it before NewNearCache on rdb.
+func InstallHolder(t *testing.T, rdb redis.UniversalClient) { installHolder(t, rdb) }
+
+// StartHeldFetch is startHeldFetch: a Fetch of key whose read of "old" is
+// held back (see there).
+func StartHeldFetch(t *testing.T, rdb redis.UniversalClient, c *Cache[string], key string) (later func(), finish func() (string, error)) {
+	t.Helper()
+	return startHeldFetch(t, rdb, c, key)
+}
 
 // OnWait sets the hook that c calls when a flight starts waiting for
 // another process's compute (tests order events with it, without sleeping).
@@ -51,19 +110,23 @@ func Flights[T any](c *Cache[T]) int {
 	return c.flights.Len()
 }
 
+// RefreshCallers returns how many callers share c's Refresh flight of
+// key (0 if none runs).
+func RefreshCallers[T any](c *Cache[T], key string) int {
+	c.flights.mu.Lock()
+	defer c.flights.mu.Unlock()
+	if cl := c.flights.m[flightID{refreshFlight, c.valueKey(key)}]; cl != nil {
+		return cl.refs
+	}
+	return 0
+}
+
 // ErrComputeTooLong is the cause that ends a compute's context after
 // WithMaxCompute's limit.
 var ErrComputeTooLong = errComputeTooLong
 
 // BreakerOpen reports whether the circuit of c's client is open.
 func BreakerOpen[T any](c *Cache[T]) bool { return c.breaker.Open() }
-
-// KeysOn returns n keys of c whose values live on s, a master of cc (see
-// keysOn, which the near tier's failover tests share).
-func KeysOn[T any](t *testing.T, c *Cache[T], cc *redis.ClusterClient, s *redistest.Server, n int) []string {
-	t.Helper()
-	return keysOn(t, c, cc, s, n)
-}
 
 // testScripts are the scripts LoadScripts loads.
 var testScripts = []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript}

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // The child side of the multi-process tests: the test binary re-executed
 // by redistest.StartChild (see fleet_test.go) runs one mode as one process
@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -68,15 +69,15 @@ type fleetResult struct {
 	Slow     int           // calls slower than half a compute (mode xfetch)
 	Max      time.Duration // slowest call (mode xfetch)
 	Stall    time.Duration // longest stall of the process or Redis (mode xfetch)
-	Load     Stats         // counts during the load, after the first fill (mode xfetch)
-	Stats    Stats
+	Load     dogpile.Stats // counts during the load, after the first fill (mode xfetch)
+	Stats    dogpile.Stats
 }
 
 // A proc is a fleet child.
 type proc struct {
 	in      *redistest.Parent // the parent: its lines (in.Scan), and ours (say)
 	rdb     redis.UniversalClient
-	c       *Cache[string]
+	c       *dogpile.Cache[string]
 	prefix  string
 	workers int
 	op      string
@@ -100,9 +101,9 @@ func runProc(parent *redistest.Parent, mode func(*proc)) {
 	if p.workers == 0 {
 		p.workers = 50
 	}
-	p.c = New[string](p.rdb, append(opts, WithPrefix(p.prefix))...)
+	p.c = dogpile.New[string](p.rdb, append(opts, dogpile.WithPrefix(p.prefix))...)
 	var once sync.Once
-	p.c.onWait = func(string) { once.Do(func() { p.say("waiting") }) }
+	dogpile.OnWait(p.c, func(string) { once.Do(func() { p.say("waiting") }) })
 	mode(p)
 	if !p.settle() {
 		p.fail("background work did not end within 30s")
@@ -120,8 +121,8 @@ func (f fleet) client() redis.UniversalClient {
 }
 
 // procOptions parses fleet.Opts.
-func procOptions(s string) ([]Option, error) {
-	var opts []Option
+func procOptions(s string) ([]dogpile.Option, error) {
+	var opts []dogpile.Option
 	for kv := range strings.SplitSeq(s, ",") {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "" {
@@ -132,7 +133,7 @@ func procOptions(s string) ([]Option, error) {
 			if err != nil {
 				return nil, err
 			}
-			opts = append(opts, WithEarlyRefresh(f))
+			opts = append(opts, dogpile.WithEarlyRefresh(f))
 			continue
 		}
 		d, err := time.ParseDuration(v)
@@ -141,11 +142,11 @@ func procOptions(s string) ([]Option, error) {
 		}
 		switch k {
 		case "stale":
-			opts = append(opts, WithStale(d))
+			opts = append(opts, dogpile.WithStale(d))
 		case "neg":
-			opts = append(opts, WithNegativeTTL(d))
+			opts = append(opts, dogpile.WithNegativeTTL(d))
 		case "lease":
-			opts = append(opts, WithLease(d))
+			opts = append(opts, dogpile.WithLease(d))
 		default:
 			return nil, fmt.Errorf("unknown option %q", kv)
 		}
@@ -183,9 +184,7 @@ func (p *proc) fail(msg string) {
 // settle waits until no background refresh runs: a refresh outlives the
 // Fetch that started it, and the counts are read once it is done.
 func (p *proc) settle() bool {
-	return redistest.Within(30*time.Second, func() bool {
-		return p.c.flights.Len() == 0
-	})
+	return redistest.Within(30*time.Second, func() bool { return dogpile.Flights(p.c) == 0 })
 }
 
 // count adds one to the counter name in Redis, shared by every process.

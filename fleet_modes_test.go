@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // The modes of the fleet children that fill a cold key or keys (see
 // fleet_child_test.go): a stampede on one key, on many, on batches, and

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // The modes of the children of fleet_stale_test.go (see fleet_child_test.go).
 
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -44,7 +45,7 @@ func procFailing(p *proc) {
 	p.ready()
 	errDB := errors.New("db down")
 	compute := func(ctx context.Context) (string, error) {
-		if p.rdb.Exists(ctx, p.c.keys("k").value).Val() == 1 {
+		if p.rdb.Exists(ctx, dogpile.KeysOf(p.c, "k").Value).Val() == 1 {
 			p.rdb.RPush(ctx, p.prefix+"refreshes", time.Now().UnixMilli())
 		} else {
 			p.count("misscomputes")
@@ -142,13 +143,13 @@ func procAbsent(p *proc) {
 	compute := func(ctx context.Context) (string, error) {
 		p.count("computes")
 		time.Sleep(100 * time.Millisecond)
-		return "", fmt.Errorf("no such beer: %w", ErrNotFound)
+		return "", fmt.Errorf("no such beer: %w", dogpile.ErrNotFound)
 	}
 	var wg sync.WaitGroup
 	for range p.workers {
 		wg.Go(func() {
 			v, err := p.c.Fetch(context.Background(), "k", time.Minute, compute)
-			if errors.Is(err, ErrNotFound) && !errors.Is(err, ErrComputeFailed) {
+			if errors.Is(err, dogpile.ErrNotFound) && !errors.Is(err, dogpile.ErrComputeFailed) {
 				p.check("", "", nil)
 				return
 			}
@@ -164,7 +165,7 @@ func procAbsent(p *proc) {
 // it waits for the other process: a Refresh called after that compute
 // ended would rightly compute again.
 func procRefresh(p *proc) {
-	p.c.onWait = nil
+	dogpile.OnWait(p.c, nil)
 	p.ready()
 	compute := func(ctx context.Context) (string, error) {
 		p.count("computes")
@@ -177,19 +178,12 @@ func procRefresh(p *proc) {
 			p.check(v, "held", err)
 		})
 	}
-	waiting := func() bool {
-		return p.joined(flightID{Kind: refreshFlight, Key: p.c.valueKey("k")}) && p.c.Stats().Waits > 0
-	}
+	waiting := func() bool { return dogpile.RefreshCallers(p.c, "k") == p.workers && p.c.Stats().Waits > 0 }
 	if !redistest.Within(redistest.ChildTimeout, waiting) {
 		p.fail("the workers did not join one Refresh flight waiting for the other process")
 	}
 	p.say("waiting")
 	wg.Wait()
-}
-
-// joined reports whether every worker waits on the flight name.
-func (p *proc) joined(name flightID) bool {
-	return p.c.flights.Waiting(name) == p.workers
 }
 
 // procXFetch: a first fill, then workers fetch the hot "k" every 2ms for
@@ -208,7 +202,7 @@ func procXFetch(p *proc) {
 		p.rdb.Decr(bg, p.prefix+"active")
 		return "v", nil
 	}
-	p.c.onWait = nil // one child waits for the first fill
+	dogpile.OnWait(p.c, nil) // one child waits for the first fill
 	p.ready()
 	v, err := p.c.Fetch(bg, "k", xfetchTTL, compute)
 	p.check(v, "v", err)
@@ -253,7 +247,7 @@ func (p *proc) load(end time.Time, compute func(context.Context) (string, error)
 // to the key's slot took. A refresh delayed by a stall longer than its
 // slack (about one compute) comes late through no fault of the cache.
 func (p *proc) probe(end time.Time) {
-	lock := p.c.keys("k").lock
+	lock := dogpile.KeysOf(p.c, "k").Lock
 	for time.Now().Before(end) {
 		start := time.Now()
 		time.Sleep(5 * time.Millisecond)
@@ -266,8 +260,8 @@ func (p *proc) probe(end time.Time) {
 }
 
 // statsSince returns the counts of s made after before.
-func statsSince(s, before Stats) Stats {
-	return Stats{
+func statsSince(s, before dogpile.Stats) dogpile.Stats {
+	return dogpile.Stats{
 		Hits: s.Hits - before.Hits, Misses: s.Misses - before.Misses, Computes: s.Computes - before.Computes,
 		Waits: s.Waits - before.Waits, Stale: s.Stale - before.Stale, Refreshes: s.Refreshes - before.Refreshes,
 		Shared: s.Shared - before.Shared,

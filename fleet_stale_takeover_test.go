@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -19,12 +20,12 @@ var takeoverOpts = withOpts("stale=1m,lease=500ms")
 // startRefreshHolder seeds a stale v1 and starts a process whose Fetch is
 // answered v1 and whose background refresh computes until told to finish.
 // It returns once that process holds the compute lock, with the lock's PTTL.
-func startRefreshHolder(t *testing.T, addrs []string, rdb redis.UniversalClient, prefix string) (*Cache[string], *child, time.Duration) {
+func startRefreshHolder(t *testing.T, addrs []string, rdb redis.UniversalClient, prefix string) (*dogpile.Cache[string], *child, time.Duration) {
 	t.Helper()
 	c := seedStale(t, rdb, prefix)
 	holder := goChildren(t, 1, "hold", addrs, prefix, takeoverOpts, withOp("stale"))[0]
 	holder.Expect(t, "computing")
-	pttl, err := rdb.PTTL(context.Background(), c.keys("k").lock).Result()
+	pttl, err := rdb.PTTL(context.Background(), dogpile.KeysOf(c, "k").Lock).Result()
 	if err != nil || pttl <= 0 || pttl > takeoverLease {
 		t.Fatalf("compute lock PTTL = %v, %v; want the holder's lease", pttl, err)
 	}
@@ -82,7 +83,7 @@ func TestProcsRefreshZombieFenced(t *testing.T) {
 		const prefix = "rz:"
 		c, zombie, _ := startRefreshHolder(t, addrs, rdb, prefix)
 		zombie.Pause(t)
-		waitGone(t, rdb, c.keys("k").lock)
+		waitGone(t, rdb, dogpile.KeysOf(c, "k").Lock)
 		checkStaleThenNew(t, goChildren(t, 1, "until", addrs, prefix, takeoverOpts, withWorkers(4)))
 
 		zombie.Resume(t)

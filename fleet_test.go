@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // The parent side of the multi-process tests: fleets of children (the test
 // binary re-executed in a mode of fleet_child_test.go) on a redis-server or
@@ -125,14 +125,4 @@ func counter(t *testing.T, rdb redis.UniversalClient, name string) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// computesPerKey reads the hash of computes per key the children counted.
-func computesPerKey(t *testing.T, rdb redis.UniversalClient, prefix string) map[string]string {
-	t.Helper()
-	m, err := rdb.HGetAll(context.Background(), prefix+"computes").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -7,9 +7,22 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
+
+// nearTest is the near tier's config in this package's tests, given to
+// every Cache with a near tier (withNear; newNearCache and WithNearTest do
+// it): trackers notice a silent connection, and an idle Cache, sooner; and
+// a tracker stalled by the race detector on a loaded machine does not turn
+// near hits that tests count into reads.
+func nearTest() near.Config {
+	return near.Config{Ping: 100 * time.Millisecond, Idle: time.Second, MaxLag: 300 * time.Millisecond}
+}
 
 // prefix gives each test keys of its own (its name is the prefix), so that
 // the cases of a suite share one deployment.
@@ -34,12 +47,41 @@ func nil2[T any](context.Context) (T, error) {
 	return zero, errors.New("unexpected compute")
 }
 
-func mustPanic(t *testing.T, name string, f func()) {
+// newNearCache returns a Cache with a near tier, configured by nearTest,
+// whose tracker is stopped (and its goroutines waited for) when the test
+// ends.
+func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
 	t.Helper()
-	defer func() {
-		if recover() == nil {
-			t.Errorf("%s did not panic", name)
+	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size), withNear(nearTest())}, opts...)...)
+	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
+		c.near.t.ReaderHook = hd.(*holder).hook
+	}
+	t.Cleanup(c.near.t.Stop)
+	return c
+}
+
+// fetchNear fetches key until the answer comes from the near tier (tracking
+// is in place and the value was read once), and returns it.
+func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	var v T
+	redistest.Eventually(t, "a near hit on "+key, func() bool {
+		before := c.Stats().NearHits
+		var err error
+		if v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T]); err != nil {
+			t.Fatalf("Fetch(%q): %v", key, err)
 		}
-	}()
-	f()
+		return c.Stats().NearHits > before
+	})
+	return v
+}
+
+// fetchValue is a Fetch of key that must not compute.
+func fetchValue[T any](t *testing.T, c *Cache[T], key string) T {
+	t.Helper()
+	v, err := c.Fetch(t.Context(), key, time.Minute, nil2[T])
+	if err != nil {
+		t.Fatalf("Fetch(%q): %v", key, err)
+	}
+	return v
 }

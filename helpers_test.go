@@ -130,18 +130,3 @@ func mustPanic(t *testing.T, name string, f func()) {
 	t.Helper()
 	assert.Panics(t, f, "%s did not panic", name)
 }
-
-// fetchNear fetches key until the answer comes from the near tier (tracking
-// is in place and the value was read once), and returns it.
-func fetchNear[T any](t *testing.T, c *dogpile.Cache[T], key string) T {
-	t.Helper()
-	var v T
-	redistest.Eventually(t, "a near hit on "+key, func() bool {
-		before := c.Stats().NearHits
-		var err error
-		v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T])
-		require.NoError(t, err, "Fetch(%q)", key)
-		return c.Stats().NearHits > before
-	})
-	return v
-}

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -16,8 +17,8 @@ import (
 // reach it; killing one master's tracking connection flushes the tier.
 func TestNearCacheCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	a := newNearCache[string](t, cl.Client(t), 1000)
-	b := New[string](cl.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, cl.Client(t), 1000)
+	b := dogpile.New[string](cl.Client(t), prefix(t))
 	ctx := t.Context()
 	keys := make([]string, 30) // spread over the three masters' slots
 	for i := range keys {
@@ -27,10 +28,10 @@ func TestNearCacheCluster(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		fetchNear(t, a, k)
+		dogpile.FetchNear(t, a, k)
 	}
 	for i, n := range cl.Nodes {
-		if got := trackingConns(t, n, a.nearConfig().Readers); got != 1 {
+		if got := trackingConns(t, n, dogpile.Tracker(a).Config().Readers); got != 1 {
 			t.Errorf("master %d has %d tracking connections; want 1", i, got)
 		}
 	}
@@ -41,11 +42,11 @@ func TestNearCacheCluster(t *testing.T) {
 	}
 	redistest.Eventually(t, "the invalidations", func() bool { return a.Stats().NearInvalidations >= uint64(len(keys)) })
 	for _, k := range keys {
-		if v := fetchValue(t, a, k); v != "v2" {
+		if v := dogpile.FetchValue(t, a, k); v != "v2" {
 			t.Fatalf("Fetch(%q) after the other process's Set = %q; want v2", k, v)
 		}
 	}
-	fetchNear(t, a, keys[0])
+	dogpile.FetchNear(t, a, keys[0])
 	flushes := a.Stats().NearFlushes
 	admin := cl.Nodes[1].Client(t)
 	if err := admin.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, admin)).Err(); err != nil {
@@ -53,7 +54,7 @@ func TestNearCacheCluster(t *testing.T) {
 	}
 	redistest.Eventually(t, "the flush", func() bool { return a.Stats().NearFlushes > flushes })
 	for _, k := range keys {
-		fetchNear(t, a, k) // tracking is back on every master
+		dogpile.FetchNear(t, a, k) // tracking is back on every master
 	}
 }
 
@@ -84,8 +85,8 @@ func trackingConns(t *testing.T, s *redistest.Server, perSession int) int {
 // masters: on a Cluster the tier stayed off for good.)
 func TestNearCacheIdleRestart(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	a := newNearCache[string](t, cl.Client(t), 1000)
-	b := New[string](cl.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, cl.Client(t), 1000)
+	b := dogpile.New[string](cl.Client(t), prefix(t))
 	keys := make([]string, 30)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
@@ -96,7 +97,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 	var once sync.Once
 	var err error
 	fetched := make(chan struct{})
-	a.near.t.AfterIdle = func() { // set before the tracker starts
+	dogpile.Tracker(a).AfterIdle = func() { // set before the tracker starts
 		once.Do(func() {
 			go func() {
 				defer close(fetched)
@@ -106,7 +107,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 		})
 	}
 	for _, k := range keys {
-		fetchNear(t, a, k)
+		dogpile.FetchNear(t, a, k)
 	}
 	flushes := a.Stats().NearFlushes
 	<-fetched // no Fetch now: the tracker finds a idle within Idle and a tick
@@ -115,10 +116,10 @@ func TestNearCacheIdleRestart(t *testing.T) {
 	}
 	redistest.Eventually(t, "the idle run's end", func() bool { return a.Stats().NearFlushes > flushes })
 	for _, k := range keys {
-		fetchNear(t, a, k)
+		dogpile.FetchNear(t, a, k)
 	}
 	for i, n := range cl.Nodes {
-		if got := trackingConns(t, n, a.nearConfig().Readers); got != 1 {
+		if got := trackingConns(t, n, dogpile.Tracker(a).Config().Readers); got != 1 {
 			t.Errorf("master %d has %d tracking connections; want 1", i, got)
 		}
 	}

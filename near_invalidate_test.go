@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 // holdInvalidations makes c's tracker hold back the invalidations it
 // receives until the returned release is called (at the latest when the
 // test ends: a tracker stuck in BeforeApply would hang its cleanup).
-func holdInvalidations(t *testing.T, c *Cache[string]) (release func()) {
+func holdInvalidations(t *testing.T, c *dogpile.Cache[string]) (release func()) {
 	var held sync.Mutex
-	c.near.t.BeforeApply = func() { held.Lock(); held.Unlock() }
+	dogpile.Tracker(c).BeforeApply = func() { held.Lock(); held.Unlock() }
 	held.Lock()
 	var once sync.Once
 	release = func() { once.Do(held.Unlock) }
@@ -40,13 +41,13 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := redistest.StartServer(t)
 			ca := s.Client(t)
-			a := newNearCache[string](t, ca, 100)
-			b := New[string](s.Client(t), prefix(t))
+			a := dogpile.NewNearCache[string](t, ca, 100)
+			b := dogpile.New[string](s.Client(t), prefix(t))
 			ctx := t.Context()
 			if err := b.SetTagged(ctx, "k", "v1", time.Minute, "T"); err != nil {
 				t.Fatal(err)
 			}
-			fetchNear(t, a, "k")
+			dogpile.FetchNear(t, a, "k")
 			var release func()
 			other := func() {
 				release = holdInvalidations(t, a)
@@ -57,7 +58,7 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 			var armed atomic.Bool
 			ca.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 				if n := cmd.Name(); (n == "evalsha" || n == "eval") && armed.CompareAndSwap(true, false) {
-					time.Sleep(3 * a.nearConfig().Beat) // beats answered since a's InvalidateTag began
+					time.Sleep(3 * dogpile.Tracker(a).Config().Beat) // beats answered since a's InvalidateTag began
 					other()
 				}
 				return next(ctx, cmd)
@@ -88,13 +89,13 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 func TestNearCacheInvalidateTagReaderKilled(t *testing.T) {
 	s := redistest.StartServer(t)
 	admin := s.Client(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	if err := b.SetTagged(ctx, "k", "v1", time.Minute, "T"); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	killReaders(t, admin)
 	invalidateAfterAnother(t, a, b)
 }
@@ -102,7 +103,7 @@ func TestNearCacheInvalidateTagReaderKilled(t *testing.T) {
 // invalidateAfterAnother has b (another process's Cache) and then a
 // invalidate tag T, and fails t unless a's next Fetch of "k", tagged T,
 // computes: a's tier serves nothing T voided.
-func invalidateAfterAnother(t *testing.T, a, b *Cache[string]) {
+func invalidateAfterAnother(t *testing.T, a, b *dogpile.Cache[string]) {
 	t.Helper()
 	ctx := t.Context()
 	if err := b.InvalidateTag(ctx, "T"); err != nil {
@@ -123,8 +124,8 @@ func invalidateAfterAnother(t *testing.T, a, b *Cache[string]) {
 // loaded machine gets three tries.)
 func TestNearCacheInvalidateTagKeepsTheRest(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	kept := false
 	for try := 0; try < 3 && !kept; try++ {
@@ -134,10 +135,10 @@ func TestNearCacheInvalidateTagKeepsTheRest(t *testing.T) {
 		if err := b.Set(ctx, "other", "o", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		fetchNear(t, a, "k")
-		fetchNear(t, a, "other")
+		dogpile.FetchNear(t, a, "k")
+		dogpile.FetchNear(t, a, "other")
 		invalidateAfterAnother(t, a, b)
-		_, kept = a.near.store.GetIfPresent(a.valueKey("other"))
+		kept = dogpile.NearHas(a, "other")
 	}
 	if !kept {
 		t.Error("an untagged value left the near tier at each of 3 InvalidateTags: the wait emptied the tier")

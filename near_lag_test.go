@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"sync"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -19,32 +20,32 @@ import (
 // proxy that delayed replies); here the tracker holds it back itself.
 func TestNearCacheLateInvalidations(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var held sync.Mutex
-	a.near.t.BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
-	fetchNear(t, a, "k")
+	dogpile.Tracker(a).BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	dogpile.FetchNear(t, a, "k")
 
 	held.Lock()
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * a.nearConfig().MaxLag) // past the bound, its invalidation still held back
+	time.Sleep(2 * dogpile.Tracker(a).Config().MaxLag) // past the bound, its invalidation still held back
 	hits := a.Stats().NearHits
-	v := fetchValue(t, a, "k")
+	v := dogpile.FetchValue(t, a, "k")
 	held.Unlock()
 	if v != "v2" {
 		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q; want v2",
-			2*a.nearConfig().MaxLag, v)
+			2*dogpile.Tracker(a).Config().MaxLag, v)
 	}
 	if s := a.Stats(); s.NearHits != hits || s.NearLate == 0 {
 		t.Errorf("Stats = %+v: want no near hit while an invalidation was late, and NearLate counting the bypass", s)
 	}
-	if v := fetchNear(t, a, "k"); v != "v2" {
+	if v := dogpile.FetchNear(t, a, "k"); v != "v2" {
 		t.Errorf("near hit once the invalidation is applied = %q; want v2", v)
 	}
 }
@@ -56,14 +57,14 @@ func TestNearCacheLateInvalidations(t *testing.T) {
 func TestNearCacheTrackingReplaced(t *testing.T) {
 	s := redistest.StartServer(t)
 	raw := s.Client(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var once atomic.Bool
-	a.near.t.BeforeApply = func() {
+	dogpile.Tracker(a).BeforeApply = func() {
 		if once.Load() && once.CompareAndSwap(true, false) {
 			// The connection dies between two messages, and a write's
 			// invalidation goes with it.
@@ -73,21 +74,21 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 			if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 				t.Error(err)
 			}
-			time.Sleep(5 * a.nearConfig().Beat) // beats find the broken connection
+			time.Sleep(5 * dogpile.Tracker(a).Config().Beat) // beats find the broken connection
 		}
 	}
 	if err := b.Set(ctx, "other", "x0", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
-	fetchNear(t, a, "other") // read: Redis reports its writes
+	dogpile.FetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "other") // read: Redis reports its writes
 	once.Store(true)
 	if err := b.Set(ctx, "other", "x", time.Minute); err != nil { // a message to apply
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the killed connection's message applied", func() bool { return !once.Load() })
-	time.Sleep(2 * a.nearConfig().MaxLag)
-	if v := fetchValue(t, a, "k"); v != "v2" {
+	time.Sleep(2 * dogpile.Tracker(a).Config().MaxLag)
+	if v := dogpile.FetchValue(t, a, "k"); v != "v2" {
 		t.Errorf("Fetch after the tracking connection was replaced = %q; want v2", v)
 	}
 }
@@ -102,28 +103,28 @@ func TestNearCacheTrackingReplaced(t *testing.T) {
 func TestNearCacheLateInvalidationFlight(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
-	installHolder(t, rdb) // before the tier is made: its readers get the hook too
-	a := newNearCache[string](t, rdb, 100)
-	b := New[string](s.Client(t), prefix(t))
+	dogpile.InstallHolder(t, rdb) // before the tier is made: its readers get the hook too
+	a := dogpile.NewNearCache[string](t, rdb, 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	if err := b.Set(ctx, "warm", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "warm")
+	dogpile.FetchNear(t, a, "warm")
 	var held sync.Mutex
-	a.near.t.BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
-	later, finish := startHeldFetch(t, rdb, a, "k")
+	dogpile.Tracker(a).BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	later, finish := dogpile.StartHeldFetch(t, rdb, a, "k")
 	held.Lock()
 	if err := b.Set(ctx, "k", "new", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * a.nearConfig().MaxLag) // past the bound, its invalidation still held back
+	time.Sleep(2 * dogpile.Tracker(a).Config().MaxLag) // past the bound, its invalidation still held back
 	later()
 	v, err := a.Fetch(ctx, "k", time.Minute, constant("fresh"))
 	held.Unlock()
 	if err != nil || v != "new" {
 		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q, %v; want new",
-			2*a.nearConfig().MaxLag, v, err)
+			2*dogpile.Tracker(a).Config().MaxLag, v, err)
 	}
 	if v, err := finish(); err != nil || v != "old" {
 		t.Errorf("the held Fetch = %q, %v; want old", v, err)

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
@@ -20,18 +21,18 @@ import (
 // costs no message at all (broadcast mode sent each to every process).
 func TestNearCacheReportsOnlyToHolders(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := newNearCache[string](t, s.Client(t), 100)
-	w := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	w := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	for _, k := range []string{"a", "b", "marker"} {
 		if err := w.Set(ctx, k, "v1", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fetchNear(t, a, "a")
-	fetchNear(t, b, "b")
-	fetchNear(t, b, "marker")
+	dogpile.FetchNear(t, a, "a")
+	dogpile.FetchNear(t, b, "b")
+	dogpile.FetchNear(t, b, "marker")
 	for i := range 20 {
 		if err := w.Set(ctx, "nobody", "x", time.Minute); err != nil {
 			t.Fatal(err)
@@ -52,13 +53,13 @@ func TestNearCacheReportsOnlyToHolders(t *testing.T) {
 	redistest.Eventually(t, "a to apply a's invalidation", func() bool { return a.Stats().NearInvalidations > 0 })
 	// A key is reported once per reader that read it (a Fetch that found
 	// tracking not yet in place may have read it on a second one).
-	if n, readers := b.Stats().NearInvalidations, b.nearConfig().Readers; n > uint64(readers) {
+	if n, readers := b.Stats().NearInvalidations, dogpile.Tracker(b).Config().Readers; n > uint64(readers) {
 		t.Errorf("b, which holds b and marker, applied %d invalidations; want marker's alone (at most %d)", n, readers)
 	}
-	if n, readers := a.Stats().NearInvalidations, a.nearConfig().Readers; n > uint64(readers) {
+	if n, readers := a.Stats().NearInvalidations, dogpile.Tracker(a).Config().Readers; n > uint64(readers) {
 		t.Errorf("a, which read a once, applied %d invalidations for 10 writes; want one per reader that read it (at most %d)", n, readers)
 	}
-	if v := fetchValue(t, a, "a"); v != "v2" {
+	if v := dogpile.FetchValue(t, a, "a"); v != "v2" {
 		t.Errorf("a's Fetch of a after its invalidation = %q; want v2", v)
 	}
 }
@@ -90,29 +91,29 @@ func killReaders(t *testing.T, admin *redis.Client) {
 func TestNearCacheReaderKilled(t *testing.T) {
 	s := redistest.StartServer(t)
 	admin := s.Client(t)
-	a := newNearCache[string](t, s.Client(t), 100)
-	b := New[string](s.Client(t), prefix(t))
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
 	ctx := t.Context()
 	for _, k := range []string{"k", "other"} {
 		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	killReaders(t, admin)
 	// A read on the killed reader, before its ping finds it dead, goes
 	// through the client instead of failing the Fetch.
-	if v := fetchValue(t, a, "other"); v != "v1" {
+	if v := dogpile.FetchValue(t, a, "other"); v != "v1" {
 		t.Errorf("Fetch of another key at once = %q; want v1", v)
 	}
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * a.nearConfig().MaxLag)
-	if v := fetchValue(t, a, "k"); v != "v2" {
-		t.Errorf("Fetch %v after a Set, the reader of the old value killed = %q; want v2", 2*a.nearConfig().MaxLag, v)
+	time.Sleep(2 * dogpile.Tracker(a).Config().MaxLag)
+	if v := dogpile.FetchValue(t, a, "k"); v != "v2" {
+		t.Errorf("Fetch %v after a Set, the reader of the old value killed = %q; want v2", 2*dogpile.Tracker(a).Config().MaxLag, v)
 	}
-	if v := fetchNear(t, a, "k"); v != "v2" {
+	if v := dogpile.FetchNear(t, a, "k"); v != "v2" {
 		t.Errorf("near hit read through a new reader = %q; want v2", v)
 	}
 }
@@ -124,17 +125,17 @@ func TestNearCacheReaderKilled(t *testing.T) {
 func TestNearCacheUntrackedFlight(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
-	installHolder(t, rdb)
-	cfg := nearTest()
-	cfg.Readers = -1 // none: every read goes through the client, and none is tracked
-	c := newNearCache[string](t, rdb, 100, withNear(cfg))
+	dogpile.InstallHolder(t, rdb)
+	none := func(cfg *near.Config) { cfg.Readers = -1 } // every read goes through the client, and none is tracked
+	c := dogpile.NewNearCache[string](t, rdb, 100, dogpile.WithNearTest(none))
 	ctx := t.Context()
 	if _, err := c.Fetch(ctx, "warm", time.Minute, constant("w")); err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, "tracking in place", c.near.heard)
-	later, finish := startHeldFetch(t, rdb, c, "k")
-	other := New[string](s.Client(t), prefix(t))
+	heard := func() bool { return !dogpile.NearIndex(c).Up() || dogpile.Tracker(c).Heard(near.Now()) } // the tier's heard: a join may share flights
+	redistest.Eventually(t, "tracking in place", heard)
+	later, finish := dogpile.StartHeldFetch(t, rdb, c, "k")
+	other := dogpile.New[string](s.Client(t), prefix(t))
 	if err := other.Set(ctx, "k", "new", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +154,12 @@ func TestNearCacheSmallPool(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), PoolSize: 1, PoolTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	a := newNearCache[string](t, rdb, 100)
+	a := dogpile.NewNearCache[string](t, rdb, 100)
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	if err := rdb.Set(ctx, "user", "x", time.Minute).Err(); err != nil {
 		t.Errorf("the user's own SET on a pool of one, the tier up: %v", err)
 	}
@@ -172,23 +173,23 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	a := New[string](rdb, prefix(t), WithNearCache(100), withNear(nearTest()))
+	a := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(100), dogpile.WithNearTest())
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	s.Pause()
 	defer s.Resume()
 	// Once the subscriber's pings go unanswered, the idle reader's (every
 	// MaxLag/2) are in flight too.
-	redistest.Eventually(t, "the tier to find the server silent", func() bool { return !a.near.t.Heard(near.Now()) })
+	redistest.Eventually(t, "the tier to find the server silent", func() bool { return !dogpile.Tracker(a).Heard(near.Now()) })
 	start := time.Now()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// A session may be in its handshake, which waits Ping at most.
-	if d, ping := time.Since(start), a.nearConfig().Ping; d > 3*ping {
+	if d, ping := time.Since(start), dogpile.Tracker(a).Config().Ping; d > 3*ping {
 		t.Errorf("Close took %v with the server frozen; want at most %v", d, 3*ping)
 	}
 }
@@ -199,14 +200,14 @@ func TestNearCacheCloseFrozenServer(t *testing.T) {
 // they do without a tier, instead of one each.
 func TestNearCacheComputeWhenDownShared(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100, WithComputeWhenDown())
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100, dogpile.WithComputeWhenDown())
 	ctx := t.Context()
 	if err := a.Set(ctx, "warm", "w", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "warm")
+	dogpile.FetchNear(t, a, "warm")
 	s.Kill()
-	redistest.Eventually(t, "tracking to drop", func() bool { return !a.near.x.Up() })
+	redistest.Eventually(t, "tracking to drop", func() bool { return !dogpile.NearIndex(a).Up() })
 	var computes atomic.Int32
 	var wg sync.WaitGroup
 	for range 20 {

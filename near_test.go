@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 import (
 	"context"
@@ -11,56 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
-
-// newNearCache returns a Cache with a near tier, configured by nearTest,
-// whose tracker is stopped (and its goroutines waited for) when the test
-// ends.
-func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts ...Option) *Cache[T] {
-	t.Helper()
-	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size), withNear(nearTest())}, opts...)...)
-	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
-		c.near.t.ReaderHook = hd.(*holder).hook
-	}
-	t.Cleanup(c.near.t.Stop)
-	return c
-}
-
-// nearHas reports whether the near tier holds key.
-func (c *Cache[T]) nearHas(key string) bool {
-	_, ok := c.near.store.GetIfPresent(c.valueKey(key))
-	return ok
-}
-
-// nearConfig is c's near tier's config, its defaults filled in.
-func (c *Cache[T]) nearConfig() near.Config { return c.near.t.Config() }
-
-// fetchNear fetches key until the answer comes from the near tier (tracking
-// is in place and the value was read once), and returns it.
-func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
-	t.Helper()
-	var v T
-	redistest.Eventually(t, "a near hit on "+key, func() bool {
-		before := c.Stats().NearHits
-		var err error
-		if v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T]); err != nil {
-			t.Fatalf("Fetch(%q): %v", key, err)
-		}
-		return c.Stats().NearHits > before
-	})
-	return v
-}
-
-func fetchValue[T any](t *testing.T, c *Cache[T], key string) T {
-	t.Helper()
-	v, err := c.Fetch(t.Context(), key, time.Minute, nil2[T])
-	if err != nil {
-		t.Fatalf("Fetch(%q): %v", key, err)
-	}
-	return v
-}
 
 // getCalls is how many GETs the server has run (INFO commandstats).
 func getCalls(t *testing.T, rdb redis.UniversalClient) int { return commandCalls(t, rdb, "get") }
@@ -89,16 +42,16 @@ func commandCalls(t *testing.T, rdb redis.UniversalClient, name string) int {
 
 func TestNearCacheHitsSkipRedis(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	a := newNearCache[string](t, rdb, 100)
+	a := dogpile.NewNearCache[string](t, rdb, 100)
 	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if v := fetchNear(t, a, "k"); v != "v1" {
+	if v := dogpile.FetchNear(t, a, "k"); v != "v1" {
 		t.Fatalf("near hit = %q; want v1", v)
 	}
 	gets := getCalls(t, rdb)
 	for range 100 {
-		if v := fetchValue(t, a, "k"); v != "v1" {
+		if v := dogpile.FetchValue(t, a, "k"); v != "v1" {
 			t.Fatalf("Fetch = %q; want v1", v)
 		}
 	}
@@ -116,15 +69,15 @@ func TestNearCacheHitsSkipRedis(t *testing.T) {
 func TestNearCacheSeesOtherWriters(t *testing.T) {
 	s := redistest.StartServer(t)
 	rdb := s.Client(t)
-	a := newNearCache[string](t, rdb, 100)
-	b := New[string](s.Client(t), prefix(t))
-	sibling := New[string](rdb, prefix(t)) // another Cache of A's process, on A's client (no NOLOOP)
+	a := dogpile.NewNearCache[string](t, rdb, 100)
+	b := dogpile.New[string](s.Client(t), prefix(t))
+	sibling := dogpile.New[string](rdb, prefix(t)) // another Cache of A's process, on A's client (no NOLOOP)
 	raw := s.Client(t)
 	ctx := t.Context()
 	if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 
 	// write stores want in a way; the next Fetch of a must return want.
 	invalidations := func() uint64 { return a.Stats().NearInvalidations }
@@ -150,20 +103,20 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 			return count() > before && v == want
 		})
 		t.Logf("%s: invalidation applied %v after the write returned (polled every ms; see bench for the real lag)", how, time.Since(start))
-		if got := fetchNear(t, a, "k"); got != want {
+		if got := dogpile.FetchNear(t, a, "k"); got != want {
 			t.Fatalf("after %s: near hit = %q; want %q", how, got, want)
 		}
 	}
 	check("another process's Set", "v2", func() error { return b.Set(ctx, "k", "v2", time.Minute) })
 	check("a Set by another Cache of this process", "v2b", func() error { return sibling.Set(ctx, "k", "v2b", time.Minute) })
 	check("a raw SET", "v3", func() error {
-		enc, err := b.encode("v3")
+		enc, err := dogpile.Encode(b, "v3")
 		if err != nil {
 			return err
 		}
-		return raw.Set(ctx, b.valueKey("k"), enc, time.Minute).Err()
+		return raw.Set(ctx, dogpile.KeysOf(b, "k").Value, enc, time.Minute).Err()
 	})
-	check("a raw DEL", "computed", func() error { return raw.Del(ctx, b.valueKey("k")).Err() })
+	check("a raw DEL", "computed", func() error { return raw.Del(ctx, dogpile.KeysOf(b, "k").Value).Err() })
 	check("FLUSHALL", "computed", func() error { return raw.FlushAll(ctx).Err() })
 }
 
@@ -171,13 +124,13 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 // the local copy before they return, without waiting for Redis's message
 // (held back here until each check is done).
 func TestNearCacheOwnWritesAtOnce(t *testing.T) {
-	a := newNearCache[string](t, redistest.StartServer(t).Client(t), 100)
+	a := dogpile.NewNearCache[string](t, redistest.StartServer(t).Client(t), 100)
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var held sync.Mutex
-	a.near.t.BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	dogpile.Tracker(a).BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
 	for _, w := range []struct {
 		name, want string
 		write      func() error
@@ -186,7 +139,7 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 		{"Refresh", "v3", func() error { _, err := a.Refresh(ctx, "k", time.Minute, constant("v3")); return err }},
 		{"Delete", "v4", func() error { return a.Delete(ctx, "k") }},
 	} {
-		fetchNear(t, a, "k")
+		dogpile.FetchNear(t, a, "k")
 		held.Lock()
 		if err := w.write(); err != nil {
 			t.Fatal(err)
@@ -209,17 +162,17 @@ func TestNearCacheExpires(t *testing.T) {
 	}
 	for _, stale := range []time.Duration{0, time.Minute} {
 		t.Run("stale="+stale.String(), func(t *testing.T) {
-			var opts []Option
+			var opts []dogpile.Option
 			if stale > 0 {
-				opts = append(opts, WithStale(stale))
+				opts = append(opts, dogpile.WithStale(stale))
 			}
-			a := newNearCache[string](t, rdb, 100, opts...)
+			a := dogpile.NewNearCache[string](t, rdb, 100, opts...)
 			const ttl = 300 * time.Millisecond
 			if err := a.Set(t.Context(), "k", "v1", ttl); err != nil {
 				t.Fatal(err)
 			}
 			set := time.Now()
-			fetchNear(t, a, "k")
+			dogpile.FetchNear(t, a, "k")
 			time.Sleep(time.Until(set.Add(ttl + 50*time.Millisecond)))
 			hits := a.Stats().NearHits
 			v, err := a.Fetch(t.Context(), "k", time.Minute, constant("v2"))
@@ -245,12 +198,12 @@ func TestNearCacheExpires(t *testing.T) {
 }
 
 func TestNearCacheBounded(t *testing.T) {
-	a := newNearCache[int](t, redistest.StartServer(t).Client(t), 50)
+	a := dogpile.NewNearCache[int](t, redistest.StartServer(t).Client(t), 50)
 	ctx := t.Context()
 	if err := a.Set(ctx, "warm", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "warm") // tracking is up from here
+	dogpile.FetchNear(t, a, "warm") // tracking is up from here
 	for i := range 500 {
 		key := "k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
 		for range 2 {
@@ -259,32 +212,31 @@ func TestNearCacheBounded(t *testing.T) {
 			}
 		}
 	}
-	a.near.store.CleanUp()
-	if n := a.near.store.EstimatedSize(); n > 50 || n == 0 {
+	if n := dogpile.NearLen(a); n > 50 || n == 0 {
 		t.Errorf("near tier holds %d entries after 500 keys; want 1..50", n)
 	}
 }
 
 func TestNearCacheOptionPanics(t *testing.T) {
-	mustPanic(t, "WithNearCache(0)", func() { WithNearCache(0) })
-	mustPanic(t, "WithNearCache(-1)", func() { WithNearCache(-1) })
+	mustPanic(t, "WithNearCache(0)", func() { dogpile.WithNearCache(0) })
+	mustPanic(t, "WithNearCache(-1)", func() { dogpile.WithNearCache(-1) })
 }
 
 // TestNearCacheTombstone: a remembered "not found" (WithNegativeTTL) is
 // served from the near tier too, reported to the observer as a near hit.
 func TestNearCacheTombstone(t *testing.T) {
 	var nearEvents atomic.Int64
-	observe := func(ctx context.Context, e Event) context.Context {
-		if e.Kind == EventHit && e.Near {
+	observe := func(ctx context.Context, e dogpile.Event) context.Context {
+		if e.Kind == dogpile.EventHit && e.Near {
 			nearEvents.Add(1)
 		}
 		return nil
 	}
-	a := newNearCache[string](t, redistest.StartServer(t).Client(t), 100, WithNegativeTTL(time.Minute), WithObserver(observe))
-	absent := func(context.Context) (string, error) { return "", ErrNotFound }
+	a := dogpile.NewNearCache[string](t, redistest.StartServer(t).Client(t), 100, dogpile.WithNegativeTTL(time.Minute), dogpile.WithObserver(observe))
+	absent := func(context.Context) (string, error) { return "", dogpile.ErrNotFound }
 	redistest.Eventually(t, "a near hit on the tombstone", func() bool {
 		before := a.Stats().NearHits
-		if _, err := a.Fetch(t.Context(), "gone", time.Minute, absent); !errors.Is(err, ErrNotFound) {
+		if _, err := a.Fetch(t.Context(), "gone", time.Minute, absent); !errors.Is(err, dogpile.ErrNotFound) {
 			t.Fatalf("Fetch = %v; want ErrNotFound", err)
 		}
 		return a.Stats().NearHits > before
@@ -299,19 +251,19 @@ func TestNearCacheTombstone(t *testing.T) {
 // tier's copy (shared by near hits) stays as stored.
 func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[map[string]int](t, s.Client(t), 10)
+	a := dogpile.NewNearCache[map[string]int](t, s.Client(t), 10)
 	if err := a.Set(t.Context(), "k", map[string]int{"a": 1}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k") // tracking is up
-	a.near.forget(a.valueKey("k"))
+	dogpile.FetchNear(t, a, "k") // tracking is up
+	dogpile.NearIndex(a).Drop(dogpile.KeysOf(a, "k").Value)
 	hits := a.Stats().NearHits
 	m, err := a.Fetch(t.Context(), "k", time.Minute, nil2[map[string]int])
 	if err != nil || a.Stats().NearHits != hits {
 		t.Fatalf("Fetch = %v, %v (near hits %d → %d); want a read from Redis", m, err, hits, a.Stats().NearHits)
 	}
 	m["a"] = 999 // allowed: a Fetch answered by Redis returns the caller's own copy
-	if got := fetchNear(t, a, "k"); got["a"] != 1 {
+	if got := dogpile.FetchNear(t, a, "k"); got["a"] != 1 {
 		t.Errorf("near hit = %v after the reader changed its copy; want map[a:1]", got)
 	}
 }
@@ -321,7 +273,7 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 // FetchMany calls of near-cached keys made 10 reads and 0 near hits).
 func TestFetchManyUsesNearTier(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	a := newNearCache[string](t, rdb, 100)
+	a := dogpile.NewNearCache[string](t, rdb, 100)
 	ctx := t.Context()
 	keys := []string{"a", "b", "c"}
 	for _, k := range keys {
@@ -329,7 +281,7 @@ func TestFetchManyUsesNearTier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fetchNear(t, a, "a") // tracking is up from here
+	dogpile.FetchNear(t, a, "a") // tracking is up from here
 	many := func() map[string]string {
 		got, err := a.FetchMany(ctx, keys, time.Minute, func(context.Context, []string) (map[string]string, error) {
 			return nil, errors.New("compute called for cached keys")

@@ -1,4 +1,4 @@
-package dogpile
+package dogpile_test
 
 // The near tier's tracking under faults: a dropped or silent tracking
 // connection, a server that refuses tracking, forged or missing
@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -31,15 +32,15 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 		t.Run(kill.name, func(t *testing.T) {
 			s := redistest.StartServer(t)
 			admin := s.Client(t)
-			a := newNearCache[string](t, s.Client(t), 100)
-			b := New[string](s.Client(t), prefix(t))
+			a := dogpile.NewNearCache[string](t, s.Client(t), 100)
+			b := dogpile.New[string](s.Client(t), prefix(t))
 			ctx := t.Context()
 			gate := make(chan struct{})
-			a.near.t.BeforeSession = func() { <-gate }
+			dogpile.Tracker(a).BeforeSession = func() { <-gate }
 			if err := b.Set(ctx, "k", "v1", time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			fetchNear(t, a, "k")
+			dogpile.FetchNear(t, a, "k")
 			flushes := a.Stats().NearFlushes
 			args := []any{"CLIENT", "KILL"}
 			for _, f := range strings.Fields(kill.filter) {
@@ -57,7 +58,7 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 			}
 			hits := a.Stats().NearHits
 			for range 20 {
-				if v := fetchValue(t, a, "k"); v != "v2" {
+				if v := dogpile.FetchValue(t, a, "k"); v != "v2" {
 					t.Fatalf("Fetch while tracking is down = %q; want v2", v)
 				}
 			}
@@ -65,7 +66,7 @@ func TestNearCacheDroppedTracking(t *testing.T) {
 				t.Errorf("%d near hits while tracking was down; want 0", n)
 			}
 			close(gate)
-			if v := fetchNear(t, a, "k"); v != "v2" {
+			if v := dogpile.FetchNear(t, a, "k"); v != "v2" {
 				t.Fatalf("near hit after tracking is back = %q; want v2", v)
 			}
 		})
@@ -113,19 +114,19 @@ func tracked(t *testing.T, rdb *redis.Client) []map[string]string {
 func TestNearCacheDegrades(t *testing.T) {
 	rdb := redistest.Embedded(t)
 	var buf redistest.SyncBuffer
-	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	a := dogpile.NewNearCache[string](t, rdb, 100, dogpile.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "NearOff", func() bool {
-		if v := fetchValue(t, a, "k"); v != "v1" {
+		if v := dogpile.FetchValue(t, a, "k"); v != "v1" {
 			t.Fatalf("Fetch = %q; want v1", v)
 		}
 		return a.Stats().NearOff
 	})
 	redistest.Eventually(t, "the log line", func() bool { return strings.Contains(buf.String(), "near cache off") }) // logged after NearOff is set
-	if err := rdb.Del(ctx, a.valueKey("k")).Err(); err != nil {
+	if err := rdb.Del(ctx, dogpile.KeysOf(a, "k").Value).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
@@ -144,19 +145,19 @@ func TestNearCacheDegrades(t *testing.T) {
 // tier is flushed before it answers again.
 func TestNearCacheSilentServer(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
 	if err := a.Set(t.Context(), "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	flushes := a.Stats().NearFlushes
 	s.Pause()
 	redistest.Eventually(t, "the flush while the server is silent", func() bool {
-		a.near.t.Use(near.Now()) // in use (a Fetch would block once the tier is off)
+		dogpile.Tracker(a).Use(near.Now()) // in use (a Fetch would block once the tier is off)
 		return a.Stats().NearFlushes > flushes
 	})
 	s.Resume()
-	if v := fetchNear(t, a, "k"); v != "v1" {
+	if v := dogpile.FetchNear(t, a, "k"); v != "v1" {
 		t.Fatalf("near hit after the server came back = %q; want v1", v)
 	}
 }
@@ -169,8 +170,8 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 	srv := redistest.StartServer(t)
 	var mu sync.Mutex
 	var keys []string
-	a := newNearCache[string](t, srv.Client(t), 100, WithObserver(func(_ context.Context, e Event) context.Context {
-		if e.Kind == EventInvalidate {
+	a := dogpile.NewNearCache[string](t, srv.Client(t), 100, dogpile.WithObserver(func(_ context.Context, e dogpile.Event) context.Context {
+		if e.Kind == dogpile.EventInvalidate {
 			mu.Lock()
 			keys = append(keys, e.Key)
 			mu.Unlock()
@@ -180,13 +181,13 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 	heard := func(k string) func() bool {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(keys, k) }
 	}
-	b := New[string](srv.Client(t), prefix(t))
+	b := dogpile.New[string](srv.Client(t), prefix(t))
 	ctx := t.Context()
 	for _, k := range []string{"k", "a{b}"} {
 		if err := b.Set(ctx, k, "v1", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		fetchNear(t, a, k)
+		dogpile.FetchNear(t, a, k)
 	}
 	if err := b.Set(ctx, "k", "v2", time.Minute); err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the invalidation of a{b}", heard(redisutil.Key(t.Name()+":", "a{b}")))
-	fetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "k")
 	if err := raw.Do(ctx, "CLIENT", "KILL", "ID", trackingClientID(t, raw)).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestNearCacheInvalidateEvents(t *testing.T) {
 // keys, which a PUBLISH cannot send.
 func TestNearCacheForgedInvalidations(t *testing.T) {
 	s := redistest.StartServer(t)
-	a := newNearCache[string](t, s.Client(t), 100)
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100)
 	raw := s.Client(t)
 	ctx := t.Context()
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
@@ -219,17 +220,17 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 	if err := a.Set(ctx, "marker", "m", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	fetchNear(t, a, "k")
-	fetchNear(t, a, "marker") // read: Redis reports its writes
+	dogpile.FetchNear(t, a, "k")
+	dogpile.FetchNear(t, a, "marker") // read: Redis reports its writes
 	before := a.Stats()
-	for _, payload := range []string{"x", "", a.valueKey("k"), "*", a.valueKey("k")} {
+	for _, payload := range []string{"x", "", dogpile.KeysOf(a, "k").Value, "*", dogpile.KeysOf(a, "k").Value} {
 		if err := raw.Publish(ctx, "__redis__:invalidate", payload).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A real write after the publishes: once its invalidation is applied,
 	// so were the messages before it (one connection, in order).
-	if err := raw.Set(ctx, a.valueKey("marker"), "x", time.Minute).Err(); err != nil {
+	if err := raw.Set(ctx, dogpile.KeysOf(a, "marker").Value, "x", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the marker's invalidation", func() bool { return a.Stats().NearInvalidations > before.NearInvalidations })
@@ -237,7 +238,7 @@ func TestNearCacheForgedInvalidations(t *testing.T) {
 		t.Errorf("after 5 forged messages: %d flushes, %d invalidations; want %d, %d",
 			s.NearFlushes, s.NearInvalidations, before.NearFlushes, before.NearInvalidations+1)
 	}
-	if !a.nearHas("k") {
+	if !dogpile.NearHas(a, "k") {
 		t.Error("a forged message removed k from the near tier")
 	}
 }
@@ -257,12 +258,12 @@ func TestNearCacheACLWithoutChannels(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "app", Password: "secret"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var buf redistest.SyncBuffer
-	a := newNearCache[string](t, rdb, 100, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	a := dogpile.NewNearCache[string](t, rdb, 100, dogpile.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	if err := a.Set(ctx, "k", "v1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "NearOff", func() bool {
-		if v := fetchValue(t, a, "k"); v != "v1" {
+		if v := dogpile.FetchValue(t, a, "k"); v != "v1" {
 			t.Fatalf("Fetch = %q; want v1", v)
 		}
 		return a.Stats().NearOff
