@@ -113,12 +113,7 @@ func Flights[T any](c *Cache[T]) int {
 // RefreshCallers returns how many callers share c's Refresh flight of
 // key (0 if none runs).
 func RefreshCallers[T any](c *Cache[T], key string) int {
-	c.flights.mu.Lock()
-	defer c.flights.mu.Unlock()
-	if cl := c.flights.m[flightID{refreshFlight, c.valueKey(key)}]; cl != nil {
-		return cl.refs
-	}
-	return 0
+	return max(c.flights.Waiting(flightID{Kind: refreshFlight, Key: c.valueKey(key)}), 0)
 }
 
 // ErrComputeTooLong is the cause that ends a compute's context after
