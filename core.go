@@ -271,3 +271,13 @@ func (l *looks) saw(hit bool) {
 		}
 	}
 }
+
+// count reports a caller's answer: a hit, stale or not, or a miss; either
+// may be "not found".
+func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
+	if r.hit {
+		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
+	} else {
+		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
+	}
+}

@@ -233,13 +233,3 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 		c.flights.End(j.flight, cl, outcome{err: ErrClosed})
 	}
 }
-
-// count reports a caller's answer: a hit, stale or not, or a miss; either
-// may be "not found".
-func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
-	if r.hit {
-		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
-	} else {
-		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
-	}
-}
