@@ -145,7 +145,13 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 				}
 				got <- v
 			}()
-			<-waiting
+			select {
+			case <-waiting:
+			case v := <-got:
+				t.Fatalf("Refresh = %s before it waited for the holder's compute; want it to wait", v)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Refresh did not wait for the holder's compute within 10 s")
+			}
 			if holderEnd == "vanishes" {
 				// The lock goes, as if its lease ran out with the holder
 				// frozen: no store, no error record.

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
@@ -40,6 +41,11 @@ type Lease struct {
 	// watchdog (shared with lock/memcache).
 	clk hold.Clock
 	o   *options // the granting lock's: its observer and logger
+
+	// unlocking is set when Unlock starts, before its release is sent: a
+	// Redlock grant whose reply comes after that may have landed after the
+	// release on its server, so it is undone (see Redlock.try).
+	unlocking atomic.Bool
 }
 
 // newLease starts the local clock of a lease acquired by a request sent at
@@ -142,6 +148,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return ErrNotHeld
 	}
+	l.unlocking.Store(true)
 	l.stopWatchdog()
 	// A lease that reported itself lost (Done closed, Err is ErrLost) is
 	// not held, whatever Redis says: its holder was told to stop, and on
@@ -239,6 +246,10 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 }
 
 func (l *Lease) ended() bool { return l.clk.Ended() }
+
+// givenUp reports whether the lease has ended (released or lost) or its
+// Unlock has started: what it holds is to be let go, not kept.
+func (l *Lease) givenUp() bool { return l.unlocking.Load() || l.ended() }
 
 // end ends the lease with cause err, once, and closes Done if it was made.
 func (l *Lease) end(err error) { l.clk.End(err) }

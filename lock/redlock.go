@@ -107,10 +107,14 @@ func (r *Redlock) try(ctx context.Context) (l *Lease, retry time.Duration, err e
 	sent := time.Now()
 	// A reply that comes after the attempt returned is undone where it may
 	// have taken the lock, once the attempt's outcome is known: if the
-	// attempt failed, or its lease has ended since (released before that
-	// reply came, the release may have reached the server first). A late
-	// grant for a live lease is part of it: the watchdog extends it there
-	// too, and Unlock releases it.
+	// attempt failed, or its lease has been given up since (lost, or
+	// released), as the release may have reached the server before the
+	// grant. That holds from the moment Unlock starts, not once its release
+	// round is over: a grant that lands on a server after the release did,
+	// while the round waits for the others, would otherwise be kept there
+	// for a whole TTL. A late grant for a live lease is part of it: the
+	// watchdog extends it there too, and Unlock, sent after this check,
+	// releases it.
 	outcome := make(chan struct{})
 	defer close(outcome)
 	replies := r.each(ctx, r.nodeTimeout(), 0, func(ctx context.Context, c redis.UniversalClient, _ int) nodeReply {
@@ -120,7 +124,7 @@ func (r *Redlock) try(ctx context.Context) (l *Lease, retry time.Duration, err e
 		return nodeReply{ok: rep.granted, v: rep.v, err: rep.err}
 	}, func(i int, rep nodeReply) {
 		<-outcome
-		if (rep.ok || redisutil.MayHaveRun(rep.err)) && (l == nil || l.ended()) {
+		if (rep.ok || redisutil.MayHaveRun(rep.err)) && (l == nil || l.givenUp()) {
 			r.undo(ctx, value, i)
 		}
 	})

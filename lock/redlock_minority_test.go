@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,6 +227,137 @@ func TestRedlockLateGrantAfterFailedAcquireIsReleased(t *testing.T) {
 	for i, c := range direct[3:] {
 		redistest.Eventually(t, fmt.Sprintf("the late grant on server %d to be released", 3+i), func() bool {
 			return c.Exists(t.Context(), key).Val() == 0
+		})
+	}
+}
+
+// redlockScript names the Redlock script cmd runs on key, by its
+// arguments (EVALSHA sha 1 key ARGV...): "acquire" (value "token:", TTL),
+// "release" (value "token:"), or "" for anything else.
+func redlockScript(cmd redis.Cmder, key string) string {
+	a := cmd.Args()
+	if n := cmd.Name(); n != "evalsha" && n != "eval" || len(a) < 5 || a[3] != key {
+		return ""
+	}
+	if v, _ := a[4].(string); strings.HasSuffix(v, ":") {
+		switch len(a) {
+		case 6:
+			return "acquire"
+		case 5:
+			return "release"
+		}
+	}
+	return ""
+}
+
+// TestRedlockLateGrantAfterGiveUpIsReleased: a grant from a slow server
+// that lands after the lease was given up is released. Server 0 holds the
+// acquire back until after the lease's Unlock released the lock there, so
+// the grant creates the key afresh; its reply comes while Unlock still
+// waits for server 2's release (held back until the late grant was undone,
+// or for half a second). The grant used to be kept unless the lease had
+// ended, which it does only once the release round is over: the key stayed
+// on server 0 for the whole TTL. A lease that was lost (its renewal
+// refused) before the late grant came has it released too.
+func TestRedlockLateGrantAfterGiveUpIsReleased(t *testing.T) {
+	const key = "dogpile:redlock:{job}"
+	for _, lost := range []bool{false, true} {
+		name := "during Unlock"
+		if lost {
+			name = "after loss"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srvs, clients := startServers(t, 3, redis.Options{ContextTimeoutEnabled: true})
+			// A 10-minute TTL gives each server 30 s to grant (TTL/20), far
+			// more than the grant is held back, and outlives the test: a
+			// grant that is kept is still there at the end.
+			rl := lock.NewRedlock(clients, "job", lock.WithTTL(10*time.Minute))
+			// Every server dialled, with the scripts loaded.
+			lockEverywhere(t, lock.NewRedlock(clients, "warm-up"), clients, "dogpile:redlock:{warm-up}").Unlock(t.Context())
+
+			var armed, holding atomic.Bool
+			var releases atomic.Int64 // on server 0, once armed
+			letAcquire := make(chan struct{})
+			acquired := make(chan struct{}) // server 0 ran the held-back acquire
+			undone := make(chan struct{})   // server 0 got a second release: the undo
+			clients[0].(*redis.Client).AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+				if !armed.Load() {
+					return next(ctx, cmd)
+				}
+				switch redlockScript(cmd, key) {
+				case "acquire":
+					if holding.CompareAndSwap(false, true) {
+						<-letAcquire
+						err := next(ctx, cmd)
+						close(acquired)
+						return err
+					}
+				case "release":
+					err := next(ctx, cmd)
+					switch releases.Add(1) {
+					case 1:
+						if !lost {
+							close(letAcquire) // Unlock's release went first
+						}
+					case 2:
+						close(undone)
+					}
+					return err
+				}
+				return next(ctx, cmd)
+			}})
+			if !lost {
+				var once atomic.Bool
+				clients[2].(*redis.Client).AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+					if armed.Load() && redlockScript(cmd, key) == "release" && once.CompareAndSwap(false, true) {
+						// Keep Unlock's release round open until the late
+						// grant has come and been dealt with.
+						<-acquired
+						select {
+						case <-undone:
+						case <-time.After(500 * time.Millisecond):
+						}
+					}
+					return next(ctx, cmd)
+				}})
+			}
+			armed.Store(true)
+
+			l, err := rl.Lock(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lost {
+				// Gone from servers 1 and 2: the renewal is refused by a
+				// majority, and the lease is lost.
+				for _, c := range clients[1:] {
+					c.Del(t.Context(), key)
+				}
+				if err := l.Extend(t.Context(), 10*time.Minute); err != lock.ErrNotHeld {
+					t.Fatalf("Extend with the key gone from 2 of 3 servers = %v; want ErrNotHeld", err)
+				}
+				if err := l.Err(); err != lock.ErrLost {
+					t.Fatalf("Err after a refused Extend = %v; want ErrLost", err)
+				}
+				close(letAcquire)
+			} else if err := l.Unlock(t.Context()); err != nil {
+				t.Errorf("Unlock = %v; want nil", err)
+			}
+			select {
+			case <-acquired:
+			case <-time.After(10 * time.Second):
+				t.Fatal("server 0 never ran the held-back acquire")
+			}
+			direct := srvs[0].Client(t)
+			redistest.Eventually(t, "the late grant on server 0 to be released", func() bool {
+				return direct.Exists(t.Context(), key).Val() == 0
+			})
+			if lost {
+				if err := l.Unlock(t.Context()); err != lock.ErrNotHeld {
+					t.Errorf("Unlock of a lost lease = %v; want ErrNotHeld", err)
+				}
+			}
 		})
 	}
 }
