@@ -54,11 +54,9 @@ func SetDirect(tb interface{ Cleanup(func()) }, n int32) {
 // and PipelineMin how many calls must wait before a second one starts.
 // With one, the client and the server took turns: the server idle while the
 // client read a batch's replies and woke its callers, the client idle while
-// the server ran the next; 16 goroutines locking on 2 cores used 1.2 of
-// them. Two overlap those turns (Lock+Unlock pairs/s ×1.19 in one process,
-// the same client CPU per pair); a second one sent for fewer than 4 calls
-// shares too few system calls, a third buys little more for more CPU (see
-// bench/README.md).
+// the server ran the next. Two overlap those turns; a second one sent for
+// fewer than 4 calls shares too few system calls, a third buys little more
+// for more CPU (bench/HISTORY.md, "Figures moved out of code comments").
 const (
 	MaxPipelines = 2
 	PipelineMin  = 4
