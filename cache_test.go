@@ -76,7 +76,8 @@ func TestFetchManyBadInput(t *testing.T) {
 	}{
 		{[]string{"a", ""}, time.Minute, "dogpile: invalid argument: key 2 of 2 is empty"},
 		{[]string{"a"}, time.Microsecond, "ttl 1µs is below 1ms"},
-		{[]string{"a"}, 0, "below 1ms"},
+		{[]string{"a"}, 0, "ttl 0: a Cache made WithDefaultTTL gives it a meaning"},
+		{[]string{"a"}, -time.Second, "ttl -1s is below 1ms"},
 	} {
 		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
 		if !errors.Is(err, dogpile.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {

@@ -70,14 +70,28 @@ func (c *core[T]) checkKey(key string) error {
 	return nil
 }
 
-func (c *core[T]) checkTTL(key string, ttl time.Duration) error {
+// checkTTL also returns the ttl to use: WithDefaultTTL's for 0.
+func (c *core[T]) checkTTL(key string, ttl time.Duration) (time.Duration, error) {
 	if err := c.checkKey(key); err != nil {
-		return err
+		return 0, err
 	}
-	if ttl < time.Millisecond {
-		return fmt.Errorf("%w: ttl %v for %q is below 1ms", ErrInvalid, ttl, key)
+	return c.validTTL(ttl, key)
+}
+
+func (c *core[T]) validTTL(ttl time.Duration, key string) (time.Duration, error) {
+	of := ""
+	if key != "" {
+		of = fmt.Sprintf(" of %q", key)
 	}
-	return nil
+	switch {
+	case ttl == 0 && c.opts.defaultTTL > 0:
+		return c.opts.defaultTTL, nil
+	case ttl == 0:
+		return 0, fmt.Errorf("%w: ttl 0%s: a Cache made WithDefaultTTL gives it a meaning", ErrInvalid, of)
+	case ttl < time.Millisecond:
+		return 0, fmt.Errorf("%w: ttl %v%s is below 1ms", ErrInvalid, ttl, of)
+	}
+	return ttl, nil
 }
 
 // oneNode reports whether every key lives on one server, so that one

@@ -109,6 +109,20 @@ func ExampleSetTTL() {
 	// Output: 5s
 }
 
+// With WithDefaultTTL, a ttl of 0 means the Cache's default.
+func ExampleWithDefaultTTL() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	menus := dogpile.New[string](rdb, dogpile.WithPrefix("menu:"), dogpile.WithDefaultTTL(10*time.Minute))
+
+	_, _ = menus.Fetch(ctx, "today", 0, func(ctx context.Context) (string, error) { return "goulash", nil })
+	_ = menus.Set(ctx, "tomorrow", "schnitzel", 0)
+	fmt.Println(m.TTL("menu:{today}"), m.TTL("menu:{tomorrow}"))
+	// Output: 10m0s 10m0s
+}
+
 // WithEarlyRefresh refreshes a hot key shortly before it expires, so that
 // no caller waits for a compute.
 func ExampleWithEarlyRefresh() {

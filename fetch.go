@@ -41,7 +41,8 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
 	}
-	if err := c.checkTTL(key, ttl); err != nil {
+	ttl, err := c.checkTTL(key, ttl)
+	if err != nil {
 		var zero T
 		return zero, err
 	}
@@ -129,7 +130,8 @@ func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, c
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
 	}
-	if err := c.checkTTL(key, ttl); err != nil {
+	ttl, err := c.checkTTL(key, ttl)
+	if err != nil {
 		var zero T
 		return zero, err
 	}

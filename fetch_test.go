@@ -42,7 +42,7 @@ var behaviour = redistest.Suite{
 	{Name: "LargeValueReadAgain", Test: testLargeValueReadAgain},
 	// WithStale (fetch_stale_test.go), WithNegativeTTL
 	// (fetch_negative_test.go), Refresh (fetch_refresh_test.go), SetTTL
-	// (fetch_ttl_test.go), WithEarlyRefresh (fetch_early_test.go).
+	// and WithDefaultTTL (fetch_ttl_test.go), WithEarlyRefresh (fetch_early_test.go).
 	{Name: "StaleServedWhileOneRefreshes", Test: testStaleServedWhileOneRefreshes},
 	{Name: "StaleRefreshFailsThrottled", Test: testStaleRefreshFailsThrottled},
 	{Name: "NegativeCaching", Test: testNegativeCaching},
@@ -51,6 +51,7 @@ var behaviour = redistest.Suite{
 	{Name: "RefreshJoinsRunningCompute", Test: testRefreshJoinsRunningCompute},
 	{Name: "SetTTLFromCompute", Test: testSetTTLFromCompute},
 	{Name: "SetTTLZeroStoresNothing", Test: testSetTTLZeroStoresNothing},
+	{Name: "DefaultTTL", Test: testDefaultTTL},
 	{Name: "EarlyRefreshBeforeExpiry", Test: testEarlyRefreshBeforeExpiry},
 }
 

@@ -6,6 +6,7 @@ package dogpile_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +46,54 @@ func testSetTTLZeroStoresNothing(t *testing.T, b redistest.Backend) {
 	}
 	if _, err := a.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get: err = %v; want ErrMiss (not stored)", err)
+	}
+}
+
+// testDefaultTTL: with WithDefaultTTL, a ttl of 0 means the default for
+// every call that takes one; a ttl given still wins, and a negative one is
+// still invalid. Without it, 0 is invalid and names the option.
+func testDefaultTTL(t *testing.T, b redistest.Backend) {
+	ctx := t.Context()
+	const def = 40 * time.Second
+	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithDefaultTTL(def))
+	pttl := func(key string) time.Duration {
+		t.Helper()
+		d, err := dogpile.Client(c).PTTL(ctx, dogpile.KeysOf(c, key).Value).Result()
+		require.NoError(t, err)
+		return d
+	}
+	inDefault := func(call, key string) {
+		t.Helper()
+		if d := pttl(key); d <= def-10*time.Second || d > def {
+			t.Errorf("%s with ttl 0: PTTL = %v; want about the default %v", call, d, def)
+		}
+	}
+	_, err := c.Fetch(ctx, "fetch", 0, constant("v"))
+	require.NoError(t, err)
+	inDefault("Fetch", "fetch")
+	_, err = c.FetchMany(ctx, []string{"many"}, 0, func(context.Context, []string) (map[string]string, error) {
+		return map[string]string{"many": "v"}, nil
+	})
+	require.NoError(t, err)
+	inDefault("FetchMany", "many")
+	_, err = c.Refresh(ctx, "refresh", 0, constant("v"))
+	require.NoError(t, err)
+	inDefault("Refresh", "refresh")
+	require.NoError(t, c.Set(ctx, "set", "v", 0))
+	inDefault("Set", "set")
+	require.NoError(t, c.SetTagged(ctx, "tagged", "v", 0, "t"))
+	inDefault("SetTagged", "tagged")
+
+	require.NoError(t, c.Set(ctx, "given", "v", time.Hour))
+	if d := pttl("given"); d <= def {
+		t.Errorf("Set with ttl 1h: PTTL = %v; want the ttl given, not the default", d)
+	}
+	if err := c.Set(ctx, "negative", "v", -time.Second); !errors.Is(err, dogpile.ErrInvalid) {
+		t.Errorf("Set with ttl -1s: err = %v; want ErrInvalid", err)
+	}
+	plain := dogpile.New[string](b.Client(t), prefix(t))
+	if _, err := plain.Fetch(ctx, "fetch", 0, constant("v")); !errors.Is(err, dogpile.ErrInvalid) ||
+		!strings.Contains(err.Error(), "WithDefaultTTL") {
+		t.Errorf("Fetch with ttl 0 and no default: err = %v; want ErrInvalid naming WithDefaultTTL", err)
 	}
 }

@@ -43,8 +43,9 @@ func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Durati
 	if c.life.Done() {
 		return nil, ErrClosed
 	}
-	if ttl < time.Millisecond {
-		return nil, fmt.Errorf("%w: ttl %v is below 1ms", ErrInvalid, ttl)
+	ttl, err := c.validTTL(ttl, "")
+	if err != nil {
+		return nil, err
 	}
 	pending, err := uniqueKeys(keys)
 	if err != nil {

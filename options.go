@@ -28,6 +28,7 @@ type options struct {
 	maxCompute    time.Duration
 	computeIfDown bool
 
+	defaultTTL   time.Duration // WithDefaultTTL: the ttl of a call that passes 0; 0: none
 	stale        time.Duration // WithStale: how long past its TTL a value is served
 	beta         float64       // WithEarlyRefresh; 0: off
 	jitter       float64       // WithTTLJitter; 0: none
@@ -180,6 +181,18 @@ func WithEarlyRefresh(beta float64) Option {
 		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number (a programmer error)", beta))
 	}
 	return optionFunc(func(o *options) { o.beta = beta })
+}
+
+// WithDefaultTTL makes a ttl of 0, given to [Cache.Fetch],
+// [Cache.FetchMany], [Cache.Refresh], [Cache.Set] or [Cache.SetTagged], mean
+// d: a Cache whose keys all live as long need not repeat it. Without it a
+// ttl of 0 returns an error matching [ErrInvalid], as a negative one always
+// does. It panics if d is below a millisecond, Redis's resolution.
+func WithDefaultTTL(d time.Duration) Option {
+	if d < time.Millisecond {
+		panic(fmt.Sprintf("dogpile: default TTL %v is below 1ms (a programmer error)", d))
+	}
+	return optionFunc(func(o *options) { o.defaultTTL = d })
 }
 
 // WithTTLJitter spreads every TTL a value is stored with (by Fetch,

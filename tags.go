@@ -209,7 +209,8 @@ func (c *core[T]) void(ctx context.Context, vks []string) error {
 
 // set is Set, and SetTagged with tags.
 func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
-	if err := c.checkTTL(key, ttl); err != nil {
+	ttl, err := c.checkTTL(key, ttl)
+	if err != nil {
 		return err
 	}
 	ks := c.keys(key)
