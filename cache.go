@@ -182,6 +182,24 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// Expire makes the value cached under key stale now, in every process:
+// with [WithStale] it is served as stale, at once, while one process
+// refreshes it, until its stale window runs out; without WithStale, Expire
+// is [Cache.Delete]. A compute of key in progress loses its lock, as after
+// Delete. Once Expire returns, no call of this Cache takes the old value
+// for fresh, nor does one in another process once its near tier heard (as
+// after Delete). An absent key is no error; an empty one returns an error
+// matching [ErrInvalid]. [Cache.InvalidateTag] is the same for a tag.
+func (c *Cache[T]) Expire(ctx context.Context, key string) error {
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
+	if err := c.guard(ctx, func() error { return c.void(ctx, []string{c.valueKey(key)}) }); err != nil {
+		return redisutil.Failed(ctx, "dogpile", "expire", key, err)
+	}
+	return nil
+}
+
 // Close stops the Cache's background work and waits for it to end: the near
 // tier's tracking, and the flights and background refreshes in progress,
 // whose computes' context ends with cause ErrClosed (a compute that gives up
@@ -257,27 +275,5 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// their invalidations arrive: wait for them.
 	c.near.sync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
-	return nil
-}
-
-// Clear removes every key the Cache wrote, on every node: each value with
-// its lock and records, and the tags' sets and epochs. It leaves alone every
-// other key, under its prefix or not (it tells its own by their names). A
-// compute running anywhere loses its lock, as after [Cache.Delete], and near
-// tiers drop their copies. Clear walks the keyspace with SCAN and UNLINKs a
-// thousand keys at a time, so Redis is never blocked for long; a value stored
-// while Clear runs may survive it. Clear returns the first error a node
-// reported (that node's keys may be partly removed).
-func (c *Cache[T]) Clear(ctx context.Context) error {
-	if c.life.Done() {
-		return ErrClosed
-	}
-	err := c.clear(ctx)
-	// After the deletes, as Set does after its write (see forget).
-	c.flights.ForgetAll()
-	c.near.forgetAll()
-	if err != nil {
-		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
-	}
 	return nil
 }

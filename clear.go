@@ -211,3 +211,25 @@ func forEachNode(ctx context.Context, client redis.UniversalClient, f func(conte
 func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
+
+// Clear removes every key the Cache wrote, on every node: each value with
+// its lock and records, and the tags' sets and epochs. It leaves alone every
+// other key, under its prefix or not (it tells its own by their names). A
+// compute running anywhere loses its lock, as after [Cache.Delete], and near
+// tiers drop their copies. Clear walks the keyspace with SCAN and UNLINKs a
+// thousand keys at a time, so Redis is never blocked for long; a value stored
+// while Clear runs may survive it. Clear returns the first error a node
+// reported (that node's keys may be partly removed).
+func (c *Cache[T]) Clear(ctx context.Context) error {
+	if c.life.Done() {
+		return ErrClosed
+	}
+	err := c.clear(ctx)
+	// After the deletes, as Set does after its write (see forget).
+	c.flights.ForgetAll()
+	c.near.forgetAll()
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
+	}
+	return nil
+}

@@ -44,6 +44,39 @@ func ExampleWithStale() {
 	// after the refresh: 120
 }
 
+// Expire makes a value stale at once: with WithStale it is still served,
+// while one process refreshes it, as when the upstream said it changed.
+func ExampleCache_Expire() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	prices := dogpile.New[int](rdb, dogpile.WithStale(time.Hour))
+
+	price := 100
+	load := func(ctx context.Context) (int, error) { return price, nil }
+	v, _ := prices.Fetch(ctx, "beer", time.Hour, load)
+	fmt.Println("first fill:", v)
+
+	price = 120
+	_ = prices.Expire(ctx, "beer") // the price list changed upstream
+	v, _ = prices.Fetch(ctx, "beer", time.Hour, load)
+	fmt.Println("stale, served at once:", v)
+
+	refreshed := func() bool {
+		v, _ = prices.Get(ctx, "beer")
+		return v == 120
+	}
+	if !redistest.Within(redistest.EventuallyWithin, refreshed) {
+		fmt.Println("no refresh within", redistest.EventuallyWithin)
+	}
+	fmt.Println("after the refresh:", v)
+	// Output:
+	// first fill: 100
+	// stale, served at once: 100
+	// after the refresh: 120
+}
+
 // Negative caching: "not found" is remembered for a while, in every process.
 func ExampleWithNegativeTTL() {
 	m, rdb := newTestRedis()

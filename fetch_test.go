@@ -42,7 +42,8 @@ var behaviour = redistest.Suite{
 	{Name: "LargeValueReadAgain", Test: testLargeValueReadAgain},
 	// WithStale (fetch_stale_test.go), WithNegativeTTL
 	// (fetch_negative_test.go), Refresh (fetch_refresh_test.go), SetTTL
-	// and WithDefaultTTL (fetch_ttl_test.go), WithEarlyRefresh (fetch_early_test.go).
+	// and WithDefaultTTL (fetch_ttl_test.go), Expire (fetch_expire_test.go),
+	// WithEarlyRefresh (fetch_early_test.go).
 	{Name: "StaleServedWhileOneRefreshes", Test: testStaleServedWhileOneRefreshes},
 	{Name: "StaleRefreshFailsThrottled", Test: testStaleRefreshFailsThrottled},
 	{Name: "NegativeCaching", Test: testNegativeCaching},
@@ -52,6 +53,8 @@ var behaviour = redistest.Suite{
 	{Name: "SetTTLFromCompute", Test: testSetTTLFromCompute},
 	{Name: "SetTTLZeroStoresNothing", Test: testSetTTLZeroStoresNothing},
 	{Name: "DefaultTTL", Test: testDefaultTTL},
+	{Name: "ExpireServesStale", Test: testExpireServesStale},
+	{Name: "ExpireWithoutStale", Test: testExpireWithoutStale},
 	{Name: "EarlyRefreshBeforeExpiry", Test: testEarlyRefreshBeforeExpiry},
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
@@ -149,6 +150,47 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 		if err != nil || v != w.want {
 			t.Fatalf("Fetch after %s = %q, %v; want %q", w.name, v, err, w.want)
 		}
+	}
+}
+
+// TestNearCacheExpire: Expire makes a near-cached value stale in every
+// process: the one that expires it drops its copy before Expire returns
+// (its invalidation held back here), another once its invalidation
+// arrives; each then serves the value as stale while one refreshes it.
+func TestNearCacheExpire(t *testing.T) {
+	s := redistest.StartServer(t)
+	a := dogpile.NewNearCache[string](t, s.Client(t), 100, dogpile.WithStale(time.Hour))
+	o := dogpile.NewNearCache[string](t, s.Client(t), 100, dogpile.WithStale(time.Hour))
+	ctx := t.Context()
+	require.NoError(t, a.Set(ctx, "k", "v1", time.Hour))
+	dogpile.FetchNear(t, a, "k")
+	dogpile.FetchNear(t, o, "k")
+	release := make(chan struct{})
+	refresh := func(context.Context) (string, error) { <-release; return "v2", nil }
+
+	var held sync.Mutex
+	dogpile.Tracker(a).BeforeApply = func() { held.Lock(); held.Unlock() } // waits while the test holds it
+	held.Lock()
+	require.NoError(t, a.Expire(ctx, "k"))
+	v, err := a.Fetch(ctx, "k", time.Hour, refresh)
+	stale := a.Stats().Stale
+	held.Unlock()
+	if err != nil || v != "v1" || stale != 1 {
+		t.Fatalf("Fetch after Expire = %q, %v with %d stale; want v1 served as stale", v, err, stale)
+	}
+	redistest.Eventually(t, "the other process to serve the value as stale", func() bool {
+		before := o.Stats().Stale
+		v, err := o.Fetch(ctx, "k", time.Hour, refresh)
+		require.NoError(t, err)
+		require.Equal(t, "v1", v, "the other process's Fetch while the refresh runs")
+		return o.Stats().Stale > before
+	})
+	close(release)
+	for _, c := range []*dogpile.Cache[string]{a, o} {
+		redistest.Eventually(t, "the refreshed value", func() bool {
+			v, err := c.Fetch(ctx, "k", time.Hour, constant("unused"))
+			return err == nil && v == "v2"
+		})
 	}
 }
 
