@@ -249,3 +249,16 @@ func (c *core[T]) earlyGap(took, ttl time.Duration) time.Duration {
 
 // earlyFloor is the least early-refresh gap, in units of δ·β (see earlyGap).
 const earlyFloor = 2
+
+// previous is what Previous returns for a compute that replaces the entry
+// b, decoded when compute asks (nil if b is): the value, unless b is a
+// tombstone or does not decode.
+func (c *core[T]) previous(b []byte) func() (any, bool) {
+	if b == nil {
+		return nil
+	}
+	return func() (any, bool) {
+		v, m, err := c.decodeEntry(b)
+		return v, err == nil && !m.NotFound
+	}
+}

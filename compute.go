@@ -22,6 +22,7 @@ import (
 func (c *core[T]) computeHeld(ctx context.Context, j *job[T], token string, sent time.Time) (r outcome, again bool) {
 	cctx, cancel, ro, stop := c.computeContext(ctx, sent)
 	defer stop()
+	ro.prev = c.previous(j.prev)
 	c.flights.SetBusy(j.cl, ro.taggedWith)
 	if c.beforeCompute != nil {
 		c.beforeCompute(j.key)

@@ -77,6 +77,35 @@ func ExampleCache_Expire() {
 	// after the refresh: 120
 }
 
+// Previous lets a refresh ask its source whether anything changed since
+// the value it replaces, and keep that value if not.
+func ExamplePrevious() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	type page struct {
+		ETag, Body string
+	}
+	pages := dogpile.New[page](rdb)
+
+	fetch := func(ctx context.Context) (page, error) {
+		if old, ok := dogpile.Previous[page](ctx); ok && old.ETag == "v7" {
+			fmt.Println("not modified since", old.ETag) // e.g. HTTP 304: nothing to download
+			return old, nil
+		}
+		fmt.Println("downloading")
+		return page{ETag: "v7", Body: "<html>…"}, nil
+	}
+	_, _ = pages.Fetch(ctx, "/menu", time.Hour, fetch)
+	p, _ := pages.Refresh(ctx, "/menu", time.Hour, fetch)
+	fmt.Println(p.ETag)
+	// Output:
+	// downloading
+	// not modified since v7
+	// v7
+}
+
 // Negative caching: "not found" is remembered for a while, in every process.
 func ExampleWithNegativeTTL() {
 	m, rdb := newTestRedis()

@@ -93,7 +93,9 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			c.flights.End(id, cl, r)
 			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
-				c.refreshLater(ctx, newJob(flightID{Kind: laterFlight, Key: vk}, key, ttl, compute, nil), limit)
+				j := newJob(flightID{Kind: laterFlight, Key: vk}, key, ttl, compute, nil)
+				j.prev = b
+				c.refreshLater(ctx, j, limit)
 			}
 			if m.NotFound {
 				return v, notFound(key), false

@@ -29,6 +29,7 @@ type job[T any] struct {
 	refresh bool     // a background refresh (see refreshLater)
 	first   []any    // FetchMany's lock reply for key (never "locked"), to start the miss from
 	m       *miss[T] // the miss begun by Fetch's first look, with its reply (see lookWithScript)
+	prev    []byte   // the entry of the value compute replaces, if known (see Previous)
 
 	// How the miss starts (see Cache.runMiss).
 	bad   string // SHA1 of stored bytes that did not decode, or ""
@@ -116,6 +117,25 @@ func Tag(ctx context.Context, tags ...string) {
 	}
 }
 
+// Previous, called by a compute with the context it was given, returns the
+// value that compute replaces, if this process knows it: the stale value a
+// background refresh ([WithStale], [WithEarlyRefresh]) found, or the value
+// a [Cache.Refresh] passes over. compute may then ask its source whether
+// anything changed since, and return that value if not. It returns false
+// on a first fill, after a not-found tombstone, on a context that did not
+// come from a compute of a Cache[T], and in a FetchMany's compute (which
+// replaces many values).
+func Previous[T any](ctx context.Context) (T, bool) {
+	var zero T
+	ro, ok := ctx.Value(resultKey{}).(*resultOpts)
+	if !ok || ro.prev == nil {
+		return zero, false
+	}
+	v, ok := ro.prev()
+	t, isT := v.(T)
+	return t, ok && isT
+}
+
 type resultKey struct{}
 
 // resultOpts holds what compute said about its result. compute may call
@@ -130,6 +150,10 @@ type resultOpts struct {
 	vouch  bool     // false once an epoch could not be read
 	epochs func(ctx context.Context, tags []string) ([]string, error)
 	lease  *hold.Clock // the compute lock's, once compute may run (see tag)
+
+	// prev returns the value compute replaces, decoded, if one is known
+	// (see Previous); nil if none is.
+	prev func() (any, bool)
 
 	// named holds every tag given to Tag, published before its epoch is
 	// read, so that an InvalidateTag in this process can drop the flight

@@ -119,7 +119,9 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 				out[k] = v
 			}
 			if limit, ok := c.due(r.pttl, m); ok {
-				c.refreshLater(ctx, newJob(flightID{Kind: laterFlight, Key: vks[i]}, k, ttl, one(k, compute), nil), limit)
+				j := newJob(flightID{Kind: laterFlight, Key: vks[i]}, k, ttl, one(k, compute), nil)
+				j.prev = r.b
+				c.refreshLater(ctx, j, limit)
 			}
 			continue
 		case r.err == redis.Nil:

@@ -40,6 +40,7 @@ type miss[T any] struct {
 	seen  string    // the holder we wait for, or ""
 	bad   string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
 	force string    // "force": pass over a value (Refresh), or ""
+	prev  []byte    // with force, the value passed over when the lock was won (see Previous)
 
 	// Subscribe only once the fetch script says another process computes:
 	// the winner, whose compute the whole fleet waits for, must not spend a
@@ -151,6 +152,10 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 			// the lock, so there is nothing to re-check: another process
 			// that stored the value between our GET and now was seen above.
 			m.w.Watch(ctx, "") // the holder needs no wake-ups
+			m.prev = nil
+			if s, ok := at[string](res, 1); ok {
+				m.prev = []byte(s)
+			}
 			return missHeld, nil, nil
 		case replyBusy:
 			b, err := m.wait(wctx, res)

@@ -121,6 +121,9 @@ func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 			c.stats.takeovers.Add(1)
 			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
 		}
+		if m.prev != nil {
+			j.prev = m.prev
+		}
 		r, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {
 			return r
