@@ -106,6 +106,29 @@ func ExamplePrevious() {
 	// v7
 }
 
+// With WithSoftTimeout, the caller that finds a stale value waits a little
+// for the refresh: a quick backend's new value reaches it at once.
+func ExampleWithSoftTimeout() {
+	m, rdb := newTestRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+	prices := dogpile.New[int](rdb, dogpile.WithStale(time.Hour), dogpile.WithSoftTimeout(time.Second))
+
+	price := 100
+	load := func(ctx context.Context) (int, error) { return price, nil }
+	v, _ := prices.Fetch(ctx, "beer", time.Minute, load)
+	fmt.Println("first fill:", v)
+
+	price = 120
+	m.FastForward(2 * time.Minute) // past the TTL, within the stale window
+	v, _ = prices.Fetch(ctx, "beer", time.Minute, load)
+	fmt.Println("stale, refreshed within the soft timeout:", v)
+	// Output:
+	// first fill: 100
+	// stale, refreshed within the soft timeout: 120
+}
+
 // Negative caching: "not found" is remembered for a while, in every process.
 func ExampleWithNegativeTTL() {
 	m, rdb := newTestRedis()

@@ -90,13 +90,19 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
 			c.near.put(vk, tk, o, b, m, pttl)
-			c.flights.End(id, cl, r)
-			c.count(ctx, key, r, m.NotFound)
 			if limit, ok := c.due(pttl, m); ok {
 				j := newJob(flightID{Kind: laterFlight, Key: vk}, key, ttl, compute, nil)
 				j.prev = b
 				c.refreshLater(ctx, j, limit)
 			}
+			if r.stale && c.opts.softTimeout > 0 {
+				// The flight stays open meanwhile: its followers wait too.
+				if fb, fv, fm, ok := c.softWait(ctx, vk, b); ok {
+					r, v, m = outcome{b: fb, hit: true}, fv, fm
+				}
+			}
+			c.flights.End(id, cl, r)
+			c.count(ctx, key, r, m.NotFound)
 			if m.NotFound {
 				return v, notFound(key), false
 			}

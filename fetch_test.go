@@ -43,7 +43,8 @@ var behaviour = redistest.Suite{
 	// WithStale (fetch_stale_test.go), WithNegativeTTL
 	// (fetch_negative_test.go), Refresh (fetch_refresh_test.go), SetTTL
 	// and WithDefaultTTL (fetch_ttl_test.go), Expire (fetch_expire_test.go),
-	// Previous (fetch_previous_test.go), WithEarlyRefresh (fetch_early_test.go).
+	// Previous (fetch_previous_test.go), WithSoftTimeout (fetch_soft_test.go),
+	// WithEarlyRefresh (fetch_early_test.go).
 	{Name: "StaleServedWhileOneRefreshes", Test: testStaleServedWhileOneRefreshes},
 	{Name: "StaleRefreshFailsThrottled", Test: testStaleRefreshFailsThrottled},
 	{Name: "NegativeCaching", Test: testNegativeCaching},
@@ -56,6 +57,8 @@ var behaviour = redistest.Suite{
 	{Name: "ExpireServesStale", Test: testExpireServesStale},
 	{Name: "ExpireWithoutStale", Test: testExpireWithoutStale},
 	{Name: "PreviousValue", Test: testPreviousValue},
+	{Name: "SoftTimeout", Test: testSoftTimeout},
+	{Name: "SoftTimeoutOtherProcess", Test: testSoftTimeoutOtherProcess},
 	{Name: "EarlyRefreshBeforeExpiry", Test: testEarlyRefreshBeforeExpiry},
 }
 

@@ -30,6 +30,7 @@ type options struct {
 
 	defaultTTL   time.Duration // WithDefaultTTL: the ttl of a call that passes 0; 0: none
 	stale        time.Duration // WithStale: how long past its TTL a value is served
+	softTimeout  time.Duration // WithSoftTimeout: how long a stale hit waits for its refresh; 0: not at all
 	beta         float64       // WithEarlyRefresh; 0: off
 	jitter       float64       // WithTTLJitter; 0: none
 	negativeTTL  time.Duration // WithNegativeTTL; 0: not-found results are not stored
@@ -168,6 +169,21 @@ func WithStale(max time.Duration) Option {
 		panic(fmt.Sprintf("dogpile: stale window %v is not positive (a programmer error)", max))
 	}
 	return optionFunc(func(o *options) { o.stale = max })
+}
+
+// WithSoftTimeout makes a [Cache.Fetch] that finds a stale value (see
+// [WithStale]) wait up to d for its refresh, by this process or another,
+// and return the fresh value if it is stored in time, else the stale one
+// at d; the refresh goes on in the background either way, and is stored.
+// Callers that share the Fetch's flight wait with it. A fast backend's
+// new value thus reaches the caller that found the old one, and a slow
+// backend costs at most d. Without WithStale it changes nothing; FetchMany
+// serves stale values at once. It panics if d is not positive.
+func WithSoftTimeout(d time.Duration) Option {
+	if d <= 0 {
+		panic(fmt.Sprintf("dogpile: soft timeout %v is not positive (a programmer error)", d))
+	}
+	return optionFunc(func(o *options) { o.softTimeout = d })
 }
 
 // WithEarlyRefresh refreshes a hot key's value in the background shortly
