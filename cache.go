@@ -241,7 +241,7 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 // InvalidateTag makes every value tagged with any of tags (by [Tag] in a
 // compute, or [Cache.SetTagged]) a miss in every process, near tiers
 // included; with [WithStale] it makes them stale instead, refreshed in the
-// background. A compute of such a value in progress loses its lock, as
+// background (a not-found tombstone, with nothing to serve, goes). A compute of such a value in progress loses its lock, as
 // after [Cache.Delete].
 //
 // Once InvalidateTag returns, no call that starts later, in any process,

@@ -56,6 +56,15 @@ func testExpireServesStale(t *testing.T, b redistest.Backend) {
 		t.Errorf("PTTL after the refresh = %v, %v; want a fresh TTL and the stale window", pttl, err)
 	}
 
+	// A not-found tombstone has no value to serve stale: Expire removes it.
+	n := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour), dogpile.WithNegativeTTL(time.Hour))
+	_, err = n.Fetch(ctx, "gone", time.Hour, func(context.Context) (string, error) { return "", dogpile.ErrNotFound })
+	require.ErrorIs(t, err, dogpile.ErrNotFound)
+	require.NoError(t, n.Expire(ctx, "gone"))
+	if v, err := n.Fetch(ctx, "gone", time.Hour, constant("back")); err != nil || v != "back" {
+		t.Errorf("Fetch after Expire of a tombstone = %q, %v; want back, computed", v, err)
+	}
+
 	require.NoError(t, a.Expire(ctx, "absent"))
 	if _, err := a.Get(ctx, "absent"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get of an absent key after Expire: err = %v; want ErrMiss", err)
