@@ -56,6 +56,7 @@ type checker struct {
 	keys   map[ckey][]*Op   // cache ops by key (a FetchMany under each of its keys)
 	names  map[string][]*Op // lock sections by name
 	invals map[int][]*Op    // InvalidateTag calls by Cache
+	expiry map[ckey][]*Op   // Expire calls of a Cache WithStale, by key (see voidedKey)
 	died   map[int]int64    // History.Died, killed processes dated at their SIGKILL
 	writes map[ckey]*writeIndex
 	byID   map[int64]*Op
@@ -108,12 +109,20 @@ func Check(h *History) Verdict {
 
 func newChecker(h *History) *checker {
 	c := &checker{h: h, keys: map[ckey][]*Op{}, names: map[string][]*Op{},
-		invals: map[int][]*Op{}, writes: map[ckey]*writeIndex{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
+		invals: map[int][]*Op{}, expiry: map[ckey][]*Op{}, writes: map[ckey]*writeIndex{}, byID: map[int64]*Op{}, births: map[int64]*Op{}, obs: map[int64]int64{}, stored: map[int64]int64{},
 		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
 	c.died = killedAtSignal(h)
 	for _, op := range h.Ops {
 		c.byID[op.ID] = op
+		if op.Kind == KExpire && h.Plan.Caches[op.Cfg].Stale == 0 {
+			op.Kind = KDelete // Expire's contract: without WithStale it is Delete
+		}
+		if op.Kind == KExpire {
+			ck := ckey{op.Cfg, op.Keys[0]}
+			c.expiry[ck] = append(c.expiry[ck], op)
+			continue
+		}
 		if op.Kind == KInval {
 			c.invals[op.Cfg] = append(c.invals[op.Cfg], op)
 			continue

@@ -26,12 +26,17 @@ func (c *checker) invalidated(cfg int, tags []string, from, to int64) *Op {
 	return nil
 }
 
-// voidedKey returns an InvalidateTag of ck's Cache (returned or not), in
-// progress at some time in [from, to], of a tag whose set held ck: it
-// voided ck's value, whatever that value's own tags, and took the compute
-// lock of ck away (a key stays in a tag's set until an invalidation of
-// the tag takes the set).
+// voidedKey returns an Expire of ck (of a Cache WithStale: see newChecker),
+// or an InvalidateTag of ck's Cache of a tag whose set held ck, returned
+// or not, in progress at some time in [from, to]: it voided ck's value,
+// whatever that value's own tags, and took the compute lock of ck away (a
+// key stays in a tag's set until an invalidation of the tag takes the set).
 func (c *checker) voidedKey(ck ckey, from, to int64) *Op {
+	for _, e := range c.expiry[ck] {
+		if e.Start <= to && c.end(e) >= from {
+			return e
+		}
+	}
 	for _, w := range c.invals[ck.cfg] {
 		if w.Start > to || c.end(w) < from {
 			continue

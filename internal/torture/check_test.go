@@ -166,6 +166,19 @@ func TestRules(t *testing.T) {
 			a, b := cache(KFetch, 1, 0, 1, 2, 11), cache(KFetch, 2, 0, 2, 0, 13)
 			return history([]*Op{a, compute(a, 1, 2.5, 10), b, compute(b, 2, 3, 12), cache(KDelete, 3, 0, 0, 1, 1.5)})
 		}, nil},
+		{"read-after-write/an Expire without WithStale is a Delete", func() *History {
+			return history(expired(0))
+		}, []string{"read-after-write"}},
+		{"read-after-write/an Expire with WithStale leaves the value, stale", func() *History {
+			return history(expired(3))
+		}, nil},
+		{"compute-overlap/excused by an Expire without WithStale", func() *History {
+			return history(append(overlap(), cache(KExpire, 3, 0, 0, 2, 3)))
+		}, nil},
+		{"compute-overlap/in a WithStale Cache", func() *History { return history(onCache(3, overlap())) }, []string{"compute-overlap"}},
+		{"compute-overlap/excused by an Expire with WithStale", func() *History {
+			return history(onCache(3, append(overlap(), cache(KExpire, 3, 0, 0, 2, 3))))
+		}, nil},
 		{"compute-fresh", func() *History { return history(computeFresh()) }, []string{"compute-fresh"}},
 		{"compute-fresh/excused by a Delete", func() *History {
 			return history(append(computeFresh(), cache(KDelete, 3, 0, 0, 25, 26)))
@@ -279,6 +292,20 @@ func readAfterWrite(cfg int) []*Op {
 		cache(KSet, 2, cfg, 2, 5, 6),
 		cache(KFetch, 3, cfg, 1, 10, 11),
 	}
+}
+
+// expired: a Set, then an Expire by another process, then a third process
+// reads the Set's value, on Cache cfg.
+func expired(cfg int) []*Op {
+	return []*Op{cache(KSet, 1, cfg, 1, 0, 1), cache(KExpire, 2, cfg, 0, 5, 6), cache(KFetch, 3, cfg, 1, 10, 11)}
+}
+
+// onCache moves ops to Cache cfg.
+func onCache(cfg int, ops []*Op) []*Op {
+	for _, op := range ops {
+		op.Cfg = cfg
+	}
+	return ops
 }
 
 // monotonic: a caller sees version 2, computed by another process, then

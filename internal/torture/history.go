@@ -20,6 +20,7 @@ const (
 	KGet       = "get"
 	KSet       = "set"
 	KDelete    = "delete"
+	KExpire    = "expire"     // Expire of a key: with WithStale it voids the key, else it is a Delete
 	KCompute   = "compute"    // a call of a compute function, by any of the above
 	KInval     = "invalidate" // InvalidateTag of Tags
 	KMutex     = "mutex"      // a plain Mutex's critical section

@@ -51,8 +51,10 @@ func (w *worker) cacheLoop(ctx context.Context, g int) {
 			op = w.refresh(g, cfg, key, r.Uint64())
 		case x < 72:
 			op = w.set(g, cfg, key, r.IntN(2) == 0)
-		case x < 79:
+		case x < 76:
 			op = w.delete(g, cfg, key)
+		case x < 79:
+			op = w.expire(g, cfg, key)
 		case x < 82:
 			op = w.invalidate(g, cfg, tagOf(key))
 		default:
@@ -97,7 +99,7 @@ func (w *worker) fetch(g, cfg int, key string, seed uint64) *Op {
 	op := w.begin(g, KFetch, cfg, key)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	v, err := w.caches[cfg].Fetch(ctx, key, w.plan.Caches[cfg].TTL, w.compute(g, cfg, key, op, seed))
+	v, err := w.caches[cfg].Fetch(ctx, key, w.ttl(cfg, seed), w.compute(g, cfg, key, op, seed))
 	w.endRead(op, key, v, err)
 	return op
 }
@@ -106,7 +108,7 @@ func (w *worker) refresh(g, cfg int, key string, seed uint64) *Op {
 	op := w.begin(g, KRefresh, cfg, key)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	v, err := w.caches[cfg].Refresh(ctx, key, w.plan.Caches[cfg].TTL, w.compute(g, cfg, key, op, seed))
+	v, err := w.caches[cfg].Refresh(ctx, key, w.ttl(cfg, seed), w.compute(g, cfg, key, op, seed))
 	w.endRead(op, key, v, err)
 	return op
 }
@@ -145,7 +147,7 @@ func (w *worker) fetchMany(g, cfg int, keys []string, seed uint64) *Op {
 	op := w.begin(g, KFetchMany, cfg, keys...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	m, err := w.caches[cfg].FetchMany(ctx, keys, w.plan.Caches[cfg].TTL, w.computeMany(g, cfg, op, seed))
+	m, err := w.caches[cfg].FetchMany(ctx, keys, w.ttl(cfg, seed), w.computeMany(g, cfg, op, seed))
 	op.Vers = map[string]int64{}
 	var wrong []string
 	for _, k := range keys {
@@ -181,7 +183,7 @@ func (w *worker) set(g, cfg int, key string, tagged bool) *Op {
 	w.led.Write(op)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	v, ttl := Value{K: key, V: ver, P: w.proc, G: g}, w.plan.Caches[cfg].TTL
+	v, ttl := Value{K: key, V: ver, P: w.proc, G: g}, w.ttl(cfg, uint64(ver))
 	if tagged {
 		op.Tags = []string{tagOf(key)}
 		w.end(op, w.caches[cfg].SetTagged(ctx, key, v, ttl, op.Tags...))
@@ -189,6 +191,23 @@ func (w *worker) set(g, cfg int, key string, tagged bool) *Op {
 	}
 	w.end(op, w.caches[cfg].Set(ctx, key, v, ttl))
 	return op
+}
+
+func (w *worker) expire(g, cfg int, key string) *Op {
+	op := w.begin(g, KExpire, cfg, key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	w.end(op, w.caches[cfg].Expire(ctx, key))
+	return op
+}
+
+// ttl is the TTL a call of Cache cfg passes: the Cache's, or for one call
+// in two (by seed) 0, which WithDefaultTTL makes the same.
+func (w *worker) ttl(cfg int, seed uint64) time.Duration {
+	if seed%2 == 0 {
+		return 0
+	}
+	return w.plan.Caches[cfg].TTL
 }
 
 func (w *worker) delete(g, cfg int, key string) *Op {

@@ -133,7 +133,7 @@ func newWorker(wp WorkerParams) (*worker, error) {
 	}
 	w.oracle = redis.NewClient(&redis.Options{Addr: wp.Oracle})
 	for i, c := range w.plan.Caches {
-		opts := []dogpile.Option{dogpile.WithPrefix(c.Prefix), dogpile.WithLease(computeLease)}
+		opts := []dogpile.Option{dogpile.WithPrefix(c.Prefix), dogpile.WithLease(computeLease), dogpile.WithDefaultTTL(c.TTL)}
 		if c.Stale > 0 {
 			opts = append(opts, dogpile.WithStale(c.Stale))
 		}
