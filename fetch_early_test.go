@@ -22,9 +22,11 @@ import (
 // background, a hit just before it does not.
 func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
-	// The gap (early) is at least took; the margins below stay clear of
-	// its edges by more than a loaded machine oversleeps.
-	const took, ttl, margin = 150 * time.Millisecond, 1500 * time.Millisecond, 150 * time.Millisecond
+	// The gap (early) is at least twice took, at most a third of the TTL;
+	// the hits below stay clear of its edges by more than a loaded machine
+	// oversleeps (150 ms was not, beside two CPU hogs): 500 ms before it,
+	// and at least 300 ms inside it.
+	const took, ttl, margin = 300 * time.Millisecond, 3 * time.Second, 500 * time.Millisecond
 	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithEarlyRefresh(1))
 	var n atomic.Int32
 	compute := func(context.Context) (string, error) {
