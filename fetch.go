@@ -13,30 +13,18 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
-// Fetch returns the value cached under key. On a miss it calls compute,
-// stores the result for ttl and returns it. Concurrent misses for key, in
-// this process or in any process that shares the Redis server, call
-// compute once; the other callers wait for the stored value and are woken
-// the moment it is stored. A hit costs one round trip, or none from the
-// near tier ([WithNearCache]). Every caller gets its own copy of the value,
-// except near hits, which share one.
-//
-// compute runs on a context detached from the caller's: it keeps ctx's
-// values, not its cancellation, and is cancelled only when this process
-// loses the compute lock or the Cache is closed. If ctx is done first,
-// Fetch returns ctx.Err() at once (the first caller's first round trip is
-// bounded by ctx only if the client has ContextTimeoutEnabled).
-//
-// When compute fails or panics, nothing is stored and the lock is released:
-// callers in this process get compute's error, those in other processes an
-// error matching [ErrComputeFailed]; the next Fetch computes again. Stored
-// bytes that do not decode count as a miss. Redis errors are returned
-// wrapped, and compute is not called, unless [WithComputeWhenDown]. If
-// compute succeeded but the store failed, Fetch returns both.
-//
-// An empty key or a ttl below a millisecond returns an error matching
-// [ErrInvalid]; a nil compute panics. docs/design.md tells how a Fetch
-// runs: the first look, pipelined GETs, whose goroutine runs what.
+// Fetch returns the value cached under key; on a miss it calls compute, stores
+// the result for ttl and returns it. Of concurrent misses for key, in every
+// process that shares the Redis, one calls compute and the others wait for its
+// value. Each caller gets its own copy, except near hits ([WithNearCache]).
+// compute's context keeps ctx's values, not its cancellation, and ends only if
+// this process loses the compute lock or the Cache is closed; if ctx ends
+// first, Fetch returns ctx.Err() at once. A compute that fails or panics
+// stores nothing and releases the lock: callers in this process get its error,
+// those elsewhere one matching [ErrComputeFailed]. If the store fails, Fetch
+// returns the value and the error. Redis errors are returned wrapped, without
+// calling compute, unless [WithComputeWhenDown]. An empty key or a ttl below a
+// millisecond returns an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
