@@ -238,22 +238,15 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
 }
 
-// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
-// compute, or [Cache.SetTagged]) a miss in every process, near tiers
-// included; with [WithStale] it makes them stale instead, refreshed in the
-// background (a not-found tombstone, with nothing to serve, goes). A compute of such a value in progress loses its lock, as
-// after [Cache.Delete].
-//
-// Once InvalidateTag returns, no call that starts later, in any process,
-// returns a value tagged before it began, even one whose compute called Tag
-// then and stores afterwards: that store is refused and the flight computes
-// again. A key stays in a tag's set until the set expires, so a later value
-// stored under it without the tag may be voided too.
-//
-// It works through a tag's values a few hundred at a time and returns once
-// they are all voided, or the first error (the rest are kept for the next
-// InvalidateTag). An empty tag returns an error matching [ErrInvalid].
-// docs/design.md, "Tags", tells how.
+// InvalidateTag makes every value tagged with any of tags ([Tag],
+// [Cache.SetTagged]) a miss in every process, near tiers included, or with
+// [WithStale] stale (a not-found tombstone goes); a compute of one in progress
+// loses its lock, as after [Cache.Delete]. Once it returns, no call that starts
+// later, anywhere, returns a value tagged before it began, even one stored
+// afterwards. A key stays in a tag's set until the set expires, so a later value
+// of it stored without the tag may be voided too. It returns the first error,
+// leaving the values not yet voided to the next InvalidateTag; an empty tag
+// returns an error matching [ErrInvalid].
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if c.life.Done() {
 		return ErrClosed

@@ -186,23 +186,17 @@ func WithSoftTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.softTimeout = d })
 }
 
-// WithEarlyRefresh refreshes a hot key's value in the background shortly
-// before its TTL runs out, so that its callers never wait for a compute:
-// XFetch (Vattani et al., VLDB 2015), run by one process in the fleet. A
-// larger beta refreshes earlier; 1 is the paper's. The refresh point is drawn
-// once per stored value, δ·beta·(2 − ln u) before expiry, δ being how long
-// the value took to get (compute and two round trips) and u uniform in
-// (0, 1]: at least 2·δ·beta, a median of 2.7·δ·beta, under 4.3·δ·beta for
-// nine values in ten, never over a third of the TTL (docs/design.md). How
-// long before expiry a refresh starts, median (nine in ten under):
+// WithEarlyRefresh makes one process refresh a hot key in the background
+// shortly before its TTL runs out, so that its callers never wait for a
+// compute. How long before expiry a refresh starts, by δ (how long the value
+// took to get) and beta, median (nine in ten under), at most a third of the TTL:
 //
 //	δ        beta 0.5        beta 1          beta 2
 //	10 ms    13 ms (22 ms)   27 ms (43 ms)   54 ms (86 ms)
 //	100 ms   135 ms (215)    269 ms (430)    539 ms (861)
 //	1 s      1.3 s (2.2 s)   2.7 s (4.3 s)   5.4 s (8.6 s)
 //
-// With a TTL of a minute and δ of 1 s, beta 1 refreshes about 57 s after
-// the store. It panics if beta is not positive.
+// It panics if beta is not positive.
 func WithEarlyRefresh(beta float64) Option {
 	if !(beta > 0) || math.IsInf(beta, 1) {
 		panic(fmt.Sprintf("dogpile: early refresh beta %v is not a positive number (a programmer error)", beta))
