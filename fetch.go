@@ -117,11 +117,10 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 }
 
 // Refresh computes the value of key now and stores it for ttl, even over a
-// fresh value, under the same fleet-wide compute lock as Fetch: if another
-// process is computing key, Refresh returns its result instead. Concurrent
-// Refresh calls in one process share one compute, and once Refresh returns,
-// later calls of this Cache return nothing older. Errors are as for
-// [Cache.Fetch]. Refresh panics if compute is nil.
+// fresh one; if another process is computing key, it returns that result
+// instead. Concurrent Refresh calls in one process share one compute. Once
+// Refresh returns, later calls of this Cache return nothing older. Errors are
+// as for [Cache.Fetch]; a nil compute panics.
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
