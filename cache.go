@@ -225,12 +225,11 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 // InvalidateTag makes every value tagged with any of tags ([Tag],
 // [Cache.SetTagged]) a miss in every process, near tiers included, or with
 // [WithStale] stale (a not-found tombstone goes); a compute of one in progress
-// loses its lock, as after [Cache.Delete]. Once it returns, no call that starts
-// later, anywhere, returns a value tagged before it began, even one stored
-// afterwards. A key stays in a tag's set until the set expires, so a later value
-// of it stored without the tag may be voided too. It returns the first error,
-// leaving the values not yet voided to the next InvalidateTag; an empty tag
-// returns an error matching [ErrInvalid].
+// loses its lock. Once it returns, no call that starts later, anywhere, returns
+// a value tagged before it began, even one stored afterwards. A key stays in a
+// tag's set until the set expires, so a later value of it stored untagged may
+// be voided too. It returns the first error, leaving the rest to the next
+// InvalidateTag; an empty tag returns an error matching [ErrInvalid].
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if c.life.Done() {
 		return ErrClosed

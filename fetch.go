@@ -13,18 +13,17 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
-// Fetch returns the value cached under key; on a miss it calls compute, stores
-// the result for ttl and returns it. Of concurrent misses for key, in every
-// process that shares the Redis, one calls compute and the others wait for its
-// value. Each caller gets its own copy, except near hits ([WithNearCache]).
-// compute's context keeps ctx's values, not its cancellation, and ends only if
-// this process loses the compute lock or the Cache is closed; if ctx ends
-// first, Fetch returns ctx.Err() at once. A compute that fails or panics
-// stores nothing and releases the lock: callers in this process get its error,
-// those elsewhere one matching [ErrComputeFailed]. If the store fails, Fetch
-// returns the value and the error. Redis errors are returned wrapped, without
-// calling compute, unless [WithComputeWhenDown]. An empty key or a ttl below a
-// millisecond returns an error matching [ErrInvalid]; a nil compute panics.
+// Fetch returns the value cached under key; on a miss it calls compute and
+// returns its result, stored for ttl. Of concurrent misses for key in the
+// fleet, one calls compute and the rest get its value, each a copy of its own
+// (near hits share one). compute's context keeps ctx's values, not its
+// cancellation, and ends only if this process loses the compute lock or the
+// Cache closes; if ctx ends first, Fetch returns ctx.Err(). A compute that
+// fails or panics stores nothing and releases the lock: its error goes to
+// callers in this process, [ErrComputeFailed] to the others. A failed store is
+// returned with the value. Redis errors come wrapped, without calling compute,
+// unless [WithComputeWhenDown]. An empty key or a ttl below a millisecond
+// returns an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")

@@ -90,12 +90,12 @@ type outcome struct {
 // valueKey), the name that writes and invalidations come with.
 type flightID = flight.ID
 
-// SetTTL, called by a compute with its context, caches the value it returns
-// for ttl instead of Fetch's ttl (an upstream's max-age, say); the stale window
-// is still added, and a not-found result keeps [WithNegativeTTL]'s. A ttl of
-// zero or less gives the value to every waiting caller, in every process,
-// without storing it. The last call wins; on a context not from a compute,
-// SetTTL does nothing.
+// SetTTL, called by a compute with its context, caches the value it returns for
+// ttl instead of Fetch's (an upstream's max-age, say); the stale window is
+// still added, and a not-found result keeps [WithNegativeTTL]'s. A ttl of zero
+// or less gives the value to every waiting caller, in every process, without
+// storing it. The last call wins; on a context not from a compute, SetTTL does
+// nothing.
 func SetTTL(ctx context.Context, ttl time.Duration) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
 		ro.set(ttl)

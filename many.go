@@ -15,18 +15,16 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// FetchMany is a batch [Cache.Fetch], with its guarantees per key: it returns
-// the values cached under keys, computing the missing ones with one call of
-// compute, on a context like Fetch's, with exactly the keys this process won
-// the compute lock for (the others are awaited). Each value compute returns is
-// stored for ttl ([SetTTL] sets it for all); a key it leaves out is absent from
-// the result, with no error (a tombstone with [WithNegativeTTL]), and keys not
-// asked for are ignored. If compute fails or panics, FetchMany returns the
-// values it has and an errors.Join of one error per failed key, naming it; if
-// ctx ends first, the values it has and ctx.Err(). Duplicate keys are fetched
-// once; no keys return an empty map without I/O. An empty key or a ttl below a
-// millisecond returns a nil map and an error matching [ErrInvalid]; a nil
-// compute panics.
+// FetchMany is a batch [Cache.Fetch], with its guarantees per key: compute is
+// called once, on a context like Fetch's, with exactly the missing keys this
+// process won the lock for (the others are awaited). Each value it returns is
+// stored for ttl ([SetTTL] sets all); a key it leaves out is absent from the
+// result, with no error (a tombstone with [WithNegativeTTL]); keys not asked
+// for are ignored. If compute fails, FetchMany returns the values it has and an
+// errors.Join of one error per failed key, naming it; if ctx ends first, what
+// it has and ctx.Err(). Duplicate keys are fetched once; no keys give an empty
+// map without I/O. An empty key or a ttl below a millisecond returns a nil map
+// and an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Duration,
 	compute func(ctx context.Context, missing []string) (map[string]T, error)) (map[string]T, error) {
 	if compute == nil {

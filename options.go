@@ -90,9 +90,8 @@ func WithMaxValueSize(n int) Option {
 	return optionFunc(func(o *options) { o.maxValue = n })
 }
 
-// WithCompression compresses with S2 the encoding of any value longer than
-// minBytes, when that makes it shorter: less memory in Redis and on the wire,
-// for some CPU on each store and read. Every Cache reads compressed entries,
+// WithCompression stores S2-compressed the encoding of any value longer than
+// minBytes, when that makes it shorter. Every Cache reads compressed entries,
 // with or without this option, so turning it on or off on a running fleet is
 // safe. The default is none; WithCompression panics if minBytes is negative.
 func WithCompression(minBytes int) Option {
@@ -102,11 +101,11 @@ func WithCompression(minBytes int) Option {
 	return optionFunc(func(o *options) { o.compressMin = max(minBytes, 1) })
 }
 
-// WithLease sets the lease of the compute lock: a process that dies mid-compute,
-// or cannot reach Redis for a whole lease, loses the lock within d, and another
-// process takes over; a live one keeps it however long compute runs (but see
-// [WithMaxCompute]). The default is 5 seconds. WithLease panics if d is below
-// 10ms.
+// WithLease sets the lease of the compute lock: a process that dies
+// mid-compute, or cannot reach Redis for a whole lease, loses the lock within
+// d, and another process takes over; a live one keeps it however long compute
+// runs (but see [WithMaxCompute]). The default is 5 seconds. WithLease panics
+// if d is below 10ms.
 func WithLease(d time.Duration) Option {
 	if d < 10*time.Millisecond {
 		panic(fmt.Sprintf("dogpile: lease %v is below 10ms (a programmer error)", d))
@@ -127,8 +126,8 @@ func WithMaxCompute(d time.Duration) Option {
 
 // WithWaitTimeout bounds how long a Fetch waits for another process's compute,
 // besides its context: past d it returns an error matching
-// [context.DeadlineExceeded]. By default it waits as long as its context allows.
-// WithWaitTimeout panics if d is negative.
+// [context.DeadlineExceeded]. By default it waits as long as its context
+// allows. WithWaitTimeout panics if d is negative.
 func WithWaitTimeout(d time.Duration) Option {
 	if d < 0 {
 		panic("dogpile: negative wait timeout (a programmer error)")
@@ -136,11 +135,10 @@ func WithWaitTimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) { o.waitTimeout = d })
 }
 
-// WithComputeWhenDown makes Fetch call compute, without the cache, when
-// Redis cannot be reached (a network error, not an error reply). Calls in
-// one process are still deduplicated, but processes no longer coordinate.
-// By default Fetch returns the Redis error, wrapped, and does not compute:
-// a Redis outage then does not turn into a stampede on the backing store.
+// WithComputeWhenDown makes Fetch call compute without the cache when Redis
+// cannot be reached (a network error, not an error reply): calls in one process
+// are still deduplicated, but processes no longer coordinate. By default Fetch
+// returns the Redis error, wrapped, and does not compute.
 func WithComputeWhenDown() Option {
 	return optionFunc(func(o *options) { o.computeIfDown = true })
 }
@@ -170,8 +168,8 @@ func WithSoftTimeout(d time.Duration) Option {
 
 // WithEarlyRefresh makes one process refresh a hot key in the background
 // shortly before its TTL runs out, so that its callers never wait for a
-// compute. How long before expiry a refresh starts, by δ (how long the value
-// took to get) and beta, median (nine in ten under), at most a third of the TTL:
+// compute. How long before expiry it starts, by beta and δ (how long the value
+// took to get): median (nine in ten under), at most a third of the TTL.
 //
 //	δ        beta 0.5        beta 1          beta 2
 //	10 ms    13 ms (22 ms)   27 ms (43 ms)   54 ms (86 ms)
@@ -186,11 +184,10 @@ func WithEarlyRefresh(beta float64) Option {
 	return optionFunc(func(o *options) { o.beta = beta })
 }
 
-// WithDefaultTTL makes a ttl of 0, given to [Cache.Fetch],
-// [Cache.FetchMany], [Cache.Refresh], [Cache.Set] or [Cache.SetTagged], mean
-// d: a Cache whose keys all live as long need not repeat it. Without it a
-// ttl of 0 returns an error matching [ErrInvalid], as a negative one always
-// does. It panics if d is below a millisecond, Redis's resolution.
+// WithDefaultTTL makes a ttl of 0, given to [Cache.Fetch], [Cache.FetchMany],
+// [Cache.Refresh], [Cache.Set] or [Cache.SetTagged], mean d; without it, a ttl
+// of 0 returns an error matching [ErrInvalid], as a negative one always does.
+// It panics if d is below a millisecond, Redis's resolution.
 func WithDefaultTTL(d time.Duration) Option {
 	if d < time.Millisecond {
 		panic(fmt.Sprintf("dogpile: default TTL %v is below 1ms (a programmer error)", d))
@@ -224,10 +221,8 @@ func WithNegativeTTL(d time.Duration) Option {
 const defaultRefreshRetry = time.Second
 
 // WithRefreshRetry sets how long, after a background refresh of a key failed
-// (see [WithStale] and [WithEarlyRefresh]), no process refreshes it again in
-// the background: at most one call per key per d reaches a failing backend
-// from the whole fleet. The default is one second. WithRefreshRetry panics
-// if d is below a millisecond.
+// ([WithStale], [WithEarlyRefresh]), no process refreshes it again in the
+// background. The default is one second; it panics if d is below a millisecond.
 func WithRefreshRetry(d time.Duration) Option {
 	if d < time.Millisecond {
 		panic(fmt.Sprintf("dogpile: refresh retry %v is below 1ms (a programmer error)", d))
@@ -236,9 +231,9 @@ func WithRefreshRetry(d time.Duration) Option {
 }
 
 // WithLogger makes the Cache log to l its rare events only: an outage of Redis
-// beginning and ending (see [ErrUnavailable]), a compute lock taken over, stored
-// bytes that do not decode, a compute's panic (with its stack). By default a
-// Cache logs nothing. WithLogger panics if l is nil.
+// beginning and ending (see [ErrUnavailable]), a compute lock taken over,
+// stored bytes that do not decode, a compute's panic (with its stack). By
+// default a Cache logs nothing. WithLogger panics if l is nil.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		panic("dogpile: nil logger (a programmer error)")
@@ -253,11 +248,11 @@ const (
 	defaultMaxValue = 64 << 20 // see WithMaxValueSize
 )
 
-// WithObserver makes the Cache call f with each [Event], synchronously, on
-// the goroutine that does the work: keep f fast. The context f returns for a
-// start event (nil: unchanged) is the one the work runs with and the one its
-// end event gets, so a tracer can make spans (see the dogpileotel module).
-// WithObserver panics if f is nil.
+// WithObserver makes the Cache call f with each [Event], synchronously, on the
+// goroutine that does the work: keep f fast. The context f returns for a start
+// event (nil: unchanged) is the one the work runs with and its end event gets,
+// so a tracer can make spans (see the dogpileotel module). It panics if f is
+// nil.
 func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 	if f == nil {
 		panic("dogpile: nil observer (a programmer error)")
