@@ -153,10 +153,9 @@ func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) 
 }
 
 // Delete removes the value cached under key, if any. A compute of key in
-// progress anywhere loses its lock, as after [Cache.Set], and the processes
-// waiting for it start a new one. Once Delete returns, no call of this Cache
-// that starts later returns the removed value. An empty key returns an error
-// matching [ErrInvalid].
+// progress anywhere loses its lock, and the processes waiting for it start a
+// new one. Once Delete returns, no call of this Cache that starts later returns
+// the removed value. An empty key returns an error matching [ErrInvalid].
 func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	if err := c.checkKey(key); err != nil {
 		return err

@@ -13,17 +13,16 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
-// Fetch returns the value cached under key; on a miss it calls compute and
-// returns its result, stored for ttl. Of concurrent misses for key in the
-// fleet, one calls compute and the rest get its value, each a copy of its own
-// (near hits share one). compute's context keeps ctx's values, not its
-// cancellation, and ends only if this process loses the compute lock or the
-// Cache closes; if ctx ends first, Fetch returns ctx.Err(). A compute that
-// fails or panics stores nothing and releases the lock: its error goes to
-// callers in this process, [ErrComputeFailed] to the others. A failed store is
-// returned with the value. Redis errors come wrapped, without calling compute,
-// unless [WithComputeWhenDown]. An empty key or a ttl below a millisecond
-// returns an error matching [ErrInvalid]; a nil compute panics.
+// Fetch returns the value cached under key or, on a miss, compute's result,
+// stored for ttl. Of concurrent misses for key in the fleet, one calls compute
+// and the rest get its value (each its own copy, but for near hits). compute's
+// context keeps ctx's values, not its cancellation, and ends only if this
+// process loses the compute lock or the Cache closes; if ctx ends first, Fetch
+// returns ctx.Err(). A compute that fails or panics stores nothing and frees
+// the lock: callers in this process get its error, others [ErrComputeFailed]. A
+// failed store is returned with the value. Redis errors are wrapped, with no
+// compute, unless [WithComputeWhenDown]. An empty key or a ttl below a
+// millisecond returns an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
@@ -115,11 +114,10 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	return c.await(ctx, key, id, cl)
 }
 
-// Refresh computes the value of key now and stores it for ttl, even over a
-// fresh one; if another process is computing key, it returns that result
-// instead. Concurrent Refresh calls in one process share one compute. Once
-// Refresh returns, later calls of this Cache return nothing older. Errors are
-// as for [Cache.Fetch]; a nil compute panics.
+// Refresh computes key's value now and stores it for ttl, even over a fresh
+// one, or returns the result of another process computing key. Concurrent
+// Refreshes in one process share a compute; once one returns, later calls of
+// this Cache return nothing older. Errors and panics are as for [Cache.Fetch].
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")

@@ -90,24 +90,22 @@ type outcome struct {
 // valueKey), the name that writes and invalidations come with.
 type flightID = flight.ID
 
-// SetTTL, called by a compute with its context, caches the value it returns for
-// ttl instead of Fetch's (an upstream's max-age, say); the stale window is
-// still added, and a not-found result keeps [WithNegativeTTL]'s. A ttl of zero
-// or less gives the value to every waiting caller, in every process, without
-// storing it. The last call wins; on a context not from a compute, SetTTL does
-// nothing.
+// SetTTL, called by a compute with its context, stores the value it returns for
+// ttl, not Fetch's (an upstream's max-age, say), plus the stale window; a
+// not-found result keeps [WithNegativeTTL]'s. A ttl of zero or less hands the
+// value to every waiting caller, in every process, unstored. The last call
+// wins; on a context not from a compute, SetTTL does nothing.
 func SetTTL(ctx context.Context, ttl time.Duration) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
 		ro.set(ttl)
 	}
 }
 
-// Tag, called by a compute with its context, tags the value it returns (every
-// value of a FetchMany) for [Cache.InvalidateTag]. Call it before reading the
-// source: an InvalidateTag that begins after Tag returns voids the value, even
+// Tag, called by a compute with its context, tags the value it returns (each
+// one of a FetchMany) for [Cache.InvalidateTag]. Call it before reading the
+// source: an InvalidateTag begun after Tag returned voids the value, even
 // stored later. If Tag cannot read the tags from Redis, the value is returned
-// but not cached. Empty tags, and calls on a context not from a compute, are
-// ignored.
+// uncached. Empty tags, and calls on a context not from a compute, are ignored.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)

@@ -78,11 +78,11 @@ func WithCodec(codec Codec) Option {
 	return optionFunc(func(o *options) { o.codec = codec })
 }
 
-// WithMaxValueSize bounds a value's encoding, before compression, to n bytes: a
-// larger one is not stored, and Set returns an error matching [ErrInvalid]
-// (Fetch, the value and that error). A read takes an entry that claims more for
-// bytes that do not decode. Processes that share a prefix should share n. The
-// default is 64 MiB; WithMaxValueSize panics if n is not positive.
+// WithMaxValueSize bounds a value's encoding, before compression, to n bytes
+// (by default 64 MiB): a larger one is not stored, and Set, or Fetch with the
+// value, returns an error matching [ErrInvalid]; a larger entry reads as bytes
+// that do not decode. Processes sharing a prefix should share n. It panics if n
+// is not positive.
 func WithMaxValueSize(n int) Option {
 	if n <= 0 {
 		panic(fmt.Sprintf("dogpile: max value size %d is not positive (a programmer error)", n))
@@ -101,11 +101,10 @@ func WithCompression(minBytes int) Option {
 	return optionFunc(func(o *options) { o.compressMin = max(minBytes, 1) })
 }
 
-// WithLease sets the lease of the compute lock: a process that dies
-// mid-compute, or cannot reach Redis for a whole lease, loses the lock within
-// d, and another process takes over; a live one keeps it however long compute
-// runs (but see [WithMaxCompute]). The default is 5 seconds. WithLease panics
-// if d is below 10ms.
+// WithLease sets the compute lock's lease: a process that dies mid-compute, or
+// cannot reach Redis for a whole lease, loses the lock to another within d; a
+// live one keeps it however long compute runs (but see [WithMaxCompute]). The
+// default is 5 seconds; WithLease panics if d is below 10ms.
 func WithLease(d time.Duration) Option {
 	if d < 10*time.Millisecond {
 		panic(fmt.Sprintf("dogpile: lease %v is below 10ms (a programmer error)", d))
@@ -155,10 +154,9 @@ func WithStale(max time.Duration) Option {
 }
 
 // WithSoftTimeout makes a [Cache.Fetch] that finds a stale value ([WithStale]),
-// and the callers that share its flight, wait up to d for its refresh by any
-// process: they get the fresh value if it is stored in time, else the stale one
-// at d, and the refresh goes on. Without WithStale it changes nothing;
-// FetchMany never waits. It panics if d is not positive.
+// and the callers sharing its flight, wait up to d for its refresh by any
+// process: the fresh value if stored in time, else the stale one, and the
+// refresh goes on. FetchMany never waits. It panics if d is not positive.
 func WithSoftTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("dogpile: soft timeout %v is not positive (a programmer error)", d))
@@ -250,9 +248,8 @@ const (
 
 // WithObserver makes the Cache call f with each [Event], synchronously, on the
 // goroutine that does the work: keep f fast. The context f returns for a start
-// event (nil: unchanged) is the one the work runs with and its end event gets,
-// so a tracer can make spans (see the dogpileotel module). It panics if f is
-// nil.
+// event (nil: unchanged) is the work's and its end event's, so a tracer can
+// make spans (see dogpileotel). It panics if f is nil.
 func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 	if f == nil {
 		panic("dogpile: nil observer (a programmer error)")
