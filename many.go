@@ -20,11 +20,11 @@ import (
 // process won the lock for (the others are awaited). Each value it returns is
 // stored for ttl ([SetTTL] sets all); a key it leaves out is absent from the
 // result, with no error (a tombstone with [WithNegativeTTL]); keys not asked
-// for are ignored. If compute fails, FetchMany returns the values it has and an
-// errors.Join of one error per failed key, naming it; if ctx ends first, what
-// it has and ctx.Err(). Duplicate keys are fetched once; no keys give an empty
-// map without I/O. An empty key or a ttl below a millisecond returns a nil map
-// and an error matching [ErrInvalid]; a nil compute panics.
+// for are ignored. If compute fails or panics, FetchMany returns the values it
+// has and an errors.Join of one error per failed key, naming it; if ctx ends
+// first, what it has and ctx.Err(). Duplicate keys are fetched once; no keys
+// give an empty map without I/O. An empty key or a ttl below a millisecond
+// returns a nil map and an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Duration,
 	compute func(ctx context.Context, missing []string) (map[string]T, error)) (map[string]T, error) {
 	if compute == nil {
