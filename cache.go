@@ -81,13 +81,9 @@ type Cache[T any] struct {
 	*core[T]
 }
 
-// New returns a Cache that keeps values of type T in client's Redis. It
-// does no I/O. New panics if client is nil (a nil *redis.Client too), or
-// if an option is nil.
-//
-// client may be a *redis.Client, a *redis.ClusterClient or any other
-// [redis.UniversalClient]. All the Redis keys of one cache key share a hash
-// tag, so each Fetch touches a single cluster slot.
+// New returns a Cache that keeps values of type T in client's Redis: a single
+// server, a Cluster or any other [redis.UniversalClient]. It does no I/O. It
+// panics if client is nil (a nil *redis.Client too), or if an option is nil.
 func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	redisutil.MustClient("dogpile", client)
 	c := &core[T]{
@@ -113,12 +109,10 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 	return &Cache[T]{c}
 }
 
-// Get returns the value cached under key. It returns an error matching
-// [ErrMiss] if there is none, or if what is stored does not decode, and one
-// matching [ErrNotFound] if the key holds a not-found tombstone (see
-// [WithNegativeTTL]); an empty key, one matching [ErrInvalid]; other errors
-// come from Redis, wrapped. With [WithStale], Get returns a stale value as it
-// is, and refreshes nothing.
+// Get returns the value cached under key, stale or not; it never computes or
+// refreshes. It returns an error matching [ErrMiss] if there is none or it does
+// not decode, [ErrNotFound] for a not-found tombstone ([WithNegativeTTL]), and
+// [ErrInvalid] for an empty key; other errors come from Redis, wrapped.
 func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	var zero T
 	if err := c.checkKey(key); err != nil {
@@ -149,24 +143,19 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	return v, nil
 }
 
-// Set stores v under key for ttl. A compute of key running anywhere at that
-// moment loses its lock: its result is not stored over v (its own callers
-// get v too), and processes waiting for it read v at once. Once Set
-// returns, no call of this Cache that starts later returns the value v
-// replaced: it does not join a Fetch, FetchMany or Refresh of key that read
-// Redis or began its compute before the Set. With [WithStale], v stays in
-// Redis for ttl plus the stale window, like a computed value. An empty key
-// or a ttl below a millisecond returns an error matching [ErrInvalid].
+// Set stores v under key for ttl (plus the stale window of [WithStale]). A
+// compute of key in progress anywhere loses its lock and does not overwrite v;
+// its callers, and the processes waiting for it, get v. Once Set returns, no
+// call of this Cache that starts later returns the value v replaced. An empty
+// key or a ttl below a millisecond returns an error matching [ErrInvalid].
 func (c *Cache[T]) Set(ctx context.Context, key string, v T, ttl time.Duration) error {
 	return c.set(ctx, key, v, ttl, nil)
 }
 
-// Delete removes the value cached under key, if any. Like [Cache.Set], it
-// also takes the compute lock away from a compute of key running at that
-// moment, so a value computed from data older than the Delete is not
-// stored; processes waiting for that compute start a new one. As after
-// Set, no call of this Cache that starts after Delete returns the value it
-// removed. An empty key returns an error matching [ErrInvalid].
+// Delete removes the value cached under key, if any. A compute of key in
+// progress anywhere loses its lock, and the processes waiting for it start a
+// new one. Once Delete returns, no call of this Cache that starts later returns
+// the removed value. An empty key returns an error matching [ErrInvalid].
 func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	if err := c.checkKey(key); err != nil {
 		return err
@@ -182,14 +171,11 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Expire makes the value cached under key stale now, in every process:
-// with [WithStale] it is served as stale, at once, while one process
-// refreshes it, until its stale window runs out; without WithStale, Expire
-// is [Cache.Delete]. A compute of key in progress loses its lock, as after
-// Delete. Once Expire returns, no call of this Cache takes the old value
-// for fresh, nor does one in another process once its near tier heard (as
-// after Delete). An absent key is no error; an empty one returns an error
-// matching [ErrInvalid]. [Cache.InvalidateTag] is the same for a tag.
+// Expire makes the value cached under key stale now, in every process (see
+// [WithStale]); without WithStale it is [Cache.Delete]. A compute of key in
+// progress loses its lock. Once Expire returns, no call of this Cache that
+// starts later takes the old value for fresh. An absent key is no error; an
+// empty one returns an error matching [ErrInvalid].
 func (c *Cache[T]) Expire(ctx context.Context, key string) error {
 	if err := c.checkKey(key); err != nil {
 		return err
@@ -200,14 +186,11 @@ func (c *Cache[T]) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Close stops the Cache's background work and waits for it to end: the near
-// tier's tracking, and the flights and background refreshes in progress,
-// whose computes' context ends with cause ErrClosed (a compute that gives up
-// releases its lock, and is no compute error). Callers waiting for them, and
-// every call after Close, get ErrClosed. No goroutine of the Cache outlives
-// Close. It does not close the client, and what is kept per client (the
-// breaker, the wake-up connection) outlives it. Close may be called more
-// than once.
+// Close ends the Cache's flights, background refreshes and near-tier tracking,
+// and waits for them: no goroutine of the Cache outlives it. Their computes'
+// context ends with cause [ErrClosed] (one that gives up is no compute error);
+// their callers, and every call after Close, get ErrClosed. It does not close
+// the client. Close may be called more than once.
 func (c *Cache[T]) Close() error {
 	if !c.life.Close() {
 		return nil
@@ -238,22 +221,14 @@ func (c *Cache[T]) SetTagged(ctx context.Context, key string, v T, ttl time.Dura
 	return c.set(ctx, key, v, ttl, slices.DeleteFunc(slices.Clone(tags), func(t string) bool { return t == "" }))
 }
 
-// InvalidateTag makes every value tagged with any of tags (by [Tag] in a
-// compute, or [Cache.SetTagged]) a miss in every process, near tiers
-// included; with [WithStale] it makes them stale instead, refreshed in the
-// background (a not-found tombstone, with nothing to serve, goes). A compute of such a value in progress loses its lock, as
-// after [Cache.Delete].
-//
-// Once InvalidateTag returns, no call that starts later, in any process,
-// returns a value tagged before it began, even one whose compute called Tag
-// then and stores afterwards: that store is refused and the flight computes
-// again. A key stays in a tag's set until the set expires, so a later value
-// stored under it without the tag may be voided too.
-//
-// It works through a tag's values a few hundred at a time and returns once
-// they are all voided, or the first error (the rest are kept for the next
-// InvalidateTag). An empty tag returns an error matching [ErrInvalid].
-// docs/design.md, "Tags", tells how.
+// InvalidateTag makes every value tagged with any of tags ([Tag],
+// [Cache.SetTagged]) a miss in every process, near tiers included, or with
+// [WithStale] stale (a not-found tombstone goes); a compute of one in progress
+// loses its lock. Once it returns, no call that starts later, anywhere, returns
+// a value tagged before it began, even one stored afterwards. A key stays in a
+// tag's set until the set expires, so a later value of it stored untagged may
+// be voided too. It returns the first error, leaving the rest to the next
+// InvalidateTag; an empty tag returns an error matching [ErrInvalid].
 func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	if c.life.Done() {
 		return ErrClosed

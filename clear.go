@@ -212,14 +212,11 @@ func globEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
 
-// Clear removes every key the Cache wrote, on every node: each value with
-// its lock and records, and the tags' sets and epochs. It leaves alone every
-// other key, under its prefix or not (it tells its own by their names). A
-// compute running anywhere loses its lock, as after [Cache.Delete], and near
-// tiers drop their copies. Clear walks the keyspace with SCAN and UNLINKs a
-// thousand keys at a time, so Redis is never blocked for long; a value stored
-// while Clear runs may survive it. Clear returns the first error a node
-// reported (that node's keys may be partly removed).
+// Clear removes every key the Cache wrote, on every node (values, locks, tags),
+// and no other key, even under its prefix. A compute in progress anywhere loses
+// its lock, as after [Cache.Delete], and near tiers drop their copies. A value
+// stored while Clear runs may survive it. Clear returns the first error a node
+// reported, with that node's keys perhaps partly removed.
 func (c *Cache[T]) Clear(ctx context.Context) error {
 	if c.life.Done() {
 		return ErrClosed

@@ -13,30 +13,16 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
-// Fetch returns the value cached under key. On a miss it calls compute,
-// stores the result for ttl and returns it. Concurrent misses for key, in
-// this process or in any process that shares the Redis server, call
-// compute once; the other callers wait for the stored value and are woken
-// the moment it is stored. A hit costs one round trip, or none from the
-// near tier ([WithNearCache]). Every caller gets its own copy of the value,
-// except near hits, which share one.
-//
-// compute runs on a context detached from the caller's: it keeps ctx's
-// values, not its cancellation, and is cancelled only when this process
-// loses the compute lock or the Cache is closed. If ctx is done first,
-// Fetch returns ctx.Err() at once (the first caller's first round trip is
-// bounded by ctx only if the client has ContextTimeoutEnabled).
-//
-// When compute fails or panics, nothing is stored and the lock is released:
-// callers in this process get compute's error, those in other processes an
-// error matching [ErrComputeFailed]; the next Fetch computes again. Stored
-// bytes that do not decode count as a miss. Redis errors are returned
-// wrapped, and compute is not called, unless [WithComputeWhenDown]. If
-// compute succeeded but the store failed, Fetch returns both.
-//
-// An empty key or a ttl below a millisecond returns an error matching
-// [ErrInvalid]; a nil compute panics. docs/design.md tells how a Fetch
-// runs: the first look, pipelined GETs, whose goroutine runs what.
+// Fetch returns the value cached under key or, on a miss, compute's result,
+// stored for ttl. Of concurrent misses for key in the fleet, one calls compute
+// and the rest get its value (each its own copy, but for near hits). compute's
+// context keeps ctx's values, not its cancellation, and ends only if this
+// process loses the compute lock or the Cache closes; if ctx ends first, Fetch
+// returns ctx.Err(). A compute that fails or panics stores nothing and frees
+// the lock: callers in this process get its error, others [ErrComputeFailed]. A
+// failed store is returned with the value. Redis errors are wrapped, with no
+// compute, unless [WithComputeWhenDown]. An empty key or a ttl below a
+// millisecond returns an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
@@ -128,12 +114,10 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	return c.await(ctx, key, id, cl)
 }
 
-// Refresh computes the value of key now and stores it for ttl, even over a
-// fresh value, under the same fleet-wide compute lock as Fetch: if another
-// process is computing key, Refresh returns its result instead. Concurrent
-// Refresh calls in one process share one compute, and once Refresh returns,
-// later calls of this Cache return nothing older. Errors are as for
-// [Cache.Fetch]. Refresh panics if compute is nil.
+// Refresh computes key's value now and stores it for ttl, even over a fresh
+// one, or returns the result of another process computing key. Concurrent
+// Refreshes in one process share a compute; once one returns, later calls of
+// this Cache return nothing older. Errors and panics are as for [Cache.Fetch].
 func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")

@@ -90,41 +90,33 @@ type outcome struct {
 // valueKey), the name that writes and invalidations come with.
 type flightID = flight.ID
 
-// SetTTL, called by a compute with the context it was given, sets how long
-// the value it returns is cached, in place of the ttl passed to Fetch: for
-// example an upstream's max-age. A ttl of zero or less returns the value to
-// every waiting caller, in every process, without storing it. The stale
-// window of [WithStale] is added as for any value; a not-found result keeps
-// the [WithNegativeTTL] duration. On a context that did not come from a
-// compute, SetTTL does nothing; the last call wins.
+// SetTTL, called by a compute with its context, stores the value it returns for
+// ttl, not Fetch's (an upstream's max-age, say), plus the stale window; a
+// not-found result keeps [WithNegativeTTL]'s. A ttl of zero or less hands the
+// value to every waiting caller, in every process, unstored. The last call
+// wins; on a context not from a compute, SetTTL does nothing.
 func SetTTL(ctx context.Context, ttl time.Duration) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok {
 		ro.set(ttl)
 	}
 }
 
-// Tag, called by a compute with the context it was given, attaches tags to
-// the value it returns (to every value of a FetchMany call), so that
-// [Cache.InvalidateTag] of any of them makes it a miss in every process. Call
-// Tag before reading the data the value is computed from: an InvalidateTag
-// that begins after Tag returned voids the value even if it is stored later.
-// Tag reads the tags' epochs from Redis; if that fails, the value is returned
-// but not cached. Empty tags are ignored; on a context that did not come from
-// a compute, Tag does nothing.
+// Tag, called by a compute with its context, tags the value it returns (each
+// one of a FetchMany) for [Cache.InvalidateTag]. Call it before reading the
+// source: an InvalidateTag begun after Tag returned voids the value, even
+// stored later. If Tag cannot read the tags from Redis, the value is returned
+// uncached. Empty tags, and calls on a context not from a compute, are ignored.
 func Tag(ctx context.Context, tags ...string) {
 	if ro, ok := ctx.Value(resultKey{}).(*resultOpts); ok && ro.epochs != nil {
 		ro.tag(ctx, tags)
 	}
 }
 
-// Previous, called by a compute with the context it was given, returns the
-// value that compute replaces, if this process knows it: the stale value a
-// background refresh ([WithStale], [WithEarlyRefresh]) found, or the value
-// a [Cache.Refresh] passes over. compute may then ask its source whether
-// anything changed since, and return that value if not. It returns false
-// on a first fill, after a not-found tombstone, on a context that did not
-// come from a compute of a Cache[T], and in a FetchMany's compute (which
-// replaces many values).
+// Previous, called by a compute with its context, returns the value it
+// replaces, if this process knows it: the one a background refresh or a
+// [Cache.Refresh] found. It returns false on a first fill, after a not-found
+// tombstone, in a FetchMany's compute, and on a context that did not come from
+// a compute of a Cache[T].
 func Previous[T any](ctx context.Context) (T, bool) {
 	var zero T
 	ro, ok := ctx.Value(resultKey{}).(*resultOpts)

@@ -15,26 +15,16 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// FetchMany returns the values cached under keys, computing the missing
-// ones with one call of compute: a batch Fetch, with the same fleet-wide
-// guarantee per key. compute is called with exactly the keys this process
-// won the compute lock for, never one that another process or another call
-// of this process is computing (those are awaited, as Fetch awaits them),
-// on a context detached from the caller's, as for Fetch.
-//
-// compute returns the values it found, by key; each is stored for ttl in a
-// fenced write of its own. A key it leaves out does not exist: absent from
-// the result, with no error (a tombstone with [WithNegativeTTL]). Keys not
-// asked for are ignored. [SetTTL] in compute applies to every value of the
-// call. If compute fails or panics, its keys fail as in Fetch: FetchMany
-// returns every value it has and an errors.Join of one error per failed
-// key, each naming its key.
-//
-// Duplicate keys are fetched once; an empty keys returns an empty map with
-// no I/O. An empty key or a ttl below a millisecond returns a nil map and an
-// error matching [ErrInvalid]. If ctx is done first, FetchMany returns what
-// it has with ctx.Err(). A nil compute panics. docs/design.md, "FetchMany",
-// tells how the reads and locks are batched.
+// FetchMany is a batch [Cache.Fetch], with its guarantees per key: compute is
+// called once, on a context like Fetch's, with exactly the missing keys this
+// process won the lock for (the others are awaited). Each value it returns is
+// stored for ttl ([SetTTL] sets all); a key it leaves out is absent from the
+// result, with no error (a tombstone with [WithNegativeTTL]); keys not asked
+// for are ignored. If compute fails or panics, FetchMany returns the values it
+// has and an errors.Join of one error per failed key, naming it; if ctx ends
+// first, what it has and ctx.Err(). Duplicate keys are fetched once; no keys
+// give an empty map without I/O. An empty key or a ttl below a millisecond
+// returns a nil map and an error matching [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) FetchMany(ctx context.Context, keys []string, ttl time.Duration,
 	compute func(ctx context.Context, missing []string) (map[string]T, error)) (map[string]T, error) {
 	if compute == nil {
