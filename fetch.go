@@ -21,8 +21,9 @@ import (
 // returns ctx.Err(). A compute that fails or panics stores nothing and frees
 // the lock: callers in this process get its error, others [ErrComputeFailed]. A
 // failed store is returned with the value. Redis errors are wrapped, with no
-// compute, unless [WithComputeWhenDown]. An empty key or a ttl below a
-// millisecond returns an error matching [ErrInvalid]; a nil compute panics.
+// compute, unless [WithComputeWhenDown]. A ttl of 0 is [WithDefaultTTL]'s.
+// An empty key or a ttl below a millisecond returns an error matching
+// [ErrInvalid]; a nil compute panics.
 func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
 	if compute == nil {
 		panic("dogpile: nil compute function (a programmer error)")
