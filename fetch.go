@@ -11,6 +11,7 @@ import (
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/servertime"
+	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // Fetch returns the value cached under key or, on a miss, compute's result,
@@ -227,4 +228,30 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 		stop()
 		c.flights.End(j.flight, cl, outcome{err: ErrClosed})
 	}
+}
+
+// softWait waits up to WithSoftTimeout, and ctx, for a value of vk other
+// than stale, the stale entry a hit found, to be stored fresh (by a refresh
+// of this process or another: every store wakes the key's channel), and
+// returns it. It reads the key again once subscribed, since a store may
+// have come between the hit and the subscription.
+func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []byte, v T, m entry.Meta, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.softTimeout)
+	defer cancel()
+	w := wake.NewWaiter(c.client, pollMin, pollMax)
+	defer w.Close()
+	w.Watch(ctx, keysFor(vk).channel)
+	old := entry.SHA1(stale)
+	for ctx.Err() == nil {
+		b, pttl, err := c.readRedis(ctx, c.client, vk)
+		if err == nil && !c.stale(pttl) && entry.SHA1(b) != old {
+			if v, m, derr := c.decodeEntry(b); derr == nil {
+				return b, v, m, true
+			}
+		}
+		if _, err := w.Wait(ctx, 0); err != nil {
+			break
+		}
+	}
+	return nil, v, m, false
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // startFlight runs the miss path of j in its own goroutine, on a context
@@ -243,29 +242,3 @@ func growStack(i int) byte {
 // caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
 // decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
 const waiterFrame = 4 << 10
-
-// softWait waits up to WithSoftTimeout, and ctx, for a value of vk other
-// than stale, the stale entry a hit found, to be stored fresh (by a refresh
-// of this process or another: every store wakes the key's channel), and
-// returns it. It reads the key again once subscribed, since a store may
-// have come between the hit and the subscription.
-func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []byte, v T, m entry.Meta, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.softTimeout)
-	defer cancel()
-	w := wake.NewWaiter(c.client, pollMin, pollMax)
-	defer w.Close()
-	w.Watch(ctx, keysFor(vk).channel)
-	old := entry.SHA1(stale)
-	for ctx.Err() == nil {
-		b, pttl, err := c.readRedis(ctx, c.client, vk)
-		if err == nil && !c.stale(pttl) && entry.SHA1(b) != old {
-			if v, m, derr := c.decodeEntry(b); derr == nil {
-				return b, v, m, true
-			}
-		}
-		if _, err := w.Wait(ctx, 0); err != nil {
-			break
-		}
-	}
-	return nil, v, m, false
-}
