@@ -164,8 +164,8 @@ func (r *reader) end() {
 // that the messages sent before it were delivered, and each ping costs
 // Redis CPU in every process (see bench/README, "Near tiers across a
 // fleet").
-func (r *reader) beat(ctx context.Context, asked, answered *news) {
-	every(ctx, r.lag/2, asked, func(now bool) bool {
+func (r *reader) beat(ctx context.Context, asked *news, ask <-chan struct{}, answered *news) {
+	every(ctx, r.lag/2, asked, ask, func(now bool) bool {
 		if r.ping(ctx, now) || now {
 			answered.announce()
 		}
@@ -210,10 +210,18 @@ func (t *Tracker) startReaders(o *redis.Options, id int64) (rd *readers, stop fu
 	rd = &readers{rs: make([]*reader, n)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// Taken before the readers can open (see every): an ask after any of
+	// their answers reaches their beats, however late these start.
+	ask := t.asked.wait()
 	for i := range rd.rs {
 		r := &reader{node: cl, id: id, lag: t.cfg.MaxLag}
 		rd.rs[i] = r
-		wg.Go(func() { r.beat(ctx, &t.asked, &t.answered) })
+		wg.Go(func() {
+			if t.beforeBeat != nil {
+				t.beforeBeat(ctx, true)
+			}
+			r.beat(ctx, &t.asked, ask, &t.answered)
+		})
 	}
 	return rd, func() {
 		for _, r := range rd.rs {

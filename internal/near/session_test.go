@@ -110,7 +110,7 @@ func TestOwnerLive(t *testing.T) {
 // here come once an hour: without the asks, or without the news of the
 // answers, Sync gives up after 5 s, and empties the tier.
 func TestSync(t *testing.T) {
-	tr, s, removed, purged := startPinged(t, nil)
+	tr, s, removed, purged := startPinged(t, nil, nil)
 	ctx := t.Context()
 	for i := range 3 {
 		key := fmt.Sprintf("p:{k%d}", i) // a value key (see isValueKey)
@@ -149,7 +149,7 @@ func TestSyncBusyReader(t *testing.T) {
 			}
 			return next(ctx, cmd)
 		},
-	})
+	}, nil)
 	ctx := t.Context()
 	read := make(chan error, 1)
 	go func() {
@@ -176,12 +176,47 @@ func TestSyncBusyReader(t *testing.T) {
 	}
 }
 
+// TestSyncBeatStartsLate: an ask that comes before a beat's goroutine has
+// run (a loaded machine may leave it unscheduled for long after its
+// session or reader came up and answered) still reaches the beat: Sync
+// returns having heard it, and does not give up and empty the tier.
+// TestSyncBusyReader failed so beside two CPU hogs.
+func TestSyncBeatStartsLate(t *testing.T) {
+	for _, reader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "subscriber", true: "reader"}[reader], func(t *testing.T) {
+			release := make(chan struct{})
+			tr, _, _, purged := startPinged(t, nil, func(ctx context.Context, r bool) {
+				if r == reader {
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				}
+			})
+			asked := tr.asked.wait()
+			synced := make(chan struct{})
+			go func() {
+				defer close(synced)
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				tr.Sync(ctx)
+			}()
+			<-asked // Sync has asked: the beat starts after the ask
+			close(release)
+			<-synced
+			if purged() {
+				t.Fatal("Sync gave up and emptied the tier: the beat that started after its ask never pinged")
+			}
+		})
+	}
+}
+
 // startPinged starts a Tracker on a server of its own, with beats once an
-// hour (a reader beats every MaxLag/2), and hook on its readers' client if
-// not nil; removed lists the keys the tier was told to drop, and purged
+// hour (a reader beats every MaxLag/2), hook on its readers' client and
+// beforeBeat as its beforeBeat if not nil; removed lists the keys the tier was told to drop, and purged
 // whether it was emptied since it came up (Sync gave up, or tracking
 // dropped).
-func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Server, removed func() []string, purged func() bool) {
+func startPinged(t *testing.T, hook redis.Hook, beforeBeat func(ctx context.Context, reader bool)) (tr *Tracker, s *redistest.Server, removed func() []string, purged func() bool) {
 	t.Helper()
 	s = redistest.StartServer(t)
 	var mu sync.Mutex
@@ -192,6 +227,7 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 	})
 	tr = NewTracker(s.Client(t), x, func(reason string) { t.Errorf("tracking off: %s", reason) }, Config{Beat: time.Hour, MaxLag: time.Hour})
 	tr.ReaderHook = hook
+	tr.beforeBeat = beforeBeat
 	t.Cleanup(tr.Stop)
 	tr.Use(Now())
 	redistest.Eventually(t, "tracking to start", func() bool { return tr.heardAfter(1) })
