@@ -107,14 +107,24 @@ func (r *reader) do(ctx context.Context, f func(redis.Cmdable) error) (*Owner, e
 // open takes a connection of its own from the readers' pool (discarded
 // when closed: it tracks) and turns tracking on, reported to the
 // subscriber.
+//
+// The new Owner has answered the command that turned its tracking on:
+// Redis tracks what it reads from then on, so it counts as answered for
+// every Sync that began before that command was sent (readersAfter). With
+// heard 0 instead, a Sync that found it opened after the reader's asked
+// ping (which found no connection, the previous one having failed) would
+// wait for an answer nobody is asked for, then empty the tier.
 func (r *reader) open(ctx context.Context) error {
 	cn := r.node.EphemeralConn()
+	sent := Now()
 	if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", r.id).Err(); err != nil {
 		_ = cn.Close()
 		return err
 	}
 	r.conn = cn
-	r.owner.Store(&Owner{lag: int64(r.lag)})
+	o := &Owner{lag: int64(r.lag)}
+	o.heard.Store(sent)
+	r.owner.Store(o)
 	return nil
 }
 

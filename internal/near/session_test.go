@@ -211,6 +211,46 @@ func TestSyncBeatStartsLate(t *testing.T) {
 	}
 }
 
+// TestReaderReopenedAfterAsk: a reader whose connection failed, opened
+// again after Sync's ask (its asked ping, finding no connection, has been
+// and gone: nothing will ping the new one), counts as answered while its
+// first read is in flight: its tracking began after the ask.
+func TestReaderReopenedAfterAsk(t *testing.T) {
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	tr, _, _, _ := startPinged(t, redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			switch {
+			case slices.Contains(cmd.Args(), any("p:{broken}")):
+				return io.ErrUnexpectedEOF // the connection failed
+			case slices.Contains(cmd.Args(), any("p:{slow}")):
+				close(held)
+				<-hold
+			}
+			return next(ctx, cmd)
+		},
+	}, nil)
+	ctx := t.Context()
+	if o, err, ok := tr.Read(ctx, tr.Node("p:{broken}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{broken}").Err() }); !ok || o != nil || err == nil {
+		t.Fatalf("the broken read = %v, %v, %v; want a failed connection", o, err, ok)
+	}
+	since := Now()
+	tr.asked.announce() // as Sync does
+	read := make(chan error, 1)
+	go func() {
+		_, err, _ := tr.Read(ctx, tr.Node("p:{slow}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{slow}").Err() })
+		read <- err
+	}()
+	<-held
+	if !tr.readersAfter(since) {
+		t.Error("a reader opened after the ask, its first read in flight, counts as not answered")
+	}
+	close(hold)
+	if err := <-read; !IsReply(err) {
+		t.Fatalf("the held read = %v; want redis.Nil", err)
+	}
+}
+
 // startPinged starts a Tracker on a server of its own, with beats once an
 // hour (a reader beats every MaxLag/2), hook on its readers' client and
 // beforeBeat as its beforeBeat if not nil; removed lists the keys the tier was told to drop, and purged
