@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,6 +151,8 @@ func TestSyncBusyReader(t *testing.T) {
 			return next(ctx, cmd)
 		},
 	}, nil)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before tr.Stop, which waits for the held read
 	ctx := t.Context()
 	read := make(chan error, 1)
 	go func() {
@@ -163,13 +166,13 @@ func TestSyncBusyReader(t *testing.T) {
 		select {
 		case <-answered:
 		case <-time.After(5 * time.Second):
-			t.Fatal("5 s after the ask, the subscriber has not answered")
+			t.Fatalf("5 s after the ask, the subscriber has not answered (%s)", describeTracking(tr, since))
 		}
 	}
 	if tr.readersAfter(since) {
 		t.Error("a reader whose read, sent before the ask, is still held counts as answered")
 	}
-	close(hold)
+	release()
 	awaitAnswers(t, tr, since)
 	if err := <-read; !IsReply(err) {
 		t.Fatalf("the held read = %v; want redis.Nil", err)
@@ -230,6 +233,8 @@ func TestReaderReopenedAfterAsk(t *testing.T) {
 			return next(ctx, cmd)
 		},
 	}, nil)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before tr.Stop, which waits for the held read
 	ctx := t.Context()
 	if o, err, ok := tr.Read(ctx, tr.Node("p:{broken}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{broken}").Err() }); !ok || o != nil || err == nil {
 		t.Fatalf("the broken read = %v, %v, %v; want a failed connection", o, err, ok)
@@ -245,7 +250,7 @@ func TestReaderReopenedAfterAsk(t *testing.T) {
 	if !tr.readersAfter(since) {
 		t.Error("a reader opened after the ask, its first read in flight, counts as not answered")
 	}
-	close(hold)
+	release()
 	if err := <-read; !IsReply(err) {
 		t.Fatalf("the held read = %v; want redis.Nil", err)
 	}
@@ -294,7 +299,45 @@ func awaitAnswers(t *testing.T, tr *Tracker, since int64) {
 		case <-answered:
 			answered = tr.answered.wait()
 		case <-time.After(5 * time.Second):
-			t.Fatalf("5 s after the ask, heardAfter = %v, readersAfter = %v; want both", tr.heardAfter(since), tr.readersAfter(since))
+			t.Fatalf("5 s after the ask, heardAfter = %v, readersAfter = %v; want both (%s)", tr.heardAfter(since), tr.readersAfter(since), describeTracking(tr, since))
 		}
 	}
+}
+
+// describeTracking tells, for a failure's message, what each node and each
+// reader had answered relative to since (see heardAfter and
+// readersAfter): a node's latest answered ping, and a reader's Owner
+// (none, dead, or its latest answer), its connection (nil if none), or
+// that a command holds it.
+func describeTracking(tr *Tracker, since int64) string {
+	var b strings.Builder
+	if p := tr.heard.Load(); p == nil {
+		b.WriteString("not tracking")
+	} else {
+		for i := range *p {
+			fmt.Fprintf(&b, "node %d heard since%+v; ", i, time.Duration((*p)[i].Load()-since))
+		}
+	}
+	tr.rmu.RLock()
+	defer tr.rmu.RUnlock()
+	for addr, rd := range tr.readers {
+		for i, r := range rd.rs {
+			fmt.Fprintf(&b, "reader %s#%d: ", addr, i)
+			switch o := r.owner.Load(); {
+			case o == nil:
+				b.WriteString("no owner")
+			case o.dead.Load():
+				b.WriteString("owner dead")
+			default:
+				fmt.Fprintf(&b, "owner heard since%+v", time.Duration(o.heard.Load()-since))
+			}
+			if r.mu.TryLock() {
+				fmt.Fprintf(&b, ", conn nil %v, closed %v; ", r.conn == nil, r.closed.Load())
+				r.mu.Unlock()
+			} else {
+				fmt.Fprintf(&b, ", busy (a command holds it), closed %v; ", r.closed.Load())
+			}
+		}
+	}
+	return b.String()
 }
