@@ -107,14 +107,24 @@ func (r *reader) do(ctx context.Context, f func(redis.Cmdable) error) (*Owner, e
 // open takes a connection of its own from the readers' pool (discarded
 // when closed: it tracks) and turns tracking on, reported to the
 // subscriber.
+//
+// The new Owner has answered the command that turned its tracking on:
+// Redis tracks what it reads from then on, so it counts as answered for
+// every Sync that began before that command was sent (readersAfter). With
+// heard 0 instead, a Sync that found it opened after the reader's asked
+// ping (which found no connection, the previous one having failed) would
+// wait for an answer nobody is asked for, then empty the tier.
 func (r *reader) open(ctx context.Context) error {
 	cn := r.node.EphemeralConn()
+	sent := Now()
 	if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", r.id).Err(); err != nil {
 		_ = cn.Close()
 		return err
 	}
 	r.conn = cn
-	r.owner.Store(&Owner{lag: int64(r.lag)})
+	o := &Owner{lag: int64(r.lag)}
+	o.heard.Store(sent)
+	r.owner.Store(o)
 	return nil
 }
 
@@ -164,8 +174,8 @@ func (r *reader) end() {
 // that the messages sent before it were delivered, and each ping costs
 // Redis CPU in every process (see bench/README, "Near tiers across a
 // fleet").
-func (r *reader) beat(ctx context.Context, asked, answered *news) {
-	every(ctx, r.lag/2, asked, func(now bool) bool {
+func (r *reader) beat(ctx context.Context, asked *news, ask <-chan struct{}, answered *news) {
+	every(ctx, r.lag/2, asked, ask, func(now bool) bool {
 		if r.ping(ctx, now) || now {
 			answered.announce()
 		}
@@ -210,10 +220,18 @@ func (t *Tracker) startReaders(o *redis.Options, id int64) (rd *readers, stop fu
 	rd = &readers{rs: make([]*reader, n)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	// Taken before the readers can open (see every): an ask after any of
+	// their answers reaches their beats, however late these start.
+	ask := t.asked.wait()
 	for i := range rd.rs {
 		r := &reader{node: cl, id: id, lag: t.cfg.MaxLag}
 		rd.rs[i] = r
-		wg.Go(func() { r.beat(ctx, &t.asked, &t.answered) })
+		wg.Go(func() {
+			if t.beforeBeat != nil {
+				t.beforeBeat(ctx, true)
+			}
+			r.beat(ctx, &t.asked, ask, &t.answered)
+		})
 	}
 	return rd, func() {
 		for _, r := range rd.rs {

@@ -80,6 +80,10 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 		_ = ps.Close()
 		beats.Wait() // a ping in progress waits out its write timeout at most
 	}()
+	// The beat's first ask is taken now, before the subscription is sent:
+	// a Sync that asks after the subscription's answer (sent, which heard
+	// takes) reaches the beat even if its goroutine starts later.
+	ask := t.asked.wait()
 	sent := Now()
 	if err := ps.Subscribe(ctx, invalidateChannel); err != nil {
 		return err
@@ -109,7 +113,12 @@ func (t *Tracker) session(ctx context.Context, cl *redis.Client, heard *atomic.I
 			}
 			heard.Store(sent)
 			stopReaders = up()
-			beats.Go(func() { beat(sctx, ps, &t.asked, t.cfg.Beat) })
+			beats.Go(func() {
+				if t.beforeBeat != nil {
+					t.beforeBeat(sctx, false)
+				}
+				beat(sctx, ps, &t.asked, ask, t.cfg.Beat)
+			})
 		case *redis.Pong:
 			if at, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && at > heard.Load() {
 				heard.Store(at)
@@ -186,14 +195,14 @@ func (t *Tracker) heardAfter(since int64) bool {
 var errReplaced = errors.New("near: tracking connection replaced")
 
 // beat pings ps every d (Config.Beat), and when asked is announced (see
-// Tracker.Sync),
+// Tracker.Sync; ask is the first announcement to wait for, see every),
 // until ctx ends, each ping carrying the Now() at which it was sent (see
 // Tracker.Heard). A failed ping closes ps, which ends the session: go-redis
 // replaces the connection of a PubSub whose write failed, and the session
 // must not read on from the new one as if nothing had been lost in
 // between.
-func beat(ctx context.Context, ps *redis.PubSub, asked *news, d time.Duration) {
-	every(ctx, d, asked, func(bool) bool {
+func beat(ctx context.Context, ps *redis.PubSub, asked *news, ask <-chan struct{}, d time.Duration) {
+	every(ctx, d, asked, ask, func(bool) bool {
 		if err := ps.Ping(ctx, strconv.FormatInt(Now(), 10)); err != nil {
 			_ = ps.Close()
 			return false
@@ -204,11 +213,15 @@ func beat(ctx context.Context, ps *redis.PubSub, asked *news, d time.Duration) {
 
 // every calls f every d, and when asked is announced (asked true), until
 // ctx ends or f returns false: the beats of the subscriber and of the
-// readers.
-func every(ctx context.Context, d time.Duration, asked *news, f func(asked bool) bool) {
+// readers. ask is asked.wait(), taken by the caller before it started the
+// goroutine and before sending anything on the connection whose answers
+// heardAfter or readersAfter count: an ask announced after such an answer
+// but before the goroutine ran is not lost (a loaded machine may leave the
+// goroutine unscheduled that long; a Sync would wait for an answer that
+// never comes, then empty the tier).
+func every(ctx context.Context, d time.Duration, asked *news, ask <-chan struct{}, f func(asked bool) bool) {
 	tick := time.NewTicker(d)
 	defer tick.Stop()
-	ask := asked.wait()
 	for {
 		now := false
 		select {

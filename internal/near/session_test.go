@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,7 +111,7 @@ func TestOwnerLive(t *testing.T) {
 // here come once an hour: without the asks, or without the news of the
 // answers, Sync gives up after 5 s, and empties the tier.
 func TestSync(t *testing.T) {
-	tr, s, removed, purged := startPinged(t, nil)
+	tr, s, removed, purged := startPinged(t, nil, nil)
 	ctx := t.Context()
 	for i := range 3 {
 		key := fmt.Sprintf("p:{k%d}", i) // a value key (see isValueKey)
@@ -149,7 +150,9 @@ func TestSyncBusyReader(t *testing.T) {
 			}
 			return next(ctx, cmd)
 		},
-	})
+	}, nil)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before tr.Stop, which waits for the held read
 	ctx := t.Context()
 	read := make(chan error, 1)
 	go func() {
@@ -163,25 +166,102 @@ func TestSyncBusyReader(t *testing.T) {
 		select {
 		case <-answered:
 		case <-time.After(5 * time.Second):
-			t.Fatal("5 s after the ask, the subscriber has not answered")
+			t.Fatalf("5 s after the ask, the subscriber has not answered (%s)", describeTracking(tr, since))
 		}
 	}
 	if tr.readersAfter(since) {
 		t.Error("a reader whose read, sent before the ask, is still held counts as answered")
 	}
-	close(hold)
+	release()
 	awaitAnswers(t, tr, since)
 	if err := <-read; !IsReply(err) {
 		t.Fatalf("the held read = %v; want redis.Nil", err)
 	}
 }
 
+// TestSyncBeatStartsLate: an ask that comes before a beat's goroutine has
+// run (a loaded machine may leave it unscheduled for long after its
+// session or reader came up and answered) still reaches the beat: Sync
+// returns having heard it, and does not give up and empty the tier.
+// TestSyncBusyReader failed so beside two CPU hogs.
+func TestSyncBeatStartsLate(t *testing.T) {
+	for _, reader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "subscriber", true: "reader"}[reader], func(t *testing.T) {
+			release := make(chan struct{})
+			tr, _, _, purged := startPinged(t, nil, func(ctx context.Context, r bool) {
+				if r == reader {
+					select {
+					case <-release:
+					case <-ctx.Done():
+					}
+				}
+			})
+			asked := tr.asked.wait()
+			synced := make(chan struct{})
+			go func() {
+				defer close(synced)
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				defer cancel()
+				tr.Sync(ctx)
+			}()
+			<-asked // Sync has asked: the beat starts after the ask
+			close(release)
+			<-synced
+			if purged() {
+				t.Fatal("Sync gave up and emptied the tier: the beat that started after its ask never pinged")
+			}
+		})
+	}
+}
+
+// TestReaderReopenedAfterAsk: a reader whose connection failed, opened
+// again after Sync's ask (its asked ping, finding no connection, has been
+// and gone: nothing will ping the new one), counts as answered while its
+// first read is in flight: its tracking began after the ask.
+func TestReaderReopenedAfterAsk(t *testing.T) {
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	tr, _, _, _ := startPinged(t, redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			switch {
+			case slices.Contains(cmd.Args(), any("p:{broken}")):
+				return io.ErrUnexpectedEOF // the connection failed
+			case slices.Contains(cmd.Args(), any("p:{slow}")):
+				close(held)
+				<-hold
+			}
+			return next(ctx, cmd)
+		},
+	}, nil)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before tr.Stop, which waits for the held read
+	ctx := t.Context()
+	if o, err, ok := tr.Read(ctx, tr.Node("p:{broken}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{broken}").Err() }); !ok || o != nil || err == nil {
+		t.Fatalf("the broken read = %v, %v, %v; want a failed connection", o, err, ok)
+	}
+	since := Now()
+	tr.asked.announce() // as Sync does
+	read := make(chan error, 1)
+	go func() {
+		_, err, _ := tr.Read(ctx, tr.Node("p:{slow}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{slow}").Err() })
+		read <- err
+	}()
+	<-held
+	if !tr.readersAfter(since) {
+		t.Error("a reader opened after the ask, its first read in flight, counts as not answered")
+	}
+	release()
+	if err := <-read; !IsReply(err) {
+		t.Fatalf("the held read = %v; want redis.Nil", err)
+	}
+}
+
 // startPinged starts a Tracker on a server of its own, with beats once an
-// hour (a reader beats every MaxLag/2), and hook on its readers' client if
-// not nil; removed lists the keys the tier was told to drop, and purged
+// hour (a reader beats every MaxLag/2), hook on its readers' client and
+// beforeBeat as its beforeBeat if not nil; removed lists the keys the tier was told to drop, and purged
 // whether it was emptied since it came up (Sync gave up, or tracking
 // dropped).
-func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Server, removed func() []string, purged func() bool) {
+func startPinged(t *testing.T, hook redis.Hook, beforeBeat func(ctx context.Context, reader bool)) (tr *Tracker, s *redistest.Server, removed func() []string, purged func() bool) {
 	t.Helper()
 	s = redistest.StartServer(t)
 	var mu sync.Mutex
@@ -192,6 +272,7 @@ func startPinged(t *testing.T, hook redis.Hook) (tr *Tracker, s *redistest.Serve
 	})
 	tr = NewTracker(s.Client(t), x, func(reason string) { t.Errorf("tracking off: %s", reason) }, Config{Beat: time.Hour, MaxLag: time.Hour})
 	tr.ReaderHook = hook
+	tr.beforeBeat = beforeBeat
 	t.Cleanup(tr.Stop)
 	tr.Use(Now())
 	redistest.Eventually(t, "tracking to start", func() bool { return tr.heardAfter(1) })
@@ -218,7 +299,45 @@ func awaitAnswers(t *testing.T, tr *Tracker, since int64) {
 		case <-answered:
 			answered = tr.answered.wait()
 		case <-time.After(5 * time.Second):
-			t.Fatalf("5 s after the ask, heardAfter = %v, readersAfter = %v; want both", tr.heardAfter(since), tr.readersAfter(since))
+			t.Fatalf("5 s after the ask, heardAfter = %v, readersAfter = %v; want both (%s)", tr.heardAfter(since), tr.readersAfter(since), describeTracking(tr, since))
 		}
 	}
+}
+
+// describeTracking tells, for a failure's message, what each node and each
+// reader had answered relative to since (see heardAfter and
+// readersAfter): a node's latest answered ping, and a reader's Owner
+// (none, dead, or its latest answer), its connection (nil if none), or
+// that a command holds it.
+func describeTracking(tr *Tracker, since int64) string {
+	var b strings.Builder
+	if p := tr.heard.Load(); p == nil {
+		b.WriteString("not tracking")
+	} else {
+		for i := range *p {
+			fmt.Fprintf(&b, "node %d heard since%+v; ", i, time.Duration((*p)[i].Load()-since))
+		}
+	}
+	tr.rmu.RLock()
+	defer tr.rmu.RUnlock()
+	for addr, rd := range tr.readers {
+		for i, r := range rd.rs {
+			fmt.Fprintf(&b, "reader %s#%d: ", addr, i)
+			switch o := r.owner.Load(); {
+			case o == nil:
+				b.WriteString("no owner")
+			case o.dead.Load():
+				b.WriteString("owner dead")
+			default:
+				fmt.Fprintf(&b, "owner heard since%+v", time.Duration(o.heard.Load()-since))
+			}
+			if r.mu.TryLock() {
+				fmt.Fprintf(&b, ", conn nil %v, closed %v; ", r.conn == nil, r.closed.Load())
+				r.mu.Unlock()
+			} else {
+				fmt.Fprintf(&b, ", busy (a command holds it), closed %v; ", r.closed.Load())
+			}
+		}
+	}
+	return b.String()
 }

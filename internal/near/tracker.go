@@ -71,6 +71,10 @@ type Tracker struct {
 	// ReaderHook, if set, is added to the client of each session's
 	// readers (tests hold their reads with it).
 	ReaderHook redis.Hook
+	// beforeBeat, if set, is called at the start of each beat's goroutine
+	// (reader: a reader's, else the subscriber's), whose ctx ends with the
+	// beat (tests start beats late with it).
+	beforeBeat func(ctx context.Context, reader bool)
 }
 
 // NewTracker returns the Tracker of the tier x, whose reads go through c,
