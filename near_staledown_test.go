@@ -160,3 +160,37 @@ func TestStaleIfDownStalePoint(t *testing.T) {
 		t.Errorf("StaleIfDown went from %d to %d on a copy past its stale point", before, got)
 	}
 }
+
+// TestStaleIfDownNotAfterCircuitClosed: once the circuit has closed, a
+// copy kept before is not served in a later outage, even with tracking
+// still down (held down here), for Redis may have changed the key in
+// between.
+func TestStaleIfDownNotAfterCircuitClosed(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := frozenClient(t, s)
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(10), dogpile.WithNearTest(),
+		dogpile.WithStale(time.Minute), dogpile.WithStaleIfDown())
+	t.Cleanup(func() { _ = c.Close() })
+	gate := make(chan struct{})
+	dogpile.Tracker(c).BeforeSession = func() { <-gate }
+	t.Cleanup(func() { close(gate) })
+	warmNear(t, c, "k", time.Minute, "v1")
+	freeze(t, s, c)
+	redistest.Eventually(t, "the kept copy served", func() bool {
+		_, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string])
+		return err == nil
+	})
+	s.Resume()
+	writer := dogpile.New[string](rdb, prefix(t), dogpile.WithStale(time.Minute))
+	t.Cleanup(func() { _ = writer.Close() })
+	redistest.Eventually(t, "a Set once Redis is back", func() bool {
+		return writer.Set(context.Background(), "k", "v2", time.Minute) == nil
+	})
+	freeze(t, s, c)
+	if !dogpile.NearIndex(c).Kept() || !dogpile.NearHas(c, "k") {
+		t.Fatal("the copy is no longer kept: the check below proves nothing")
+	}
+	if v, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+		t.Errorf("Fetch in a second outage = %q, %v; want ErrUnavailable", v, err)
+	}
+}
