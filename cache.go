@@ -103,7 +103,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
-		c.near = newNear(client, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
+		c.near = newNear(client, c.breaker, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
 	}
 	c.readHit = c.pickReader()
 	return &Cache[T]{c}
@@ -209,7 +209,8 @@ func (c *Cache[T]) Stats() Stats {
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(), NearOff: s.nearOff.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(),
+		StaleIfDown: s.staleIfDown.Load(), NearOff: s.nearOff.Load(),
 	}
 	st.NearInvalidations, st.NearFlushes = c.near.counts()
 	return st

@@ -38,11 +38,25 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 	if v, err, ok := c.nearHit(ctx, key, vk); ok {
 		return v, err
 	}
-	for {
-		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
-		if !retry {
+	if c.opts.computeIfDown { // it would compute, not fail (see WithStaleIfDown)
+		if v, err, ok := c.downHit(ctx, key, vk); ok {
 			return v, err
 		}
+	}
+	for {
+		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
+		if retry {
+			continue
+		}
+		if errors.Is(err, ErrUnavailable) {
+			// After the breaker turned the call away (and, past its
+			// cooldown, asked the servers again): a copy is served only
+			// while they stay silent.
+			if v, err, ok := c.downHit(ctx, key, vk); ok {
+				return v, err
+			}
+		}
+		return v, err
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/near"
@@ -50,6 +52,7 @@ type nearEntry[T any] struct {
 	v        T
 	notFound bool  // a not-found tombstone (see WithNegativeTTL)
 	until    int64 // served while near.Now() < until
+	down     int64 // its expiry in Redis: kept and served until then while Redis is down (see WithStaleIfDown)
 	owner    *near.Owner
 }
 
@@ -62,6 +65,10 @@ type nearTier[T any] struct {
 	store *otter.Cache[string, nearEntry[T]]
 	x     *near.Index
 	t     *near.Tracker
+	// b is the client's breaker; keptAt, its Closings when tracking was
+	// lost and the store kept (see WithStaleIfDown).
+	b      *breaker.Breaker
+	keptAt atomic.Uint64
 
 	opts    *options
 	stats   *counters
@@ -72,7 +79,7 @@ type nearTier[T any] struct {
 
 // newNear builds the near tier of a Cache on client with opts, whose
 // flights it forgets on invalidations and whose counters it keeps.
-func newNear[T any](client redis.UniversalClient, opts *options, flights *flight.Group[outcome], stats *counters,
+func newNear[T any](client redis.UniversalClient, b *breaker.Breaker, opts *options, flights *flight.Group[outcome], stats *counters,
 	decode func([]byte) (T, entry.Meta, error), emit func(context.Context, Event) context.Context) *nearTier[T] {
 	store := otter.Must(&otter.Options[string, nearEntry[T]]{
 		MaximumSize: opts.nearEntries,
@@ -80,7 +87,7 @@ func newNear[T any](client redis.UniversalClient, opts *options, flights *flight
 		// store's own outlives the Cache, and the bound holds after each write.
 		Executor: func(fn func()) { fn() },
 	})
-	n := &nearTier[T]{store: store, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit}
+	n := &nearTier[T]{store: store, b: b, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit}
 	h := near.Handlers{
 		Remove: func(vk string) { store.Invalidate(vk) },
 		Purge:  store.InvalidateAll,
@@ -91,6 +98,9 @@ func newNear[T any](client redis.UniversalClient, opts *options, flights *flight
 				flights.Forget(vk)
 			}
 		},
+	}
+	if opts.staleIfDown && opts.stale > 0 {
+		h.Keep = func() { n.keptAt.Store(b.Closings()) }
 	}
 	if opts.observer != nil {
 		h.Notify = func(vk string) {
@@ -198,7 +208,7 @@ func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, 
 	if err != nil {
 		return nil
 	}
-	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), owner: o}
+	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), down: tk.At + int64(pttl), owner: o}
 	return func() { n.store.Set(vk, e) }
 }
 

@@ -197,13 +197,14 @@ type Stats struct {
 	// The near tier (see WithNearCache).
 	NearHits          uint64 // hits answered from process memory (counted in Hits too)
 	NearInvalidations uint64 // keys Redis reported written, expired or evicted
-	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL
+	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL (with WithStaleIfDown, kept until tracking is back)
 	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
+	StaleIfDown       uint64 // Fetch calls answered, Redis unreachable, with a copy the tier kept (WithStaleIfDown); in Hits, Stale and NearHits too
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
 }
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate, staleIfDown atomic.Uint64
 	nearOff atomic.Bool
 }

@@ -37,6 +37,7 @@ type options struct {
 	refreshRetry time.Duration // WithRefreshRetry
 
 	nearEntries int         // WithNearCache; 0: no near tier
+	staleIfDown bool        // WithStaleIfDown
 	near        near.Config // withNear (tests); zero: internal/near's defaults
 
 	logger   *slog.Logger                                 // WithLogger; nil: silent

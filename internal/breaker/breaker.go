@@ -82,7 +82,10 @@ const cooldown = 100 * time.Millisecond
 type Breaker struct {
 	cb     *gobreaker.TwoStepCircuitBreaker[struct{}]
 	closed atomic.Bool // gobreaker's state is closed (see OnStateChange)
-	log    outageLog
+	// closings counts the circuit's closings: what a caller saw while it
+	// was open, it can tell is from before Redis came back (see Closings).
+	closings atomic.Uint64
+	log      outageLog
 
 	// check asks the client's servers whether they answer (see check.go);
 	// nil for a breaker of its own (New), whose probe is a call.
@@ -154,6 +157,9 @@ func newBreaker(check func(context.Context) error, onOpen func()) *Breaker {
 		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			b.closed.Store(to == gobreaker.StateClosed)
+			if to == gobreaker.StateClosed {
+				b.closings.Add(1)
+			}
 			b.log.change(from, to)
 			if to == gobreaker.StateOpen && onOpen != nil {
 				onOpen()
@@ -234,6 +240,11 @@ func (b *Breaker) settle(report func(error), err error) {
 // While the circuit is closed it costs one atomic load, as Allow does
 // (gobreaker's State takes its mutex).
 func (b *Breaker) Open() bool { return !b.closed.Load() && b.cb.State() != gobreaker.StateClosed }
+
+// Closings counts the times the circuit closed since the breaker was
+// made: a value kept when it was n, and served only while Redis is
+// unreachable, is stale news once it is more (dogpile's WithStaleIfDown).
+func (b *Breaker) Closings() uint64 { return b.closings.Load() }
 
 // Unreachable reports whether err means Redis could not be reached: a
 // network error (refused, reset, a timeout on the socket, a closed

@@ -31,6 +31,13 @@ type Handlers struct {
 	// "", of every key), after the lock is released: it calls the
 	// observer.
 	Notify func(vk string)
+	// Keep, if set, makes a loss of tracking's connection leave the store
+	// as it is (see Index.Kept), and is called when it does: the cache
+	// may serve those copies while Redis is unreachable (dogpile's
+	// WithStaleIfDown), never as fresh. They are emptied when tracking
+	// comes back, and a copy is removed when a read of its key from Redis
+	// completes meanwhile.
+	Keep func()
 }
 
 // An Index is the coherence state of a near tier. Reads of the store take
@@ -42,6 +49,7 @@ type Index struct {
 	h     Handlers
 	mu    sync.Mutex
 	epoch atomic.Uint64 // odd while tracking is up; bumped at every change
+	kept  atomic.Bool   // the store holds copies kept when tracking was lost
 	gens  [stripes]atomic.Uint64
 	seed  maphash.Seed
 
@@ -86,13 +94,15 @@ func (x *Index) Ticket(vk string) Ticket {
 // left in the store (its stripe was bumped by another key's invalidation)
 // would make that caller's next Fetch go back in time.
 func (x *Index) Admit(vk string, tk Ticket, put func()) {
-	if tk.epoch%2 == 0 && x.epoch.Load() == tk.epoch {
+	if tk.epoch%2 == 0 && x.epoch.Load() == tk.epoch && !x.kept.Load() {
 		return // still down: the store is empty
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
 	case !x.good(vk, tk):
+		// Also a kept copy (tracking down): the caller returns what it
+		// read, and the copy, older, must not be served after it.
 		x.h.Remove(vk) // the stripe moved since tk: older reads fail too
 	case put != nil:
 		put()
@@ -148,6 +158,7 @@ func (x *Index) DropAll() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.epoch.Add(2) // parity is whether tracking is up: unchanged
+	x.kept.Store(false)
 	x.h.Purge()
 	x.h.Forget("")
 }
@@ -159,17 +170,25 @@ func (x *Index) drop(vk string) {
 	x.h.Remove(vk)
 }
 
-// setUp records that tracking is in place (up) or lost; either way the
-// store is emptied and every flight forgotten: what they held could not be
-// verified across the change.
-func (x *Index) setUp(up bool) {
+// setUp records that tracking is in place (up) or lost; either way every
+// flight is forgotten and, unless kept, the store is emptied: what they
+// held could not be verified across the change. lost says that tracking's
+// connection failed (rather than the tracker stopping): with Handlers.Keep
+// the store is then kept (see Kept); coming up always empties it.
+func (x *Index) setUp(up, lost bool) {
 	x.mu.Lock()
 	if x.Up() == up {
 		x.mu.Unlock()
 		return
 	}
 	x.epoch.Add(1)
-	x.h.Purge()
+	if !up && lost && x.h.Keep != nil {
+		x.h.Keep() // first: a caller that sees kept sees what Keep recorded
+		x.kept.Store(true)
+	} else {
+		x.kept.Store(false)
+		x.h.Purge()
+	}
 	x.h.Forget("")
 	x.mu.Unlock()
 	if !up {
@@ -179,6 +198,11 @@ func (x *Index) setUp(up bool) {
 		}
 	}
 }
+
+// Kept reports whether the store holds copies that tracking no longer
+// covers, kept when it was lost (see Handlers.Keep): they may be served
+// only while Redis cannot be reached.
+func (x *Index) Kept() bool { return x.kept.Load() }
 
 // Invalidations counts the keys Redis reported written, expired or
 // evicted; Flushes, the times the tier was emptied because tracking was

@@ -14,7 +14,7 @@ func newTestTier() (*Index, map[string]string) {
 		Purge:  func() { clear(store) },
 		Forget: func(string) {},
 	})
-	x.setUp(true)
+	x.setUp(true, false)
 	return x, store
 }
 
@@ -30,7 +30,7 @@ func TestTicketRace(t *testing.T) {
 	}{
 		{"invalidation", func() { x.invalidate([]string{vk}) }},
 		{"other key", func() {}},
-		{"down and up", func() { x.setUp(false); x.setUp(true) }},
+		{"down and up", func() { x.setUp(false, true); x.setUp(true, false) }},
 		{"own write", func() { x.Drop(vk) }},
 	}
 	for _, tc := range cases {
@@ -69,5 +69,56 @@ func TestRefusedPutDropsOlderCopy(t *testing.T) {
 	put("v2", tk)
 	if v, ok := store[vk]; ok {
 		t.Errorf("the tier still holds %q after a newer read was refused", v)
+	}
+}
+
+// TestKeptOnLoss: with Handlers.Keep, a failed tracking connection leaves
+// the store as it is (a tracker that stops empties it as before); a
+// completed read of a key removes its kept copy, which is older than what
+// the caller returns; tracking coming back empties the store.
+func TestKeptOnLoss(t *testing.T) {
+	const vk = "p:{k}"
+	for _, tc := range []struct {
+		name       string
+		keep, lost bool
+		wantKept   bool
+	}{
+		{"no Keep", false, true, false},
+		{"Keep, lost", true, true, true},
+		{"Keep, stopped", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := map[string]string{}
+			keeps := 0
+			h := Handlers{
+				Remove: func(k string) { delete(store, k) },
+				Purge:  func() { clear(store) },
+				Forget: func(string) {},
+			}
+			if tc.keep {
+				h.Keep = func() { keeps++ }
+			}
+			x := NewIndex(h)
+			x.setUp(true, false)
+			store[vk], store["p:{j}"] = "v1", "j1"
+			x.setUp(false, tc.lost)
+			if got := x.Kept(); got != tc.wantKept {
+				t.Fatalf("Kept() = %v; want %v", got, tc.wantKept)
+			}
+			if got, want := len(store), map[bool]int{true: 2, false: 0}[tc.wantKept]; got != want {
+				t.Fatalf("the store holds %d copies after the loss; want %d", got, want)
+			}
+			if tc.wantKept && keeps != 1 {
+				t.Errorf("Keep called %d times; want 1", keeps)
+			}
+			x.Admit(vk, x.Ticket(vk), func() { store[vk] = "v2" })
+			if v, ok := store[vk]; ok {
+				t.Errorf("after a read while down the store holds %q; want nothing", v)
+			}
+			x.setUp(true, false)
+			if x.Kept() || len(store) != 0 {
+				t.Errorf("after tracking came back: Kept() = %v, store = %v; want false, empty", x.Kept(), store)
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *r
 			t.setReaders(o.Addr, rd)
 			if !wasUp {
 				wasUp = true
-				t.up(true, of)
+				t.up(true, false, of)
 			}
 			return func() {
 				t.setReaders(o.Addr, nil)
@@ -49,7 +49,10 @@ func (t *Tracker) keep(ctx context.Context, o *redis.Options, of int, refused *r
 			refused.record(err)
 		}
 		if wasUp {
-			t.up(false, of)
+			// Lost, unless the tracker ended the session (idle, stopped,
+			// a Cluster's masters moved): copies are kept only through a
+			// failure.
+			t.up(false, ctx.Err() == nil, of)
 			pause = 10 * time.Millisecond
 		}
 		select {

@@ -332,9 +332,10 @@ func (t *Tracker) Read(ctx context.Context, node string, f func(redis.Cmdable) e
 	return rd.try(ctx, f)
 }
 
-// up counts a session's tracking in place (or lost); the tier is served
-// only while all of them are.
-func (t *Tracker) up(on bool, of int) {
+// up counts a session's tracking in place (or lost, its connection
+// failed: see Index.setUp); the tier is served only while all of them
+// are.
+func (t *Tracker) up(on, lost bool, of int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if on {
@@ -342,7 +343,7 @@ func (t *Tracker) up(on bool, of int) {
 	} else {
 		t.ups--
 	}
-	t.x.setUp(t.ups == of)
+	t.x.setUp(t.ups == of, lost)
 	t.answered.announce()
 }
 
@@ -353,8 +354,9 @@ func (t *Tracker) up(on bool, of int) {
 // beats, so that takes about a round trip; the pings leave from the beats'
 // goroutines, on their own contexts. If it takes longer than MaxLag, or
 // ctx ends first, Sync empties the tier instead (see Index.DropAll). A
-// tier that is down, or goes down meanwhile, was emptied already and
-// serves nothing.
+// tier that is down, or goes down meanwhile, serves nothing as fresh; the
+// copies it kept (see Handlers.Keep) are dropped, for they would hear of
+// nothing the call is waiting for.
 func (t *Tracker) Sync(ctx context.Context) {
 	since := Now()
 	t.asked.announce()
@@ -362,7 +364,13 @@ func (t *Tracker) Sync(ctx context.Context) {
 	defer late.Stop()
 	for {
 		answered := t.answered.wait() // before the look: an answer just after it closes it
-		if !t.x.Up() || (t.heardAfter(since) && t.readersAfter(since)) {
+		if !t.x.Up() {
+			if t.x.Kept() {
+				t.x.DropAll()
+			}
+			return
+		}
+		if t.heardAfter(since) && t.readersAfter(since) {
 			return
 		}
 		select {
