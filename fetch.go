@@ -269,3 +269,18 @@ func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []by
 	}
 	return nil, v, m, false
 }
+
+// downHit answers a Fetch of key with the near tier's kept copy of vk, if
+// Redis is unreachable and the tier has one (see nearTier.downHit).
+func (c *core[T]) downHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+	v, tomb, ok := c.near.downHit(vk)
+	if !ok {
+		return v, nil, false
+	}
+	c.stats.staleIfDown.Add(1)
+	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, Stale: true, NotFound: tomb})
+	if tomb {
+		return v, notFound(key), true
+	}
+	return v, nil, true
+}

@@ -261,3 +261,19 @@ func (n *nearTier[T]) off(reason string) {
 			slog.String("prefix", n.opts.prefix), slog.String("reason", reason))
 	}
 }
+
+// downHit returns the copy of vk the tier kept when tracking was lost (see
+// near.Handlers.Keep), if the client's circuit is open and has not closed
+// since then, and the copy is short of its expiry in Redis. Its reader
+// died with the session, so its Owner is not asked: what covers the copy
+// is the option's bargain, not tracking.
+func (n *nearTier[T]) downHit(vk string) (v T, notFound, ok bool) {
+	if n == nil || !n.x.Kept() || !n.b.Open() || n.b.Closings() != n.keptAt.Load() {
+		return v, false, false
+	}
+	e, ok := n.store.GetIfPresent(vk)
+	if !ok || near.Now() >= e.down {
+		return v, false, false
+	}
+	return e.v, e.notFound, true
+}
