@@ -17,22 +17,15 @@ import (
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
-// WithNearCache keeps up to maxEntries decoded values in process memory, in
-// front of Redis, so that Fetch and FetchMany answer a key read moments ago
-// without a round trip; Get always reads Redis. Redis's invalidations
-// (CLIENT TRACKING, in its default mode: reported only to the processes
-// that read the key) remove a local copy when any client writes
-// the key, or it expires or is evicted: once one has arrived, no call in this
-// process returns the value it replaced. A copy is served only while the
-// connection that carries them is up and has answered, within the last 100
-// ms, a ping sent after every invalidation before it (one every 20 ms): so
-// a write that returned more than 100 ms ago is never answered from the tier
-// with the value it replaced, even when the invalidations come late. Nor is
-// a copy served past the key's TTL, or its stale or early-refresh point.
-// Where keys cannot be tracked (see "Near cache" in the package doc) the
-// tier turns itself off, once, logged and in
-// [Stats].NearOff. Near hits share one decoded value: treat it as read-only.
-// WithNearCache panics if maxEntries is not positive.
+// WithNearCache keeps up to maxEntries decoded values in process memory, so
+// that Fetch and FetchMany answer a key read moments ago without a round
+// trip (Get always reads Redis). A write of the key by any client removes
+// the copy (Redis's CLIENT TRACKING): once its invalidation arrived, no call
+// here returns the replaced value, and a write that returned more than 100
+// ms ago never is, however late it comes. No copy outlives the key's TTL or
+// its stale or early-refresh point. Where keys cannot be tracked the tier
+// turns itself off, logged and in [Stats].NearOff. Near hits share one
+// value: treat it as read-only. It panics if maxEntries is not positive.
 func WithNearCache(maxEntries int) Option {
 	if maxEntries <= 0 {
 		panic(fmt.Sprintf("dogpile: near cache size %d is not positive (a programmer error)", maxEntries))

@@ -258,26 +258,15 @@ func WithObserver(f func(ctx context.Context, e Event) context.Context) Option {
 	return optionFunc(func(o *options) { o.observer = f })
 }
 
-// WithStaleIfDown lets Fetch answer from the near tier while Redis is
-// unreachable, instead of failing with [ErrUnavailable]: when the near
-// tier's tracking connection fails, the tier keeps its copies rather than
-// emptying itself, and while the client's circuit is open (see
-// ErrUnavailable) a Fetch of a key the tier holds gets that copy, up to its
-// stale point: the value's TTL plus the stale window, as Redis would have
-// served it. Such answers are hits with Stale set, counted in
-// [Stats].StaleIfDown. The copies are never served while Redis answers:
-// not as fresh, since tracking no longer covers them, and not as stale
-// once the circuit has closed; they are dropped when tracking comes back.
-// With [WithComputeWhenDown], a copy is served before compute is called
-// without the cache. FetchMany and Get are unchanged.
-//
-// What a partition may show: a process cut off from Redis hears of no
-// write, so it may serve a value that another process has replaced (or
-// deleted) meanwhile, up to that value's stale point. Use it only where a
-// value that old is acceptable while Redis is down.
-//
-// Without both [WithNearCache] and [WithStale], WithStaleIfDown changes
-// nothing: there is no copy to keep, or no window to serve it in.
+// WithStaleIfDown makes a Fetch that Redis being unreachable would fail with
+// [ErrUnavailable] answer with the near tier's copy instead, as a stale hit
+// counted in [Stats].StaleIfDown, up to the value's stale point (its TTL
+// plus the stale window). Copies are kept when tracking is lost, never served
+// while Redis answers, and dropped when tracking is back. What a partition
+// may show: a process cut off from Redis hears of no write, so it may serve
+// a value another process replaced or deleted meanwhile, up to that stale
+// point. Without both [WithNearCache] and [WithStale] it changes nothing;
+// FetchMany and Get are unchanged.
 func WithStaleIfDown() Option {
 	return optionFunc(func(o *options) { o.staleIfDown = true })
 }
