@@ -162,12 +162,7 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 	strict := dogpile.New[int](rdb, prefix(t))
 	open := dogpile.New[int](rdb, prefix(t), dogpile.WithComputeWhenDown())
 	s.Kill()
-	// Failed calls trip the client's circuit; on a loaded machine the
-	// breaker's own check may take a while to agree that the server is down.
-	redistest.Eventually(t, "Get with the circuit open to return ErrUnavailable", func() bool {
-		_, err := strict.Get(t.Context(), "k")
-		return errors.Is(err, dogpile.ErrUnavailable)
-	})
+	tripCircuit(t, strict)
 	before := strict.Stats().Unavailable
 	_, err := strict.Refresh(t.Context(), "k", time.Minute, nil2[int])
 	assert.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with the circuit open; want ErrUnavailable")
@@ -201,6 +196,18 @@ func TestBreakerEmptyFetchManyIsNoProbe(t *testing.T) {
 	assert.True(t, dogpile.BreakerOpen(c), "an empty FetchMany closed the circuit with Redis still down")
 }
 
+// tripCircuit makes calls of c until its client's circuit is open, the
+// server being down: the breaker asks the servers in the background before
+// it opens, which a loaded machine may take a while to answer (five quick
+// calls beside two CPU hogs came before it).
+func tripCircuit[T any](t *testing.T, c *dogpile.Cache[T]) {
+	t.Helper()
+	redistest.Eventually(t, "Get with the circuit open to return ErrUnavailable", func() bool {
+		_, err := c.Get(t.Context(), "k")
+		return errors.Is(err, dogpile.ErrUnavailable)
+	})
+}
+
 // TestBreakerRefreshProbes: once the client's circuit is open, a process
 // that then only calls Refresh sees Redis come back: while the circuit
 // lets a probe through, Refresh probes (it failed fast for ever, no other
@@ -209,9 +216,7 @@ func TestBreakerRefreshProbes(t *testing.T) {
 	s := redistest.StartServer(t)
 	c := dogpile.New[string](s.NoRetryClient(t), prefix(t))
 	s.Kill()
-	for range 5 { // trip the client's circuit: a Get, a lock, another Cache...
-		c.Get(t.Context(), "k")
-	}
+	tripCircuit(t, c) // a Get, a lock, another Cache of the client...
 	_, err := c.Refresh(t.Context(), "k", time.Minute, constant("1"))
 	require.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with Redis down; want ErrUnavailable")
 	s.Restart()
