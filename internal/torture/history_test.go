@@ -1,6 +1,7 @@
 package torture
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -69,5 +70,26 @@ func TestHistorySaves(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, h) {
 		t.Errorf("LoadHistory = %+v; want %+v", got, h)
+	}
+}
+
+// TestLedgerTornLastLine: a process killed mid-write leaves a torn last
+// line, which is skipped; a torn line with lines after it is an error.
+func TestLedgerTornLastLine(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	full := `{"id":1,"p":1,"g":1,"k":"get","keys":["k"]}` + "\n"
+	ops, err := ReadLedgers([]string{write("last", full+`{"id":2,"p":1,"k":"ge`)})
+	if err != nil || len(ops) != 1 || ops[0].ID != 1 {
+		t.Errorf("a ledger with a torn last line: %d ops, %v; want the one whole op", len(ops), err)
+	}
+	if _, err := ReadLedgers([]string{write("middle", `{"id":2,"p":1,"k":"ge`+"\n"+full)}); err == nil {
+		t.Error("a ledger with a torn line before a whole one read without error")
 	}
 }
