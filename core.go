@@ -79,19 +79,21 @@ func (c *core[T]) checkTTL(key string, ttl time.Duration) (time.Duration, error)
 }
 
 func (c *core[T]) validTTL(ttl time.Duration, key string) (time.Duration, error) {
+	switch {
+	case ttl >= time.Millisecond:
+		return ttl, nil
+	case ttl == 0 && c.opts.defaultTTL > 0:
+		return c.opts.defaultTTL, nil
+	}
+	// Only an invalid ttl formats the key: a valid one is every Fetch's.
 	of := ""
 	if key != "" {
 		of = fmt.Sprintf(" of %q", key)
 	}
-	switch {
-	case ttl == 0 && c.opts.defaultTTL > 0:
-		return c.opts.defaultTTL, nil
-	case ttl == 0:
+	if ttl == 0 {
 		return 0, fmt.Errorf("%w: ttl 0%s: a Cache made WithDefaultTTL gives it a meaning", ErrInvalid, of)
-	case ttl < time.Millisecond:
-		return 0, fmt.Errorf("%w: ttl %v%s is below 1ms", ErrInvalid, ttl, of)
 	}
-	return ttl, nil
+	return 0, fmt.Errorf("%w: ttl %v%s is below 1ms", ErrInvalid, ttl, of)
 }
 
 // oneNode reports whether every key lives on one server, so that one
