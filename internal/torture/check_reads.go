@@ -196,16 +196,17 @@ func (c *checker) late(r *Op, t int64) bool {
 	return r.Start > t+int64(Slack)
 }
 
-// joined returns a Fetch of r's process, without a near tier, that could
-// have shared its flight with r: it began before t, was running when r
-// began, and returned v too. A near tier forgets its flights when Redis
-// reports a write, so it gets no such excuse.
+// joined returns a Fetch or FetchMany of r's process, without a near
+// tier, that could have shared its flight with r: it began before t, was
+// running when r began, and returned v too. (A FetchMany's missing keys
+// join or start the same flights as Fetch's.) A near tier forgets its
+// flights when Redis reports a write, so it gets no such excuse.
 func (c *checker) joined(ck ckey, r *Op, v, t int64) *Op {
 	if c.h.Plan.near(r.Cfg, r.Proc) {
 		return nil
 	}
 	for _, l := range c.keys[ck] {
-		if l != r && l.Proc == r.Proc && l.Kind == KFetch && l.Start < t+int64(Slack) &&
+		if l != r && l.Proc == r.Proc && (l.Kind == KFetch || l.Kind == KFetchMany) && l.Start < t+int64(Slack) &&
 			c.end(l)+int64(Slack) >= r.Start && l.Vers[ck.key] == v {
 			return l
 		}

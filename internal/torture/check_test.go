@@ -124,6 +124,14 @@ func TestRules(t *testing.T) {
 			ops := readAfterWrite(0)
 			return history(append(ops, cache(KFetch, 3, 0, 1, 4, 12)))
 		}, nil},
+		{"read-after-write/joined an older FetchMany's flight", func() *History {
+			ops := readAfterWrite(0)
+			return history(append(ops, cache(KFetchMany, 3, 0, 1, 4, 12)))
+		}, nil},
+		{"read-after-write/a FetchMany that began after the write", func() *History {
+			ops := readAfterWrite(0)
+			return history(append(ops, cache(KFetchMany, 3, 0, 1, 9, 12)))
+		}, []string{"read-after-write"}},
 		{"read-after-write/a Refresh that joined one older than a Set", func() *History {
 			l := cache(KRefresh, 1, 0, NotFound, 0, 30)
 			c := compute(l, 9, 0.5, 29)
