@@ -79,9 +79,9 @@
 //     a read of the key that starts later does not return a value written
 //     before the write began (for a Refresh, before its value was drawn):
 //     in the writing process at once; in another at its next read of
-//     Redis, which a Fetch may share with a flight of its process (a Fetch's or a
-//     FetchMany's) begun
-//     before the write returned; with a near tier, after NearBound plus
+//     Redis, which a Fetch may share with a flight of its process (a
+//     Fetch's or a FetchMany's) begun before the write returned; with a
+//     near tier, after NearBound plus
 //     the time the server or the reader was stopped (each run reports the
 //     longest lag it saw within the bound). Excused: a failover
 //     that may have promoted a replica without the write. (README, "Read
