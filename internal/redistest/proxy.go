@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,8 @@ type Proxy struct {
 	toDrop  atomic.Int64 // replies still to drop
 	dropped atomic.Int64
 	delay   atomic.Int64 // how long each reply is held back, in ns
+	reqs    atomic.Int64 // how long each request is held back, in ns
+	held    atomic.Int64 // requests held back, not yet sent on
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -58,6 +59,16 @@ func (p *Proxy) DropReplies(n int64) { p.toDrop.Store(n) }
 // has executed the command by then: only its answer is late.
 func (p *Proxy) DelayReplies(d time.Duration) { p.delay.Store(int64(d)) }
 
+// DelayRequests holds every request back by d from the moment the proxy
+// reads it before the server gets it, in order on each connection, until it
+// is called again with 0 (a request read before then keeps its delay): a
+// command that reaches the server after its caller gave up, and after
+// commands the caller sent later on other connections.
+func (p *Proxy) DelayRequests(d time.Duration) { p.reqs.Store(int64(d)) }
+
+// HeldRequests returns how many requests are held back (see DelayRequests).
+func (p *Proxy) HeldRequests() int64 { return p.held.Load() }
+
 // Dropped returns how many replies were dropped.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
@@ -95,29 +106,33 @@ func (p *Proxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-// pipe copies from src to dst; replies (server to client) may be dropped
-// or delayed (see delayed).
+// pipe copies from src to dst: replies (server to client), which may be
+// dropped or delayed, or requests, which may be delayed (see delayed).
 func (p *Proxy) pipe(dst, src net.Conn, replies bool) {
 	defer dst.Close()
 	defer src.Close()
 	if replies {
-		p.delayed(dst, src)
+		p.delayed(dst, src, &p.delay, nil, true)
 		return
 	}
-	_, _ = io.Copy(dst, src)
+	p.delayed(dst, src, &p.reqs, &p.held, false)
 }
 
-// A chunk is what one read of a reply stream returned, and when.
+// A chunk is what one read of a stream returned, when, and the delay in
+// force then.
 type chunk struct {
 	b  []byte
 	at time.Time
+	d  time.Duration
 }
 
-// delayed copies replies from src to dst, each chunk written DelayReplies
-// after it was read (not after the chunk before it was written: replies
-// that come while one is held back wait no longer than it), or dropped
-// (see DropReplies).
-func (p *Proxy) delayed(dst, src net.Conn) {
+// delayed copies from src to dst, each chunk written a delay after it was
+// read (not after the chunk before it was written: chunks that come while
+// one is held back wait no longer than it). Replies (drops) take the
+// delay in force when they are written, so DelayReplies(0) lets the held
+// ones go, and may be dropped (see DropReplies); requests keep the one in
+// force when they were read, and are counted in p.held while held.
+func (p *Proxy) delayed(dst, src net.Conn, delay, held *atomic.Int64, drops bool) {
 	chunks := make(chan chunk, 1024)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -127,12 +142,16 @@ func (p *Proxy) delayed(dst, src net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				if p.take() {
+				if drops && p.take() {
 					p.dropped.Add(1)
 					return
 				}
+				c := chunk{append([]byte(nil), buf[:n]...), time.Now(), time.Duration(delay.Load())}
+				if held != nil {
+					held.Add(1)
+				}
 				select {
-				case chunks <- chunk{append([]byte(nil), buf[:n]...), time.Now()}:
+				case chunks <- c:
 				case <-stop:
 					return
 				}
@@ -143,10 +162,15 @@ func (p *Proxy) delayed(dst, src net.Conn) {
 		}
 	}()
 	for c := range chunks {
-		if d := time.Duration(p.delay.Load()); d > 0 {
-			time.Sleep(time.Until(c.at.Add(d)))
+		if drops {
+			c.d = time.Duration(delay.Load())
 		}
-		if _, err := dst.Write(c.b); err != nil {
+		time.Sleep(time.Until(c.at.Add(c.d)))
+		_, err := dst.Write(c.b)
+		if held != nil {
+			held.Add(-1)
+		}
+		if err != nil {
 			_ = src.Close() // ends the reader
 			return
 		}

@@ -117,3 +117,35 @@ func TestProxyDelaysEachReplyFromItsArrival(t *testing.T) {
 		t.Errorf("the second reply came %v after the first request; want about %v", took, second+d)
 	}
 }
+
+// TestProxyDelaysRequests: a request held back reaches the server after a
+// later one sent on another connection, once its caller has given up.
+func TestProxyDelaysRequests(t *testing.T) {
+	t.Parallel()
+	s := StartServer(t)
+	p := StartProxy(t, s.Addr())
+	early := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 50 * time.Millisecond})
+	defer early.Close()
+	later := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer later.Close()
+	for _, c := range []*redis.Client{early, later} {
+		if err := c.Ping(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p.DelayRequests(2 * time.Second) // long beside the next two round trips, on a loaded machine too
+	if err := early.Set(t.Context(), "k", "early", 0).Err(); err == nil {
+		t.Fatal("SET held back past its read timeout = nil; want a timeout")
+	}
+	p.DelayRequests(0) // the held SET keeps its delay
+	if err := later.Set(t.Context(), "k", "later", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	direct := s.Client(t)
+	if got := direct.Get(t.Context(), "k").Val(); got != "later" {
+		t.Fatalf("k = %q before the held SET was sent on; want later", got)
+	}
+	Eventually(t, "the held SET sent on", func() bool { return p.HeldRequests() == 0 })
+	Eventually(t, "the held SET run", func() bool { return direct.Get(t.Context(), "k").Val() == "early" })
+}
