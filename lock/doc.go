@@ -46,9 +46,14 @@
 // A Redlock's requests to the servers that have not answered once a
 // majority decided go on in the background, each bounded by its timeout;
 // a release gives them 5 ms more, so that normally the lock is gone
-// everywhere when Unlock returns. A lease granted by a bare majority (the
-// others failed) survives no loss among those servers: an extension never
-// re-creates the lock where it is missing.
+// everywhere when Unlock returns. A grant that arrives after its attempt
+// failed or its lease was given up is released. A server whose request
+// failed after it may have been sent (a timeout) is released and barred
+// for that attempt, for two TTLs: the request, still on its way or held
+// by a stopped server, takes nothing when it lands, even after Unlock. A
+// lease granted by a bare majority (the others failed) survives no loss
+// among those servers: an extension never re-creates the lock where it is
+// missing.
 //
 // A fencing number is the Redis server's clock in microseconds when it
 // was drawn, or one above the lock's previous number if that is higher (a

@@ -34,3 +34,15 @@ func SetWithdrawWait(tb testing.TB, d time.Duration) {
 	withdrawWait = d
 	tb.Cleanup(func() { withdrawWait = old })
 }
+
+// RedlockScript names the Redlock script a command's first arguments
+// (EVALSHA's hash, or EVAL's source) run: "acquire" or "bar", else "".
+func RedlockScript(arg any) string {
+	switch arg {
+	case redlockAcquire.Hash(), redlockAcquireSrc:
+		return "acquire"
+	case redlockBar.Hash(), redlockBarSrc:
+		return "bar"
+	}
+	return ""
+}

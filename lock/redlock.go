@@ -115,27 +115,36 @@ func (r *Redlock) try(ctx context.Context) (l *Lease, retry time.Duration, err e
 	// for a whole TTL. A late grant for a live lease is part of it: the
 	// watchdog extends it there too, and Unlock, sent after this check,
 	// releases it.
+	//
+	// A server whose request failed after it may have been sent is barred
+	// for this attempt, whatever its outcome (see redlockBar): the request
+	// may still land there, after the lease's release.
+	keys := []string{r.keys[0], r.keys[0] + ":bar:" + token}
 	outcome := make(chan struct{})
 	defer close(outcome)
 	replies := r.each(ctx, r.nodeTimeout(), 0, func(ctx context.Context, c redis.UniversalClient, _ int) nodeReply {
-		res, err := redlockAcquire.Run(ctx, c, r.keys, value, redisutil.Millis(r.opts.ttl)).Result()
+		res, err := redlockAcquire.Run(ctx, c, keys, value, redisutil.Millis(r.opts.ttl)).Result()
 		noWait := int64(-1) // Redlock waiters poll: no ticket, no hand-off
 		rep := acquireReply(res, err, &noWait)
 		return nodeReply{ok: rep.granted, v: rep.v, err: rep.err}
 	}, func(i int, rep nodeReply) {
 		<-outcome
-		if (rep.ok || redisutil.MayHaveRun(rep.err)) && (l == nil || l.givenUp()) {
+		switch {
+		case rep.ok && (l == nil || l.givenUp()):
 			r.undo(ctx, value, i)
+		case !rep.ok && redisutil.MayHaveRun(rep.err):
+			r.bar(ctx, keys, value, i)
 		}
 	})
 	v := r.tally(replies)
-	if v.granted >= r.quorum && !hold.Late(sent, r.opts.ttl) {
+	r.bar(ctx, keys, value, v.unsure...)
+	if len(v.grants) >= r.quorum && !hold.Late(sent, r.opts.ttl) {
 		l = newLease(r, r.name, token, 0, sent, &r.opts)
 		return l, 0, nil
 	}
-	// Not granted (or granted too late to be of use): undo where it may
-	// have been taken.
-	r.undo(ctx, value, v.taken...)
+	// Not granted (or granted too late to be of use): undo where it was
+	// taken.
+	r.undo(ctx, value, v.grants...)
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, 0, cerr
 	}
@@ -153,11 +162,11 @@ func (r *Redlock) try(ctx context.Context) (l *Lease, retry time.Duration, err e
 
 // votes sums up the replies to an acquire.
 type votes struct {
-	granted  int
-	alien    int // servers whose key holds foreign data
+	grants   []int // servers that granted: to undo if the attempt fails
+	alien    int   // servers whose key holds foreign data
 	alienErr error
 	errs     []error       // of the servers that failed
-	taken    []int         // servers that granted, or may have: to undo if the attempt fails
+	unsure   []int         // servers that failed after the request may have been sent: to bar
 	retry    time.Duration // how long until the busy servers' holders expire, at most maxBackoff
 }
 
@@ -173,11 +182,10 @@ func (r *Redlock) tally(replies []nodeReply) votes {
 		case rep.err != nil:
 			v.errs = append(v.errs, rep.err)
 			if rep.err != errNoReply && redisutil.MayHaveRun(rep.err) {
-				v.taken = append(v.taken, i) // an unanswered server's reply goes to late
+				v.unsure = append(v.unsure, i) // an unanswered server's reply goes to late
 			}
 		case rep.ok:
-			v.granted++
-			v.taken = append(v.taken, i)
+			v.grants = append(v.grants, i)
 		case rep.v > 0:
 			v.retry = min(v.retry, retryAfter(rep.v, &r.opts))
 		}
@@ -196,6 +204,23 @@ func (r *Redlock) undo(ctx context.Context, value string, servers ...int) {
 		var wg sync.WaitGroup
 		for _, i := range servers {
 			wg.Go(func() { _ = r.releases[i].Run(ctx, r.clients[i], r.keys, value).Err() })
+		}
+		wg.Wait()
+	})
+}
+
+// bar undoes the attempt of value on the servers given, whose outcome is
+// unknown, and bars it there for two TTLs (see redlockBar), in the
+// background as undo does.
+func (r *Redlock) bar(ctx context.Context, keys []string, value string, servers ...int) {
+	if len(servers) == 0 {
+		return
+	}
+	ms := redisutil.Millis(2 * r.opts.ttl)
+	redisutil.Rollback(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, i := range servers {
+			wg.Go(func() { _ = redlockBar.Run(ctx, r.clients[i], keys, value, ms).Err() })
 		}
 		wg.Wait()
 	})

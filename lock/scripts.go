@@ -30,11 +30,17 @@ end
 // free, or if it already holds our value (a request go-redis sent again
 // after its reply was lost), and returns 1; otherwise it returns
 // {-1 - the holder's PTTL, 0}, or 0 for a key without TTL (foreign data),
-// as mutexAcquire does. It draws no fence: a Redlock's servers share no
-// counter, so it has no fencing numbers and keeps no counter key. The
-// lock's value and its release, extension and TTL are a plain mutex's.
-// KEYS: lock. ARGV: "token:", ttl ms.
-var redlockAcquire = redis.NewScript(`
+// as mutexAcquire does. An attempt barred on this server (see redlockBar)
+// is refused as busy: it arrived after its caller gave up on it. It draws
+// no fence: a Redlock's servers share no counter, so it has no fencing
+// numbers and keeps no counter key. The lock's value and its release,
+// extension and TTL are a plain mutex's.
+// KEYS: lock, the attempt's bar. ARGV: "token:", ttl ms.
+var redlockAcquire = redis.NewScript(redlockAcquireSrc)
+
+const redlockAcquireSrc = `
+local bar = redis.call('PTTL', KEYS[2])
+if bar > 0 then return {-1 - bar, 0} end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -43,7 +49,25 @@ end
 local t = redis.call('PTTL', KEYS[1])
 if t < 0 then return 0 end
 return {-1 - t, 0}
-`)
+`
+
+// redlockBar undoes an attempt whose outcome on this server is unknown
+// (its request failed after it may have been sent, so it may still
+// arrive): it frees the key if the attempt took it, and bars the attempt
+// for a while, so that a request still on its way, or held by a stopped
+// server, takes nothing when it lands, even after the lease's release.
+// Returns 1 if it freed the key. KEYS: lock, the attempt's bar. ARGV:
+// "token:", bar ms.
+var redlockBar = redis.NewScript(redlockBarSrc)
+
+const redlockBarSrc = `
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`
 
 // mutexLocked returns 1 if a plain or a fair (WithFair) holder holds the
 // mutex, else 0. A lock reserved for a waiter ("~ticket") is not held.
