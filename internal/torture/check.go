@@ -101,6 +101,9 @@ func Check(h *History) Verdict {
 	c.checkSemaphore()
 	c.checkFences()
 	c.checkLeaks()
+	c.checkPrevious()
+	c.checkExpiry()
+	c.checkStaleIfDown()
 	for i := range c.out {
 		c.out[i].Known = c.classify(c.out[i])
 	}

@@ -94,7 +94,7 @@ func (c *checker) checkReadAfterWrite() {
 					}
 					continue
 				}
-				if c.fault(rollback, lw, r.End) != nil || w.Proc != r.Proc && c.joined(ck, r, v, w.End) != nil {
+				if c.fault(rollback, lw, r.End) != nil || w.Proc != r.Proc && (r.Down || c.joined(ck, r, v, w.End) != nil) {
 					c.excused["read-after-write"]++
 					break
 				}

@@ -16,8 +16,9 @@ const t0 = int64(1_700_000_000) * 1e9
 func at(ms float64) int64 { return t0 + int64(ms*float64(time.Millisecond)) }
 
 // testPlan has a plain Cache (c0), one with a near tier in process 3
-// (c1), one whose values expire at once (c2), one WithStale (c3), and a
-// semaphore of 2 permits.
+// (c1), one whose values expire at once (c2), one WithStale (c3), one
+// WithStaleIfDown with a near tier in process 3 (c4), one whose values
+// are stale at once for 100 ms (c5), and a semaphore of 2 permits.
 func testPlan() Plan {
 	return Plan{
 		Caches: []CacheConfig{
@@ -25,6 +26,8 @@ func testPlan() Plan {
 			{Prefix: "t1:", TTL: time.Second, NearProcs: []int{3}},
 			{Prefix: "t2:", TTL: time.Millisecond},
 			{Prefix: "t3:", TTL: time.Second, Stale: time.Second},
+			{Prefix: "t4:", TTL: time.Second, Stale: time.Second, NearProcs: []int{3}, StaleIfDown: true},
+			{Prefix: "t5:", TTL: time.Millisecond, Stale: 100 * time.Millisecond},
 		},
 		Procs: 3, Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
 	}
@@ -139,6 +142,38 @@ func TestRules(t *testing.T) {
 			return history([]*Op{l, c, cache(KSet, 2, 0, 1, 5, 6), cache(KRefresh, 1, 0, NotFound, 10, 30),
 				cache(KGet, 2, 0, 1, 40, 41)})
 		}, nil},
+		{"previous/the value it replaces", func() *History { return history(previous(1)) }, nil},
+		{"previous/never drawn", func() *History { return history(previous(99)) }, []string{"previous"}},
+		{"previous/another key's", func() *History {
+			j := newOp(KSet, 1, 1, 0, []string{"j"}, 0, 1)
+			j.Vers = map[string]int64{"j": 7}
+			return history(append(previous(7), j))
+		}, []string{"previous"}},
+		{"previous/drawn after the compute began", func() *History {
+			return history(append(previous(8), cache(KSet, 1, 0, 8, 10, 11)))
+		}, []string{"previous"}},
+		{"expiry/within its TTL", func() *History { return history(expiry(0, 990)) }, nil},
+		{"expiry/past its TTL", func() *History { return history(expiry(0, 1010)) }, []string{"expiry"}},
+		{"expiry/within its stale window", func() *History { return history(expiry(3, 1990)) }, nil},
+		{"expiry/past its stale window", func() *History { return history(expiry(3, 2010)) }, []string{"expiry"}},
+		{"stale-if-down/a kept copy while the server was stopped", func() *History {
+			return history(staleIfDown(4), fault(FPause, 0, 7, 9))
+		}, nil},
+		{"stale-if-down/within DownBound of the fault", func() *History {
+			return history(staleIfDown(4), fault(FPause, 0, -2500, 10+10-float64(DownBound/time.Millisecond)))
+		}, nil},
+		{"stale-if-down/past DownBound of the fault", func() *History {
+			return history(staleIfDown(4), fault(FPause, 0, -2500, 10-10-float64(DownBound/time.Millisecond)))
+		}, []string{"stale-if-down"}},
+		{"stale-if-down/with no fault", func() *History { return history(staleIfDown(4)) }, []string{"stale-if-down"}},
+		{"stale-if-down/without the option", func() *History {
+			return history(staleIfDown(1), fault(FPause, 0, 7, 9))
+		}, []string{"stale-if-down"}},
+		{"stale-if-down/older than a write of its own process", func() *History {
+			ops := staleIfDown(4)
+			ops[2].Proc = 3
+			return history(ops, fault(FPause, 0, 7, 9))
+		}, []string{"read-after-write"}},
 		{"monotonic", func() *History { return history(monotonic()) }, []string{"monotonic"}},
 		{"monotonic/excused by a failover's rollback", func() *History {
 			return history(monotonic(), fault(FKillMaster, 0, 12, 13))
@@ -318,13 +353,37 @@ func onCache(cfg int, ops []*Op) []*Op {
 
 // monotonic: a caller sees version 2, computed by another process, then
 // version 1, written before version 2 was drawn (and expired at once).
+// previous: a Set of version 1, then a Refresh whose compute Previous
+// gave prev.
+func previous(prev int64) []*Op {
+	r := cache(KRefresh, 2, 0, 2, 4, 8)
+	c := compute(r, 2, 5, 7)
+	c.Prev = prev
+	return []*Op{cache(KSet, 1, 0, 1, 0, 1), r, c}
+}
+
+// expiry: a Set of version 1 on Cache cfg (TTL 1 s), and a Get of it
+// that starts ms in.
+func expiry(cfg int, ms float64) []*Op {
+	return []*Op{cache(KSet, 1, cfg, 1, 0, 1), cache(KGet, 2, cfg, 1, ms, ms+1)}
+}
+
+// staleIfDown: process 3's near tier of Cache cfg holds version 1; a Set
+// of version 2 in process 1; process 3's Fetch answered with its kept
+// copy of version 1 at 10 ms.
+func staleIfDown(cfg int) []*Op {
+	f := cache(KFetch, 3, cfg, 1, 10, 11)
+	f.Down = true
+	return []*Op{cache(KSet, 1, cfg, 1, 0, 1), cache(KGet, 3, cfg, 1, 2, 3), cache(KSet, 1, cfg, 2, 5, 6), f}
+}
+
 func monotonic() []*Op {
-	f := cache(KFetch, 2, 2, 2, 4, 7)
+	f := cache(KFetch, 2, 5, 2, 4, 7)
 	return []*Op{
-		cache(KSet, 3, 2, 1, 0, 1),
+		cache(KSet, 3, 5, 1, 0, 1),
 		f, compute(f, 2, 5, 6),
-		cache(KFetch, 1, 2, 2, 10, 11),
-		cache(KGet, 1, 2, 1, 20, 21),
+		cache(KFetch, 1, 5, 2, 10, 11),
+		cache(KGet, 1, 5, 1, 20, 21),
 	}
 }
 

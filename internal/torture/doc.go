@@ -26,11 +26,13 @@
 // # Workload
 //
 // Each process opens three Caches (a prefix each), whose TTL, WithStale,
-// WithEarlyRefresh and WithNegativeTTL the seed draws, as it draws which
+// WithEarlyRefresh and WithNegativeTTL the seed draws, and for a Cache
+// WithStale its WithSoftTimeout and WithStaleIfDown, as it draws which
 // processes give a Cache WithNearCache; on a single server some processes
 // reach Redis through a redistest.Proxy. Cache goroutines call Fetch,
-// FetchMany, Refresh, Set, SetTagged, Delete, InvalidateTag and Get on
-// five keys; computes Tag their values with their keys' tags (even and
+// FetchMany, Refresh, Set, SetTagged, Delete, Expire, InvalidateTag and
+// Get on five keys, half of them with ttl 0 (WithDefaultTTL); computes
+// ask Previous, and Tag their values with their keys' tags (even and
 // odd keys; a FetchMany's values get the tags of all its keys). A value is a
 // version with its key and writer: compute functions and Sets draw
 // versions from a counter on an oracle server that no fault touches, so
@@ -84,9 +86,10 @@
 //     near tier, after NearBound plus
 //     the time the server or the reader was stopped (each run reports the
 //     longest lag it saw within the bound). Excused: a failover
-//     that may have promoted a replica without the write. (README, "Read
-//     your writes in the writing process", "The near tier"; Cache.Set and
-//     Cache.Refresh.)
+//     that may have promoted a replica without the write; in another
+//     process, a Fetch answered with a copy kept WithStaleIfDown (see
+//     stale-if-down). (README, "Read your writes in the writing process",
+//     "The near tier"; Cache.Set and Cache.Refresh; WithStaleIfDown.)
 //   - monotonic: a caller (goroutine) that saw a value shown to have been
 //     in Redis (by a Set, a Get, or a read in another process than the one
 //     that computed it) never later reads a value written before that one
@@ -150,6 +153,19 @@
 //   - leak: a worker that closed its Caches and its client has no
 //     goroutine left over. (Cache.Close: "no goroutine of the Cache
 //     outlives Close"; lock: "A lock needs no Close".)
+//   - previous: the value Previous hands a compute was drawn for that key
+//     of that Cache before the compute began. (Previous: "the value it
+//     replaces".)
+//   - expiry: no read that starts later than a value's TTL, plus its stale
+//     window, after it was shown in Redis returns it, from Redis or a near
+//     tier or a kept copy; a caller that joined a flight held open
+//     WithSoftTimeout, up to that timeout later. (Fetch's ttl; WithStale;
+//     WithStaleIfDown: "up to the value's stale point".)
+//   - stale-if-down: a Fetch answers with a copy the near tier kept only in
+//     a Cache WithStaleIfDown, and only within DownBound of a fault that
+//     may have made Redis unreachable (a server stopped, killed or failed
+//     over, replies lost or late, the process stopped). (WithStaleIfDown:
+//     "never served while Redis answers".)
 //
 // Each run logs its figures: the ops by kind (and how many failed), the
 // faults by kind, and per rule how much it judged and how many exceptions

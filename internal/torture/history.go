@@ -67,6 +67,10 @@ type Op struct {
 	Tagged int64    `json:"tagged,omitempty"`
 	Lost   bool     `json:"lost,omitempty"`
 	Err    string   `json:"err,omitempty"`
+	// Prev is the version dogpile.Previous gave a compute (0: none); Down
+	// marks a Fetch answered with a copy kept WithStaleIfDown.
+	Prev int64 `json:"prev,omitempty"`
+	Down bool  `json:"down,omitempty"`
 }
 
 // open reports whether op never ended (its process died or was stopped).

@@ -63,6 +63,10 @@ type CacheConfig struct {
 	Early     float64       // WithEarlyRefresh's beta; 0 for none
 	Neg       time.Duration // WithNegativeTTL; 0 for none
 	NearProcs []int         // processes whose Cache has WithNearCache (and their replacements)
+	// Soft is WithSoftTimeout's wait, 0 for none; StaleIfDown is
+	// WithStaleIfDown. Both only with Stale (StaleIfDown with a near tier).
+	Soft        time.Duration
+	StaleIfDown bool
 }
 
 func (c CacheConfig) String() string {
@@ -75,6 +79,12 @@ func (c CacheConfig) String() string {
 	}
 	if c.Neg > 0 {
 		s += fmt.Sprintf(" neg=%v", c.Neg)
+	}
+	if c.Soft > 0 {
+		s += fmt.Sprintf(" soft=%v", c.Soft)
+	}
+	if c.StaleIfDown {
+		s += " staleifdown"
 	}
 	return s + fmt.Sprintf(" near=%v", c.NearProcs)
 }
@@ -121,6 +131,7 @@ func NewPlan(seed uint64, topology string) Plan {
 		}
 		p.Caches = append(p.Caches, c)
 	}
+	p.drawPolicies(seed)
 	if topology == Server {
 		for proc := 1; proc <= p.Procs; proc++ {
 			if r.IntN(2) == 0 {
@@ -144,4 +155,27 @@ func (p Plan) String() string {
 		s += fmt.Sprintf("\n  cache c%d: %s", i, c)
 	}
 	return s
+}
+
+// drawPolicies draws the freshness policies of the Caches WithStale, from
+// a source of their own, so that a seed draws the rest of its plan as it
+// did before they existed. The soft timeout is below the longest compute,
+// so that callers get fresh values in time and stale ones at the timeout.
+func (p *Plan) drawPolicies(seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range p.Caches {
+		c := &p.Caches[i]
+		if c.Stale == 0 {
+			continue
+		}
+		if r.IntN(2) == 0 {
+			c.Soft = time.Duration(5+r.IntN(30)) * time.Millisecond
+		}
+		c.StaleIfDown = len(c.NearProcs) > 0 && r.IntN(2) == 0
+		if c.StaleIfDown {
+			// A kept copy is served up to its stale point: past the
+			// second or so it takes a stopped server to open the circuit.
+			c.Stale = time.Duration(1000+r.IntN(2000)) * time.Millisecond
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile"
@@ -97,11 +98,33 @@ func (w *worker) someKeys(r *rand.Rand) []string {
 
 func (w *worker) fetch(g, cfg int, key string, seed uint64) *Op {
 	op := w.begin(g, KFetch, cfg, key)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	timeout := opTimeout
+	if w.plan.Caches[cfg].StaleIfDown {
+		timeout = downTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	var down atomic.Bool
+	ctx = context.WithValue(ctx, downKey{}, &down)
 	v, err := w.caches[cfg].Fetch(ctx, key, w.ttl(cfg, seed), w.compute(g, cfg, key, op, seed))
+	op.Down = down.Load()
 	w.endRead(op, key, v, err)
 	return op
+}
+
+// downKey is the key of a Fetch's context under which markDown records
+// that the Fetch was answered with a copy kept WithStaleIfDown.
+type downKey struct{}
+
+// markDown, every Cache's observer, marks the Fetch that the near tier
+// answers with a kept copy: the only hit that is both near and stale.
+func markDown(ctx context.Context, e dogpile.Event) context.Context {
+	if e.Kind == dogpile.EventHit && e.Near && e.Stale {
+		if down, ok := ctx.Value(downKey{}).(*atomic.Bool); ok {
+			down.Store(true)
+		}
+	}
+	return nil
 }
 
 func (w *worker) refresh(g, cfg int, key string, seed uint64) *Op {
@@ -225,6 +248,9 @@ func (w *worker) compute(g, cfg int, key string, via *Op, seed uint64) func(cont
 		op, ver, err := w.beginCompute(ctx, g, cfg, via, key)
 		if err != nil {
 			return Value{}, err
+		}
+		if p, ok := dogpile.Previous[Value](ctx); ok {
+			op.Prev = p.V // written with the op's end
 		}
 		if err := w.computing(ctx, op, seed); err != nil {
 			return Value{}, err

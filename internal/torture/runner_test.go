@@ -180,12 +180,13 @@ func Figures(h *History, results map[int]WorkerResult, took time.Duration, v Ver
 	for _, f := range h.Faults {
 		faults[f.Kind]++
 	}
-	var takeovers, nearHits, stale uint64
+	var takeovers, nearHits, stale, kept uint64
 	for _, res := range results {
 		for _, s := range res.Stats {
 			takeovers += s.Takeovers
 			nearHits += s.NearHits
 			stale += s.Stale
+			kept += s.StaleIfDown
 		}
 	}
 	rules, defects := map[string]int{}, map[string]int{}
@@ -200,10 +201,10 @@ func Figures(h *History, results map[int]WorkerResult, took time.Duration, v Ver
 	for _, rule := range slices.Sorted(maps.Keys(v.Checked)) {
 		judged = append(judged, fmt.Sprintf("%s %d/%d excused", rule, v.Checked[rule], v.Excused[rule]))
 	}
-	return fmt.Sprintf("%s, %v: %d ops (%s); faults %s; takeovers %d, near hits %d, stale hits %d; "+
+	return fmt.Sprintf("%s, %v: %d ops (%s); faults %s; takeovers %d, near hits %d, stale hits %d, kept copies served %d; "+
 		"checked %s; near tier behind a write %d times, at most %v; known defects (%s); %d violations (%s)",
 		h.Plan.Topology, took.Round(100*time.Millisecond), len(h.Ops), counts(ops, failed), counts(faults, nil),
-		takeovers, nearHits, stale, strings.Join(judged, ", "), v.NearLags, v.MaxNearLag.Round(time.Microsecond),
+		takeovers, nearHits, stale, kept, strings.Join(judged, ", "), v.NearLags, v.MaxNearLag.Round(time.Microsecond),
 		counts(defects, nil), len(v.Violations)-sum(defects), counts(rules, nil))
 }
 

@@ -31,6 +31,11 @@ const (
 	computeLease = time.Second
 	// opTimeout bounds each call a worker makes.
 	opTimeout = 3 * time.Second
+	// downTimeout bounds a Fetch of a Cache WithStaleIfDown: a short
+	// deadline, as its users give, so that the goroutines are free to call
+	// again once the circuit has opened under a stopped server (a call in
+	// flight then waits for its deadline) and meet the kept copies.
+	downTimeout = 500 * time.Millisecond
 	// leakWait bounds how long a worker waits, after closing everything,
 	// for its goroutines to be back to the baseline: the lock package's
 	// background releases take up to 3 s.
@@ -146,6 +151,13 @@ func newWorker(wp WorkerParams) (*worker, error) {
 		if w.plan.near(i, w.proc) {
 			opts = append(opts, dogpile.WithNearCache(4*w.plan.Keys))
 		}
+		if c.Soft > 0 {
+			opts = append(opts, dogpile.WithSoftTimeout(c.Soft))
+		}
+		if c.StaleIfDown {
+			opts = append(opts, dogpile.WithStaleIfDown())
+		}
+		opts = append(opts, dogpile.WithObserver(markDown))
 		w.caches = append(w.caches, dogpile.New[Value](w.rdb, opts...))
 	}
 	return w, nil
