@@ -58,6 +58,7 @@ type checker struct {
 	invals map[int][]*Op    // InvalidateTag calls by Cache
 	expiry map[ckey][]*Op   // Expire calls of a Cache WithStale, by key (see voidedKey)
 	died   map[int]int64    // History.Died, killed processes dated at their SIGKILL
+	stall  map[int][]*Op    // KStall records, by process
 	writes map[ckey]*writeIndex
 	byID   map[int64]*Op
 	births map[int64]*Op   // the op that drew each version: a compute or a Set
@@ -116,8 +117,13 @@ func newChecker(h *History) *checker {
 		checked: map[string]int{}, excused: map[string]int{}}
 	sortOps(h.Ops)
 	c.died = killedAtSignal(h)
+	c.stall = map[int][]*Op{}
 	for _, op := range h.Ops {
 		c.byID[op.ID] = op
+		if op.Kind == KStall {
+			c.stall[op.Proc] = append(c.stall[op.Proc], op)
+			continue
+		}
 		if op.Kind == KExpire && h.Plan.Caches[op.Cfg].Stale == 0 {
 			op.Kind = KDelete // Expire's contract: without WithStale it is Delete
 		}
@@ -269,6 +275,17 @@ func (c *checker) paused(proc int, from, to int64) *Fault {
 		}
 	}
 	return nil
+}
+
+// stalled reports whether process proc's goroutines ran late (see
+// KStall) at some time in [from, to].
+func (c *checker) stalled(proc int, from, to int64) bool {
+	for _, st := range c.stall[proc] {
+		if st.Start <= to && st.End >= from {
+			return true
+		}
+	}
+	return false
 }
 
 // stalls returns how long, in [from, to], the servers or process proc

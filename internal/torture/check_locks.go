@@ -38,9 +38,11 @@ func (c *checker) lapsed(a *Op, t int64) bool {
 
 // checkExclusion: two conflicting holders of one name are never inside
 // their sections at once, unless one's lease may have ended without it
-// knowing (the later one's before it entered). A section ends when its hold is over or its lease's
-// Done closes, whichever is first; Done closes before the lease can expire
-// in Redis.
+// knowing (the later one's before it entered), or the earlier one's
+// process ran late (see KStall) while they overlapped: its goroutine saw
+// Done close late, as a stopped one would. A section ends when its hold
+// is over or its lease's Done closes, whichever is first; Done closes
+// before the lease can expire in Redis.
 func (c *checker) checkExclusion() {
 	seen := map[[2]*Op]bool{} // a MultiMutex's pairs show up under each name
 	for _, ops := range c.names {
@@ -54,7 +56,7 @@ func (c *checker) checkExclusion() {
 				if !conflicts(a, b) || seen[[2]*Op{a, b}] {
 					continue
 				}
-				if c.lapsed(a, b.Enter) || c.lapsed(b, b.Enter) {
+				if c.lapsed(a, b.Enter) || c.lapsed(b, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a)) {
 					c.excused["exclusion"]++
 					continue
 				}
@@ -78,7 +80,7 @@ func (c *checker) checkSemaphore() {
 			if b.Enter+int64(Slack) >= c.exit(a) {
 				continue
 			}
-			if a != b && c.lapsed(a, b.Enter) {
+			if a != b && (c.lapsed(a, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a))) {
 				excused = true
 				continue
 			}

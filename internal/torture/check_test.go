@@ -272,6 +272,15 @@ func TestRules(t *testing.T) {
 			return history([]*Op{section(KFair, 1, "m", 2, 5, 10, 30, 31), section(KMutex, 2, "m", 1, 0, 19, 20, 21)},
 				fault(FPauseProc, 2, 2, 18))
 		}, nil},
+		{"exclusion/excused by a holder that ran late while they overlapped", func() *History {
+			return history(append(exclusion(KMutex, KFair), stall(1, 18, 29)))
+		}, nil},
+		{"exclusion/a stall of the holder's before the overlap", func() *History {
+			return history(append(exclusion(KMutex, KFair), stall(1, 12, 19)))
+		}, []string{"exclusion"}},
+		{"exclusion/a stall of another process", func() *History {
+			return history(append(exclusion(KMutex, KFair), stall(3, 18, 29)))
+		}, []string{"exclusion"}},
 		{"exclusion/a holder killed, reaped later", func() *History {
 			// Seed 13326442740694002039: process 1 was sent SIGKILL at 12,
 			// inside its section, and reaped at 25; process 2 entered at 20.
@@ -429,6 +438,9 @@ func invalidate(cfg int, tagged float64) []*Op {
 }
 
 // exclusion: two sections of one name, of kinds a and b, overlap.
+// stall: process proc's goroutines ran late from s to e (ms).
+func stall(proc int, s, e float64) *Op { return newOp(KStall, proc, 0, 0, nil, s, e) }
+
 func exclusion(a, b string) []*Op {
 	name := "m"
 	if strings.HasSuffix(a, "lock") {

@@ -29,7 +29,16 @@ const (
 	KSem       = "sem"        // a Semaphore's permits (Weight of Permits)
 	KRLock     = "rlock"      // an RWMutex's reader
 	KWLock     = "wlock"      // an RWMutex's writer
+	// KStall: the worker's goroutines ran late, from Start to End (a
+	// starved CPU): its 10 ms ticker was due at Start and ran at End, more
+	// than StallMin late.
+	KStall = "stall"
 )
+
+// StallMin is the shortest stall a worker records: a lease's Done may be
+// observed as late as a stall, and the lock package's drift margin for a
+// TTL of 1 s is 12 ms.
+const StallMin = 10 * time.Millisecond
 
 // NotFound is the version a read records for a key answered "not found"
 // (a tombstone or a compute that found nothing): a version that carries

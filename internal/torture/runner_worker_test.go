@@ -114,6 +114,7 @@ func runWorker(parent *redistest.Parent) {
 	for g := w.plan.Workers + 1; g <= w.plan.Workers+w.plan.Lockers; g++ {
 		wg.Go(func() { w.lockLoop(ctx, g) })
 	}
+	wg.Go(func() { w.watchStalls(ctx) })
 	wg.Wait()
 	<-stopped
 	w.close()
@@ -239,5 +240,31 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// stallTick is the period of the ticker that finds stalls (see KStall).
+const stallTick = 10 * time.Millisecond
+
+// watchStalls records each time this process's goroutines ran more than
+// StallMin late, until ctx ends: a starved CPU (the suite's other packages
+// on two cores) delays a goroutine's seeing its lease's Done as a stopped
+// process does, which the lock package does not promise to survive.
+func (w *worker) watchStalls(ctx context.Context) {
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	due := time.Now().Add(stallTick)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if late := time.Since(due); late > StallMin {
+				op := w.newOp(0, KStall, 0)
+				op.Start, op.End = due.UnixNano(), time.Now().UnixNano()
+				w.led.Write(op)
+			}
+			due = now.Add(stallTick)
+		}
 	}
 }
