@@ -2,6 +2,7 @@ package dogpile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,4 +47,34 @@ func ExampleWithNearCache() {
 	// Pils
 	// Pils (new recipe)
 	// near tier off: true
+}
+
+// A Cache that answers from its near tier's copies while Redis is
+// unreachable, instead of failing. On a real Redis, once the client's
+// circuit is open, a Fetch of a key the tier held returns the copy as a
+// stale hit (Stats().StaleIfDown) until the value's TTL plus its stale
+// window has passed, and never once Redis answers again. Here, on
+// miniredis, which cannot track keys, the tier is off: there is no copy,
+// and the Fetch fails with ErrUnavailable, as without the option.
+func ExampleWithStaleIfDown() {
+	m, rdb := newTestRedis()
+	defer rdb.Close()
+	ctx := context.Background()
+	load := func(ctx context.Context) (Beer, error) { return Beer{Name: "Pils", ABV: 4.8}, nil }
+	beers := dogpile.New[Beer](rdb, dogpile.WithNearCache(10_000), dogpile.WithStale(time.Hour), dogpile.WithStaleIfDown())
+	defer beers.Close()
+
+	b, _ := beers.Fetch(ctx, "42", time.Minute, load)
+	fmt.Println(b.Name)
+
+	m.Close() // Redis goes away: the circuit opens once a call has met the refused dial
+	var err error
+	redistest.Within(redistest.EventuallyWithin, func() bool {
+		_, err = beers.Fetch(ctx, "42", time.Minute, load)
+		return errors.Is(err, dogpile.ErrUnavailable)
+	})
+	fmt.Println("unavailable:", errors.Is(err, dogpile.ErrUnavailable), "copies served:", beers.Stats().StaleIfDown)
+	// Output:
+	// Pils
+	// unavailable: true copies served: 0
 }
