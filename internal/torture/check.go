@@ -278,10 +278,16 @@ func (c *checker) paused(proc int, from, to int64) *Fault {
 }
 
 // stalled reports whether process proc's goroutines ran late (see
-// KStall) at some time in [from, to].
+// KStall) all through [from, to]: stalls less than stallGap apart count as
+// one (c.stall is by Start).
 func (c *checker) stalled(proc int, from, to int64) bool {
-	for _, st := range c.stall[proc] {
-		if st.Start <= to && st.End >= from {
+	var start, reach int64
+	for i, st := range c.stall[proc] {
+		if i == 0 || st.Start > reach+int64(stallGap) {
+			start = st.Start // a new run of stalls
+		}
+		reach = max(reach, st.End)
+		if start <= from && reach >= to {
 			return true
 		}
 	}

@@ -8,6 +8,7 @@ package torture
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // conflicts reports whether sections a and b of one name exclude each
@@ -36,11 +37,16 @@ func (c *checker) lapsed(a *Op, t int64) bool {
 	return c.paused(a.Proc, a.Start, t) != nil || c.fault(dataLoss, a.Start, t) != nil
 }
 
+// stallExit is how long after its process's stall ended a goroutine may
+// take to see its lease's Done and leave its section.
+const stallExit = 20 * time.Millisecond
+
 // checkExclusion: two conflicting holders of one name are never inside
 // their sections at once, unless one's lease may have ended without it
 // knowing (the later one's before it entered), or the earlier one's
-// process ran late (see KStall) while they overlapped: its goroutine saw
-// Done close late, as a stopped one would. A section ends when its hold
+// process ran late (see KStall) from when the later one entered until it
+// left, but for stallExit: its goroutine saw Done close late, as a
+// stopped one would. A section ends when its hold
 // is over or its lease's Done closes, whichever is first; Done closes
 // before the lease can expire in Redis.
 func (c *checker) checkExclusion() {
@@ -56,7 +62,7 @@ func (c *checker) checkExclusion() {
 				if !conflicts(a, b) || seen[[2]*Op{a, b}] {
 					continue
 				}
-				if c.lapsed(a, b.Enter) || c.lapsed(b, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a)) {
+				if c.lapsed(a, b.Enter) || c.lapsed(b, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a)-int64(stallExit)) {
 					c.excused["exclusion"]++
 					continue
 				}
@@ -80,7 +86,7 @@ func (c *checker) checkSemaphore() {
 			if b.Enter+int64(Slack) >= c.exit(a) {
 				continue
 			}
-			if a != b && (c.lapsed(a, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a))) {
+			if a != b && (c.lapsed(a, b.Enter) || c.stalled(a.Proc, b.Enter, c.exit(a)-int64(stallExit))) {
 				excused = true
 				continue
 			}

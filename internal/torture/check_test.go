@@ -272,14 +272,17 @@ func TestRules(t *testing.T) {
 			return history([]*Op{section(KFair, 1, "m", 2, 5, 10, 30, 31), section(KMutex, 2, "m", 1, 0, 19, 20, 21)},
 				fault(FPauseProc, 2, 2, 18))
 		}, nil},
-		{"exclusion/excused by a holder that ran late while they overlapped", func() *History {
-			return history(append(exclusion(KMutex, KFair), stall(1, 18, 29)))
+		{"exclusion/excused by a holder that ran late all through the overlap", func() *History {
+			return history(append(lateExit(), stall(1, 12, 40), stall(1, 45, 65)))
 		}, nil},
 		{"exclusion/a stall of the holder's before the overlap", func() *History {
-			return history(append(exclusion(KMutex, KFair), stall(1, 12, 19)))
+			return history(append(lateExit(), stall(1, 12, 19)))
+		}, []string{"exclusion"}},
+		{"exclusion/the holder ran during the overlap", func() *History {
+			return history(append(lateExit(), stall(1, 15, 40), stall(1, 55, 70)))
 		}, []string{"exclusion"}},
 		{"exclusion/a stall of another process", func() *History {
-			return history(append(exclusion(KMutex, KFair), stall(3, 18, 29)))
+			return history(append(lateExit(), stall(3, 10, 70)))
 		}, []string{"exclusion"}},
 		{"exclusion/a holder killed, reaped later", func() *History {
 			// Seed 13326442740694002039: process 1 was sent SIGKILL at 12,
@@ -438,6 +441,12 @@ func invalidate(cfg int, tagged float64) []*Op {
 }
 
 // exclusion: two sections of one name, of kinds a and b, overlap.
+// lateExit: process 1 leaves its section at 80 ms, 60 ms after process 2
+// entered.
+func lateExit() []*Op {
+	return []*Op{section(KMutex, 1, "m", 1, 0, 10, 80, 81), section(KFair, 2, "m", 2, 5, 20, 90, 91)}
+}
+
 // stall: process proc's goroutines ran late from s to e (ms).
 func stall(proc int, s, e float64) *Op { return newOp(KStall, proc, 0, 0, nil, s, e) }
 

@@ -135,8 +135,8 @@
 //     plain, fair or in a MultiMutex; a writer and anyone of an RWMutex) are
 //     never inside their sections at once; a section ends when its hold is
 //     over or its lease's Done closes. Excused: the earlier holder's process
-//     was stopped, or ran late (a starved CPU, see KStall) while the two
-//     overlapped, or the server lost its data. (README, "On one Redis server
+//     was stopped, or ran late (a starved CPU, see KStall) all the time the
+//     two overlapped, or the server lost its data. (README, "On one Redis server
 //     that keeps its data, a lock has at most one live lease"; "Lease.Done
 //     closes before the key can expire in Redis"; lock doc, MultiMutex and
 //     WithFair.)

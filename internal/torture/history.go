@@ -40,6 +40,10 @@ const (
 // TTL of 1 s is 12 ms.
 const StallMin = 10 * time.Millisecond
 
+// stallGap is the longest a process may run between two stalls that the
+// checker takes for one: a tick of its ticker.
+const stallGap = 10 * time.Millisecond
+
 // NotFound is the version a read records for a key answered "not found"
 // (a tombstone or a compute that found nothing): a version that carries
 // no order.
