@@ -48,7 +48,20 @@ var (
 	// lock package's clock rule does not cover (its failover must take a
 	// second from the old master's last number to the new one's first).
 	fenceLoss = []string{FSplitBrain}
+	// demoting: faults during which a read may reach a master that was
+	// replaced and has not learned it yet (see staleRead).
+	demoting = []string{FFailover}
 )
+
+// staleRead reports whether read r, of a value last written at lw, may
+// have been answered by a node holding older data than Redis had: after a
+// failover that rolled writes back, or during a graceful one. A CLUSTER
+// FAILOVER loses no write, but until the old master hears that its
+// replica took over, it still answers reads, and a client whose slot map
+// came from it (go-redis reloads the map from a random node) reads there.
+func (c *checker) staleRead(r *Op, lw int64) bool {
+	return c.fault(rollback, lw, r.End) != nil || c.fault(demoting, r.Start, r.End) != nil
+}
 
 // A checker indexes a history for the rules.
 type checker struct {

@@ -94,7 +94,7 @@ func (c *checker) checkReadAfterWrite() {
 					}
 					continue
 				}
-				if c.fault(rollback, lw, r.End) != nil || w.Proc != r.Proc && (r.Down || c.joined(ck, r, v, w.End) != nil) {
+				if c.staleRead(r, lw) || w.Proc != r.Proc && (r.Down || c.joined(ck, r, v, w.End) != nil) {
 					c.excused["read-after-write"]++
 					break
 				}
@@ -254,7 +254,7 @@ func (c *checker) checkSeen(ck ckey, r *Op, v int64, seen []sight) {
 		if lw+int64(Slack) >= s.born || !c.late(r, s.at) {
 			continue
 		}
-		if c.fault(rollback, lw, r.End) != nil || c.joined(ck, r, v, s.at) != nil {
+		if c.staleRead(r, lw) || c.joined(ck, r, v, s.at) != nil {
 			c.excused["monotonic"]++
 			return
 		}

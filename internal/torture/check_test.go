@@ -115,6 +115,12 @@ func TestRules(t *testing.T) {
 		{"read-after-write/excused by a failover's rollback", func() *History {
 			return history(readAfterWrite(0), fault(FKillMaster, 0, 7, 8))
 		}, nil},
+		{"read-after-write/excused during a graceful failover", func() *History {
+			return history(readAfterWrite(0), fault(FFailover, 0, 4, 10.5))
+		}, nil},
+		{"read-after-write/after a graceful failover", func() *History {
+			return history(readAfterWrite(0), fault(FFailover, 0, 4, 9))
+		}, []string{"read-after-write"}},
 		{"read-after-write/near tier within its bound", func() *History {
 			return history(readAfterWrite(1))
 		}, nil},

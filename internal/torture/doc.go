@@ -86,7 +86,9 @@
 //     near tier, after NearBound plus
 //     the time the server or the reader was stopped (each run reports the
 //     longest lag it saw within the bound). Excused: a failover
-//     that may have promoted a replica without the write; in another
+//     that may have promoted a replica without the write; a read during a
+//     graceful failover (the old master answers reads until it learns it
+//     was replaced, and go-redis may take its slot map from it); in another
 //     process, a Fetch answered with a copy kept WithStaleIfDown (see
 //     stale-if-down). (README, "Read your writes in the writing process",
 //     "The near tier"; Cache.Set and Cache.Refresh; WithStaleIfDown.)
