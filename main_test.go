@@ -11,8 +11,10 @@ import (
 func TestMain(m *testing.M) {
 	// The multi-process tests re-execute this binary as child processes.
 	redistest.ChildMain(childModes())
+	// WithSpareClusters: StartCluster takes a cluster joined while
+	// earlier tests ran, instead of waiting out a fresh one's 2 s.
 	// After failed dials to a killed server, go-redis keeps one goroutine
 	// per pool probing the address once a second, even past Close; it is
 	// the client's, not ours (as in lock's tests).
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	goleak.VerifyTestMain(redistest.WithSpareClusters(m), goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }

@@ -15,10 +15,12 @@ import (
 
 func TestMain(m *testing.M) {
 	redistest.ChildMain(map[string]func(*redistest.Parent){"hold": hold})
+	// WithSpareClusters: StartCluster takes a cluster joined while
+	// earlier tests ran, instead of waiting out a fresh one's 2 s.
 	// After failed dials to a killed server, go-redis keeps one goroutine
 	// per pool probing the address once a second, even past Close; it is
 	// the client's, not ours.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	goleak.VerifyTestMain(redistest.WithSpareClusters(m), goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
 // A holding is what a holder child takes: Kind "sem2" takes 2 permits of

@@ -73,32 +73,20 @@ func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
 		tb.Fatalf("redistest: StartClusterReplicas(%d, %d): need 1 to %d masters and no negative replicas",
 			masters, replicas, slotCount)
 	}
-	var args []string
-	if replicas > 0 {
-		args = []string{
-			"--cluster-node-timeout", strconv.Itoa(failoverNodeTimeout),
-			// A replica's first full sync starts at once, not after 5 s.
-			"--repl-diskless-sync-delay", "0",
+	RequireServer(tb)
+	c := spare.take(masters, replicas)
+	if c == nil {
+		var err error
+		if c, err = newCluster(masters, replicas); err != nil {
+			tb.Fatal(err)
 		}
 	}
-	c := &Cluster{Nodes: make([]*Server, masters)}
-	for i := range c.Nodes {
-		c.Nodes[i] = newServer(tb, true, args)
+	for _, s := range c.all {
+		s.adopt(tb)
 	}
-	c.all = append(c.all, c.Nodes...)
-	if replicas > 0 {
-		c.Replicas = make([][]*Server, masters)
-		for i := range c.Replicas {
-			for range replicas {
-				s := newServer(tb, true, args)
-				c.Replicas[i] = append(c.Replicas[i], s)
-				c.all = append(c.all, s)
-			}
-		}
-	}
-	if err := startAll(c.all); err != nil {
-		tb.Fatal(err)
-	}
+	// The next cluster's spare starts now, so that its wait runs while
+	// this one settles and its test runs.
+	spare.fill(masters, replicas)
 
 	ctx, cancel := context.WithTimeout(tb.Context(), clusterTimeout)
 	defer cancel()
@@ -107,6 +95,51 @@ func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
 			masters, replicas, err, c.outputs())
 	}
 	return c
+}
+
+// newCluster starts the nodes of a cluster of masters with replicas each,
+// which belong to no test yet, and joins them ([Cluster.join]). On an
+// error it kills them.
+func newCluster(masters, replicas int) (*Cluster, error) {
+	var args []string
+	if replicas > 0 {
+		args = []string{
+			"--cluster-node-timeout", strconv.Itoa(failoverNodeTimeout),
+			// A replica's first full sync starts at once, not after 5 s.
+			"--repl-diskless-sync-delay", "0",
+		}
+	}
+	c := &Cluster{}
+	for range masters * (1 + replicas) {
+		s, err := makeServer(true, args)
+		if err != nil {
+			discardAll(c.all)
+			return nil, err
+		}
+		c.all = append(c.all, s)
+	}
+	c.Nodes = c.all[:masters:masters]
+	if replicas > 0 {
+		c.Replicas = make([][]*Server, masters)
+		for i := range c.Replicas {
+			lo := masters + i*replicas
+			c.Replicas[i] = c.all[lo : lo+replicas : lo+replicas]
+		}
+	}
+	err := startAll(c.all)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+		defer cancel()
+		if err = c.join(ctx); err != nil {
+			err = fmt.Errorf("redistest: join a cluster of %d masters with %d replicas each: %w\n%s",
+				masters, replicas, err, c.outputs())
+		}
+	}
+	if err != nil {
+		discardAll(c.all)
+		return nil, err
+	}
+	return c, nil
 }
 
 // Addrs returns the masters' addresses at the start, in the order of Nodes.
@@ -131,8 +164,13 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
-// form joins the running nodes into one cluster and waits until they agree on it.
-func (c *Cluster) form(ctx context.Context) error {
+// join has the nodes meet and gives each master its share of the slots,
+// without waiting for them to agree. A master that owns no slots counts
+// itself in a minority, and reports cluster_state:ok only a
+// cluster-node-timeout (2 s) after it last did, however soon the nodes
+// agree: the 2 s of a cluster run from its join (for a spare, while other
+// tests run).
+func (c *Cluster) join(ctx context.Context) error {
 	clients := c.clients()
 	defer closeAll(clients)
 	c.ids = make([]string, len(c.all))
@@ -169,9 +207,20 @@ func (c *Cluster) form(ctx context.Context) error {
 		}
 		c.lay.master[c.ids[i]] = "-"
 	}
+	for i := range clients[n:] {
+		c.lay.master[c.ids[n+i]] = c.ids[i/len(c.Replicas[0])]
+	}
+	return nil
+}
+
+// form makes each replica of the joined nodes replicate its master, and
+// waits until every node agrees on the cluster.
+func (c *Cluster) form(ctx context.Context) error {
+	clients := c.clients()
+	defer closeAll(clients)
+	n := len(c.Nodes)
 	for i, rdb := range clients[n:] {
-		master := c.ids[(i / len(c.Replicas[0]))]
-		c.lay.master[c.ids[n+i]] = master
+		master := c.lay.master[c.ids[n+i]]
 		// A replica must have heard of its master (from the MEETs' gossip).
 		if err := poll(ctx, clusterStep, func() error { return rdb.Do(ctx, "CLUSTER", "REPLICATE", master).Err() }); err != nil {
 			return fmt.Errorf("%s: CLUSTER REPLICATE %s: %w", c.all[n+i].Addr(), master, err)

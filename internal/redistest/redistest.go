@@ -183,22 +183,43 @@ func RequireServer(tb testing.TB) {
 func newServer(tb testing.TB, cluster bool, args []string) *Server {
 	tb.Helper()
 	RequireServer(tb)
+	s, err := makeServer(cluster, args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.adopt(tb)
+	return s
+}
+
+// makeServer returns a Server that is not running yet and belongs to no
+// test: [Server.adopt] gives it to one, or [Server.discard] removes it.
+func makeServer(cluster bool, args []string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Fatal(err) // RequireServer found it a moment ago
+		return nil, err
 	}
 	// A short directory under os.TempDir, not tb.TempDir: the path stays
 	// readable in logs, and it is removed only after the server is dead.
 	dir, err := os.MkdirTemp("", "rt")
 	if err != nil {
-		tb.Fatalf("redistest: %v", err)
+		return nil, fmt.Errorf("redistest: %w", err)
 	}
-	s := &Server{tb: tb, bin: bin, dir: dir, args: args, cluster: cluster}
-	tb.Cleanup(func() {
-		s.Kill()
-		_ = os.RemoveAll(dir)
-	})
-	return s
+	return &Server{bin: bin, dir: dir, args: args, cluster: cluster}, nil
+}
+
+// adopt makes s tb's: tb's Skip and Fatal report its failures, and
+// tb.Cleanup kills it and removes its directory.
+func (s *Server) adopt(tb testing.TB) {
+	s.mu.Lock()
+	s.tb = tb
+	s.mu.Unlock()
+	tb.Cleanup(s.discard)
+}
+
+// discard kills s and removes its directory.
+func (s *Server) discard() {
+	s.Kill()
+	_ = os.RemoveAll(s.dir)
 }
 
 // start picks free ports and launches the server, trying fresh ports if another
