@@ -6,32 +6,31 @@ package dogpile_test
 import (
 	"strconv"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestMultiProcessStampede: 4 processes × 50 goroutines fetch one absent
 // key whose compute takes 100 ms: exactly one compute in the fleet.
 func TestMultiProcessStampede(t *testing.T) {
-	for _, b := range []string{"redis", "cluster"} {
-		t.Run(b, func(t *testing.T) {
-			addrs, rdb := fleetBackend(t, b)
-			res := runChildren(t, 4, "one", addrs, "mp:")
-			for i, r := range res {
-				if r.Values != 50 || len(r.Errors) > 0 {
-					t.Errorf("child %d: %d good values, errors %q; want 50, none", i, r.Values, r.Errors)
-				}
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		res := runChildren(t, 4, "one", addrs, "mp:")
+		for i, r := range res {
+			if r.Values != 50 || len(r.Errors) > 0 {
+				t.Errorf("child %d: %d good values, errors %q; want 50, none", i, r.Values, r.Errors)
 			}
-			if got := computesPerKey(t, rdb, "mp:"); len(got) != 1 || got["k"] != "1" {
-				t.Errorf("computes = %v; want exactly one (k: 1)", got)
-			}
-			var poll uint64
-			for _, r := range res {
-				poll += r.Stats.PollWakeups
-			}
-			if poll != 0 {
-				t.Errorf("PollWakeups = %d; want every waiting process woken by push", poll)
-			}
-		})
-	}
+		}
+		if got := computesPerKey(t, rdb, "mp:"); len(got) != 1 || got["k"] != "1" {
+			t.Errorf("computes = %v; want exactly one (k: 1)", got)
+		}
+		var poll uint64
+		for _, r := range res {
+			poll += r.Stats.PollWakeups
+		}
+		if poll != 0 {
+			t.Errorf("PollWakeups = %d; want every waiting process woken by push", poll)
+		}
+	})
 }
 
 // TestMultiProcessManyKeys: 4 processes × 50 goroutines fetch random keys
@@ -106,18 +105,15 @@ func TestMultiProcessHolderKilled(t *testing.T) {
 // cluster): each key is computed exactly once in the fleet, and every
 // caller gets every value.
 func TestMultiProcessFetchMany(t *testing.T) {
-	for _, b := range []string{"redis", "cluster"} {
-		t.Run(b, func(t *testing.T) {
-			addrs, rdb := fleetBackend(t, b)
-			const prefix = "mpm:"
-			for i, r := range runChildren(t, 4, "batch", addrs, prefix, withWorkers(8)) {
-				if r.Values != 8*120 || len(r.Errors) > 0 {
-					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
-				}
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		const prefix = "mpm:"
+		for i, r := range runChildren(t, 4, "batch", addrs, prefix, withWorkers(8)) {
+			if r.Values != 8*120 || len(r.Errors) > 0 {
+				t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
 			}
-			computedOnce(t, computesPerKey(t, rdb, prefix), 200)
-		})
-	}
+		}
+		computedOnce(t, computesPerKey(t, rdb, prefix), 200)
+	})
 }
 
 // TestMultiProcessFetchManyHolderKilled: the process computing all 200
@@ -125,33 +121,30 @@ func TestMultiProcessFetchMany(t *testing.T) {
 // over (after one lease) and each key is computed twice in all: by the
 // dead process and by one taker.
 func TestMultiProcessFetchManyHolderKilled(t *testing.T) {
-	for _, b := range []string{"redis", "cluster"} {
-		t.Run(b, func(t *testing.T) {
-			addrs, rdb := fleetBackend(t, b)
-			const prefix = "mhk:"
-			// Each taker computes its keys alone, each with its own renewal:
-			// with 3 processes taking over 200 keys at once under -race on a
-			// loaded machine, a 500 ms lease was lost now and then (a key
-			// then computed by a second taker).
-			lease := withOpts("lease=2s")
-			holder := startChild(t, "batchholder", addrs, prefix, lease)
-			results, takeovers := killHolder(t, holder, func() []*child {
-				return goChildren(t, 3, "batch", addrs, prefix, lease, withWorkers(8))
-			})
-			for i, r := range results {
-				if r.Values != 8*120 || len(r.Errors) > 0 {
-					t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
-				}
-			}
-			got := computesPerKey(t, rdb, prefix)
-			for i := range 200 {
-				if n := got[strconv.Itoa(i)]; n != "2" {
-					t.Errorf("key %d computed %s times; want 2 (the killed holder and one taker)", i, n)
-				}
-			}
-			if takeovers != 200 {
-				t.Errorf("Takeovers = %d; want 200", takeovers)
-			}
+	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+		const prefix = "mhk:"
+		// Each taker computes its keys alone, each with its own renewal:
+		// with 3 processes taking over 200 keys at once under -race on a
+		// loaded machine, a 500 ms lease was lost now and then (a key
+		// then computed by a second taker).
+		lease := withOpts("lease=2s")
+		holder := startChild(t, "batchholder", addrs, prefix, lease)
+		results, takeovers := killHolder(t, holder, func() []*child {
+			return goChildren(t, 3, "batch", addrs, prefix, lease, withWorkers(8))
 		})
-	}
+		for i, r := range results {
+			if r.Values != 8*120 || len(r.Errors) > 0 {
+				t.Errorf("child %d: %d good values, errors %q; want %d, none", i, r.Values, r.Errors, 8*120)
+			}
+		}
+		got := computesPerKey(t, rdb, prefix)
+		for i := range 200 {
+			if n := got[strconv.Itoa(i)]; n != "2" {
+				t.Errorf("key %d computed %s times; want 2 (the killed holder and one taker)", i, n)
+			}
+		}
+		if takeovers != 200 {
+			t.Errorf("Takeovers = %d; want 200", takeovers)
+		}
+	})
 }

@@ -53,7 +53,7 @@ func checkStaleThenNew(t *testing.T, kids []*child) time.Time {
 // SIGKILLed mid-compute. Two other processes keep being served the stale
 // value, and one of them refreshes once the dead holder's lease ran out.
 func TestProcsRefreshHolderKilled(t *testing.T) {
-	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+	onFleetsInTurn(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "rk:"
 		c, holder, pttl := startRefreshHolder(t, addrs, rdb, prefix)
 		holder.Kill()
@@ -79,7 +79,7 @@ func TestProcsRefreshHolderKilled(t *testing.T) {
 // frozen one resumes and finishes its compute. Its late value must never
 // be stored over the newer one (the fenced store).
 func TestProcsRefreshZombieFenced(t *testing.T) {
-	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+	onFleetsInTurn(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "rz:"
 		c, zombie, _ := startRefreshHolder(t, addrs, rdb, prefix)
 		zombie.Pause(t)

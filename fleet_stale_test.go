@@ -188,7 +188,7 @@ func TestProcsRefreshWhileAnotherComputes(t *testing.T) {
 // not failed. On a quiet machine the test fails without that slack (see
 // earlyGap); TestEarlyGapFloor checks the slack itself.
 func TestProcsEarlyRefreshNobodyWaits(t *testing.T) {
-	onFleets(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
+	onFleetsInTurn(t, func(t *testing.T, addrs []string, rdb redis.UniversalClient) {
 		const prefix = "xf:"
 		const ttl, run = xfetchTTL, 6300 * time.Millisecond
 		kids := goChildren(t, 2, "xfetch", addrs, prefix, withOpts("beta=1"), withWorkers(4), withRun(run))

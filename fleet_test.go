@@ -98,8 +98,25 @@ func newFleet(addrs []string, prefix string, settings []setting) fleet {
 	return f
 }
 
-// onFleets runs f on a redis-server and on a 3-master cluster.
+// onFleets runs f on a redis-server and on a 3-master cluster, as
+// subtests in parallel with each other: a fleet mostly waits (for its
+// children to start, for Redis, for a compute), and the two share no
+// server and no package-level state. A test whose fleet must have the
+// machine to itself (a load it measures, a lease shorter than a second
+// that a stall would lose) uses onFleetsInTurn.
 func onFleets(t *testing.T, f func(t *testing.T, addrs []string, rdb redis.UniversalClient)) {
+	for _, b := range []string{"redis", "cluster"} {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			addrs, rdb := fleetBackend(t, b)
+			f(t, addrs, rdb)
+		})
+	}
+}
+
+// onFleetsInTurn is onFleets with the redis-server's subtest run before
+// the cluster's.
+func onFleetsInTurn(t *testing.T, f func(t *testing.T, addrs []string, rdb redis.UniversalClient)) {
 	for _, b := range []string{"redis", "cluster"} {
 		t.Run(b, func(t *testing.T) {
 			addrs, rdb := fleetBackend(t, b)
