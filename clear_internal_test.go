@@ -20,9 +20,10 @@ import (
 
 // TestClear: Clear removes every value of the Cache's prefix on every node,
 // voids a compute in progress (its store is fenced off), and leaves the
-// keys of the lock package and of other prefixes alone.
+// keys of the lock package and of other prefixes alone. The deployments
+// run in parallel: each Clear sees only its own.
 func TestClear(t *testing.T) {
-	redistest.ForEachBackend(t, func(t *testing.T, b redistest.Backend) {
+	redistest.ForEachBackendParallel(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()
 		c := New[int](rdb) // the default prefix, which the lock package's keys share

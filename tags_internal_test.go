@@ -18,9 +18,10 @@ import (
 
 // tagBackends runs f on every deployment: a server and a failover client,
 // where one script checks and adds a value's tags, and a cluster and a
-// ring, where a tag's keys and its values live on different nodes.
+// ring, where a tag's keys and its values live on different nodes. The
+// deployments run in parallel: the tag tests touch only their own keys.
 func tagBackends(t *testing.T, f func(t *testing.T, b redistest.Backend)) {
-	redistest.ForEachBackend(t, f)
+	redistest.ForEachBackendParallel(t, f)
 }
 
 // tagged computes v for key, tagged with tags.

@@ -60,6 +60,14 @@ func ForEachBackend(t *testing.T, f func(t *testing.T, b Backend)) {
 	forEachBackend(t, false, f)
 }
 
+// ForEachBackendParallel is ForEachBackend with the deployments'
+// subtests run in parallel with each other, as [Suite.Run] runs them: f
+// must touch no package-level state, only its own deployment's keys.
+func ForEachBackendParallel(t *testing.T, f func(t *testing.T, b Backend)) {
+	t.Helper()
+	forEachBackend(t, true, f)
+}
+
 // forEachBackend is ForEachBackend, whose subtests run in parallel with
 // each other if parallel is set (see [Suite.Run]).
 func forEachBackend(t *testing.T, parallel bool, f func(t *testing.T, b Backend)) {
