@@ -20,6 +20,7 @@ import (
 // Each primitive draws from its own counter, and a MultiMutex from one per
 // name; every name is picked on the master that fails, so each is checked.
 func TestFenceAboveEveryIssuedAcrossFailover(t *testing.T) {
+	t.Parallel() // its own cluster; mostly waiting for the failover
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	rdb := cl.Client(t)
 	ctx := t.Context()

@@ -359,6 +359,7 @@ type lateKey struct{}
 // after the first would stay held for a TTL by a call that returned an
 // error.
 func TestMultiMutexLateGrantThenFailure(t *testing.T) {
+	t.Parallel() // its own ring; mostly waiting out a stalled request
 	const ttl, delay = 2 * time.Second, 2500 * time.Millisecond
 	rdb := redistest.StartRing(t, 3).Client(t)
 	mm := lock.NewMultiMutex(rdb, []string{"slow-a", "slow-b", "slow-c", "slow-d"}, lock.WithTTL(ttl))

@@ -35,6 +35,7 @@ func startRedlock(t *testing.T) (srvs []*redistest.Server, clients func() []redi
 }
 
 func TestRedlockSurvivesMinorityKilled(t *testing.T) {
+	t.Parallel() // its own servers; mostly waiting on the dead ones
 	srvs, clients := startRedlock(t)
 	const workers, rounds = 6, 12
 	var held atomic.Int32
@@ -80,6 +81,7 @@ func TestRedlockSurvivesMinorityKilled(t *testing.T) {
 }
 
 func TestRedlockMajorityKilledFailsCleanly(t *testing.T) {
+	t.Parallel() // its own servers; mostly waiting for the lease to end
 	srvs, clients := startRedlock(t)
 	rl := lock.NewRedlock(clients(), "job", lock.WithTTL(time.Second), lock.WithAutoExtend())
 	l := lockAllUp(t, rl)

@@ -40,6 +40,7 @@ func replicaAckPrimitives(ctx context.Context, rdb redis.UniversalClient, name s
 // (and its watchdog extends) on a master with a replica, on a sentinel
 // failover client and on a cluster, WAIT reaching the master of each key.
 func TestReplicaAck(t *testing.T) {
+	t.Parallel() // its own deployments; mostly waiting for replicas
 	ack := lock.WithReplicaAck(1, time.Second)
 	for _, d := range []struct {
 		name string
@@ -109,6 +110,7 @@ func mustPanicReplica(t *testing.T, f func()) {
 // is on the replica when its master dies: after the promotion another
 // owner still finds the lock held, with a fence above the lease's.
 func TestReplicaAckLeaseSurvivesFailover(t *testing.T) {
+	t.Parallel() // its own cluster; mostly waiting for the failover
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	rdb := cl.Client(t)
 	ctx := t.Context()

@@ -97,6 +97,7 @@ func TestUpgradePausesReadWatchdog(t *testing.T) {
 // never sent (a failed dial) leaves the read lease held, and its watchdog
 // renewing it past several TTLs.
 func TestUpgradeRefusedKeepsRenewing(t *testing.T) {
+	t.Parallel() // its own servers; mostly waiting out two TTLs
 	onServerAndCluster(t, func(t *testing.T, rdb redis.UniversalClient) {
 		// 1s, not 300ms: the read lease must survive the sleep below on
 		// its renewals alone, on a loaded machine too.
