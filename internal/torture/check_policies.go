@@ -48,7 +48,9 @@ func (c *checker) checkPrevious() {
 // returns it: not from Redis, not from a near tier, not from a copy kept
 // WithStaleIfDown. A value is stored by the time an op showed it in Redis
 // (see proves); a caller that joined a flight held open WithSoftTimeout
-// may get what the flight read up to that timeout before it began.
+// may get what the flight read up to that timeout before it began, and
+// one that joined any flight of its process, what it read before (see
+// shared).
 func (c *checker) checkExpiry() {
 	for ck, ops := range c.keys {
 		cfg := c.h.Plan.Caches[ck.cfg]
@@ -63,12 +65,34 @@ func (c *checker) checkExpiry() {
 				continue
 			}
 			c.checked["expiry"]++
+			if r.Start > stored+int64(life) && c.shared(ck, r, v, stored+int64(life)) != nil {
+				c.excused["expiry"]++
+				continue
+			}
 			if r.Start > stored+int64(life) {
 				c.violate("expiry", fmt.Sprintf("%s returned version %d, in Redis by %s, %v after that (its life is %v)",
 					ck, v, stamp(stored), time.Duration(r.Start-stored).Round(time.Millisecond), cfg.TTL+cfg.Stale), r)
 			}
 		}
 	}
+}
+
+// shared returns a read of r's process that could have shared its flight
+// with r: it began before t, was running when r began, and returned v too.
+// What that flight read may be older than r by as long as the flight took,
+// and a process stopped mid-flight makes that long (see joined, which
+// read-after-write allows only without a near tier).
+func (c *checker) shared(ck ckey, r *Op, v, t int64) *Op {
+	if r.Kind != KFetch && r.Kind != KFetchMany {
+		return nil // a Get or a Refresh joins no Fetch's flight
+	}
+	for _, l := range c.keys[ck] {
+		if l != r && l.Proc == r.Proc && (l.Kind == KFetch || l.Kind == KFetchMany) && l.Start < t+int64(Slack) &&
+			c.end(l)+int64(Slack) >= r.Start && l.Vers[ck.key] == v {
+			return l
+		}
+	}
+	return nil
 }
 
 // checkStaleIfDown: a Fetch answers with a copy the near tier kept only

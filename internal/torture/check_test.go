@@ -160,6 +160,16 @@ func TestRules(t *testing.T) {
 		}, []string{"previous"}},
 		{"expiry/within its TTL", func() *History { return history(expiry(0, 990)) }, nil},
 		{"expiry/past its TTL", func() *History { return history(expiry(0, 1010)) }, []string{"expiry"}},
+		{"expiry/joined a flight that read it in time", func() *History {
+			// Process 2 stopped mid-flight: its Fetch from 900 to 1500
+			// read version 1 in time; another Fetch joined it at 1200.
+			ops := expiry(0, 1200)
+			ops[1].Kind = KFetch
+			return history(append(ops, cache(KFetch, 2, 0, 1, 900, 1500)))
+		}, nil},
+		{"expiry/a Get past its TTL beside a flight", func() *History {
+			return history(append(expiry(0, 1200), cache(KFetch, 2, 0, 1, 900, 1500)))
+		}, []string{"expiry"}},
 		{"expiry/within its stale window", func() *History { return history(expiry(3, 1990)) }, nil},
 		{"expiry/past its stale window", func() *History { return history(expiry(3, 2010)) }, []string{"expiry"}},
 		{"stale-if-down/a kept copy while the server was stopped", func() *History {

@@ -162,7 +162,8 @@
 //   - expiry: no read that starts later than a value's TTL, plus its stale
 //     window, after it was shown in Redis returns it, from Redis or a near
 //     tier or a kept copy; a caller that joined a flight held open
-//     WithSoftTimeout, up to that timeout later. (Fetch's ttl; WithStale;
+//     WithSoftTimeout, up to that timeout later; excused: a caller that
+//     may have joined a flight of its process begun in time. (Fetch's ttl; WithStale;
 //     WithStaleIfDown: "up to the value's stale point".)
 //   - stale-if-down: a Fetch answers with a copy the near tier kept only in
 //     a Cache WithStaleIfDown, and only within DownBound of a fault that
