@@ -77,24 +77,6 @@ func (c *checker) checkExpiry() {
 	}
 }
 
-// shared returns a read of r's process that could have shared its flight
-// with r: it began before t, was running when r began, and returned v too.
-// What that flight read may be older than r by as long as the flight took,
-// and a process stopped mid-flight makes that long (see joined, which
-// read-after-write allows only without a near tier).
-func (c *checker) shared(ck ckey, r *Op, v, t int64) *Op {
-	if r.Kind != KFetch && r.Kind != KFetchMany {
-		return nil // a Get or a Refresh joins no Fetch's flight
-	}
-	for _, l := range c.keys[ck] {
-		if l != r && l.Proc == r.Proc && (l.Kind == KFetch || l.Kind == KFetchMany) && l.Start < t+int64(Slack) &&
-			c.end(l)+int64(Slack) >= r.Start && l.Vers[ck.key] == v {
-			return l
-		}
-	}
-	return nil
-}
-
 // checkStaleIfDown: a Fetch answers with a copy the near tier kept only
 // in a Cache WithStaleIfDown, and only while Redis may be unreachable: a
 // fault that can open the circuit began before the Fetch returned and

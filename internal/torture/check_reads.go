@@ -197,13 +197,25 @@ func (c *checker) late(r *Op, t int64) bool {
 }
 
 // joined returns a Fetch or FetchMany of r's process, without a near
-// tier, that could have shared its flight with r: it began before t, was
-// running when r began, and returned v too. (A FetchMany's missing keys
-// join or start the same flights as Fetch's.) A near tier forgets its
-// flights when Redis reports a write, so it gets no such excuse.
+// tier, that could have shared its flight with r (see shared). A near
+// tier forgets its flights when Redis reports a write, so it gets no such
+// excuse.
 func (c *checker) joined(ck ckey, r *Op, v, t int64) *Op {
 	if c.h.Plan.near(r.Cfg, r.Proc) {
 		return nil
+	}
+	return c.shared(ck, r, v, t)
+}
+
+// shared returns a Fetch or FetchMany of r's process that could have
+// shared its flight with r, itself a Fetch or FetchMany (a FetchMany's
+// missing keys join or start the same flights as Fetch's): it began before
+// t, was running when r began, and returned v too. What that flight read
+// may be older than r by as long as the flight took, and a process stopped
+// mid-flight makes that long.
+func (c *checker) shared(ck ckey, r *Op, v, t int64) *Op {
+	if r.Kind != KFetch && r.Kind != KFetchMany {
+		return nil // a Get or a Refresh joins no Fetch's flight
 	}
 	for _, l := range c.keys[ck] {
 		if l != r && l.Proc == r.Proc && (l.Kind == KFetch || l.Kind == KFetchMany) && l.Start < t+int64(Slack) &&
