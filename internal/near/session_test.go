@@ -140,18 +140,8 @@ func TestSync(t *testing.T) {
 // go only after the subscriber has answered its ping: the ask reached
 // every beat then.
 func TestSyncBusyReader(t *testing.T) {
-	hold := make(chan struct{})
-	held := make(chan struct{})
-	tr, _, _, _ := startPinged(t, redistest.Hook{
-		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			if slices.Contains(cmd.Args(), any("p:{slow}")) {
-				close(held)
-				<-hold
-			}
-			return next(ctx, cmd)
-		},
-	}, nil)
-	release := sync.OnceFunc(func() { close(hold) })
+	hook, held, release := holdSlow("")
+	tr, _, _, _ := startPinged(t, hook, nil)
 	t.Cleanup(release) // before tr.Stop, which waits for the held read
 	ctx := t.Context()
 	read := make(chan error, 1)
@@ -219,21 +209,8 @@ func TestSyncBeatStartsLate(t *testing.T) {
 // and gone: nothing will ping the new one), counts as answered while its
 // first read is in flight: its tracking began after the ask.
 func TestReaderReopenedAfterAsk(t *testing.T) {
-	hold := make(chan struct{})
-	held := make(chan struct{})
-	tr, _, _, _ := startPinged(t, redistest.Hook{
-		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			switch {
-			case slices.Contains(cmd.Args(), any("p:{broken}")):
-				return io.ErrUnexpectedEOF // the connection failed
-			case slices.Contains(cmd.Args(), any("p:{slow}")):
-				close(held)
-				<-hold
-			}
-			return next(ctx, cmd)
-		},
-	}, nil)
-	release := sync.OnceFunc(func() { close(hold) })
+	hook, held, release := holdSlow("p:{broken}")
+	tr, _, _, _ := startPinged(t, hook, nil)
 	t.Cleanup(release) // before tr.Stop, which waits for the held read
 	ctx := t.Context()
 	if o, err, ok := tr.Read(ctx, tr.Node("p:{broken}"), func(cn redis.Cmdable) error { return cn.Get(ctx, "p:{broken}").Err() }); !ok || o != nil || err == nil {
@@ -340,4 +317,25 @@ func describeTracking(tr *Tracker, since int64) string {
 		}
 	}
 	return b.String()
+}
+
+// holdSlow returns a hook that holds reads of "p:{slow}" until release is
+// called, with held closed once the first is held; a read of broken, if
+// not "", fails as a broken connection does. Register release with
+// t.Cleanup after the tracker's own, which waits for the held read.
+func holdSlow(broken string) (hook redistest.Hook, held <-chan struct{}, release func()) {
+	hold, h := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook = redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		switch {
+		case broken != "" && slices.Contains(cmd.Args(), any(broken)):
+			return io.ErrUnexpectedEOF // the connection failed
+		case slices.Contains(cmd.Args(), any("p:{slow}")):
+			once.Do(func() { close(h) })
+			<-hold
+		}
+		return next(ctx, cmd)
+	}}
+	release = sync.OnceFunc(func() { close(hold) })
+	return hook, h, release
 }
