@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -35,12 +36,18 @@ func TestOutageLoggedOncePerLogger(t *testing.T) {
 			probe(io.ErrUnexpectedEOF) // a failed probe
 		}
 	}
+	runtime.GC() // what made CI lose l2's end line, now every run
 	time.Sleep(cooldown + 10*time.Millisecond)
 	probe, err := b.Allow(context.Background())
 	if err != nil {
 		t.Fatalf("Allow after the cooldown = %v", err)
 	}
 	probe(nil)
+	// The breaker holds its loggers weakly: without this, a GC during the
+	// sleeps above may drop l2 (the test's last use of it was AddLogger),
+	// and its end line with it (CI, 2026-11-29).
+	runtime.KeepAlive(l1)
+	runtime.KeepAlive(l2)
 	for name, buf := range map[string]*redistest.SyncBuffer{"first": &one, "second": &two} {
 		out := buf.String()
 		if n := strings.Count(out, "redis unreachable"); n != 1 || !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "EOF") {
@@ -55,6 +62,27 @@ func TestOutageLoggedOncePerLogger(t *testing.T) {
 	}
 }
 
+// TestOutageLogDropsCollectedLogger: the breaker outlives the caches and
+// locks of its client, so it holds their loggers weakly; a logger nothing
+// else holds is dropped, not written to for the life of the program.
+func TestOutageLogDropsCollectedLogger(t *testing.T) {
+	b := New(nil)
+	var kept, dropped redistest.SyncBuffer
+	l := slog.New(slog.NewTextHandler(&kept, nil))
+	b.AddLogger(l)
+	b.AddLogger(slog.New(slog.NewTextHandler(&dropped, nil)))
+	runtime.GC()
+	done, _ := b.Allow(context.Background())
+	done(io.EOF)
+	runtime.KeepAlive(l)
+	if !strings.Contains(kept.String(), "redis unreachable") {
+		t.Errorf("the logger still held: %q; want the start line", kept.String())
+	}
+	if dropped.String() != "" {
+		t.Errorf("the collected logger wrote %q; want nothing", dropped.String())
+	}
+}
+
 // TestOutageReminder: a long outage is logged again at most once per
 // reminder interval (a minute; 200 ms here), as a WARN with its length so
 // far, however many probes fail meanwhile (one every 100 ms here); its end
@@ -63,7 +91,9 @@ func TestOutageReminder(t *testing.T) {
 	b := New(nil)
 	b.log.remindEvery = 200 * time.Millisecond
 	var out redistest.SyncBuffer
-	b.AddLogger(slog.New(slog.NewTextHandler(&out, nil)))
+	l := slog.New(slog.NewTextHandler(&out, nil))
+	defer runtime.KeepAlive(l) // held weakly by the breaker
+	b.AddLogger(l)
 	done, _ := b.Allow(context.Background())
 	done(io.EOF)
 	probes := 0
