@@ -21,13 +21,13 @@ import (
 )
 
 // batchedServer starts a server and a client with go-redis's default
-// options whose every GET queues for a pipeline (roundtrip.SetDirect), and
+// options whose every GET queues for a pipeline (Gets.SetDirect), and
 // records the pipelines it sends.
 func batchedServer(t *testing.T) (*redistest.Server, *redis.Client, *pipedGets) {
-	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
+	roundtrip.GetsOf(rdb).SetDirect(0) // every call queues for a pipeline
 	piped := &pipedGets{}
 	rdb.AddHook(piped.hook())
 	return srv, rdb, piped
@@ -168,9 +168,9 @@ func TestBatchedHitLeavesOnItsDeadline(t *testing.T) {
 // TestHitsShareRoundTripsCluster: on a Cluster, batched hits go in a lane
 // per master, each caller gets its own key's value.
 func TestHitsShareRoundTripsCluster(t *testing.T) {
-	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	cl := redistest.StartCluster(t, 3)
 	rdb := cl.Client(t)
+	roundtrip.GetsOf(rdb).SetDirect(0) // every call queues for a pipeline
 	ctx := t.Context()
 	c := New[string](rdb, prefix(t))
 	const n = 60
@@ -210,10 +210,10 @@ func TestHitsShareRoundTripsCluster(t *testing.T) {
 // refused alone gets: not an empty reply, which would read as bytes that
 // do not decode and start a compute.
 func TestBatchedHitRefusedByHook(t *testing.T) {
-	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
+	roundtrip.GetsOf(rdb).SetDirect(0) // every call queues for a pipeline
 	ctx := t.Context()
 	c := New[string](rdb, prefix(t))
 	if err := c.Set(ctx, "k", "v", time.Minute); err != nil {
@@ -240,7 +240,6 @@ func TestBatchedHitRefusedByHook(t *testing.T) {
 // TestGetBatcherGoesWithItsClient: a client's batcher of GETs, lanes and
 // all, goes once the program drops the client (see perclient.Map).
 func TestGetBatcherGoesWithItsClient(t *testing.T) {
-	roundtrip.SetDirect(t, 0) // every call queues for a pipeline
 	srv := redistest.StartServer(t)
 	var clients []weak.Pointer[redis.Client]
 	func() {
@@ -248,6 +247,7 @@ func TestGetBatcherGoesWithItsClient(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			clients = append(clients, weak.Make(rdb))
 			c := New[string](rdb, prefix(t))
+			c.gets.SetDirect(0) // every call queues for a pipeline
 			if _, err := c.Fetch(t.Context(), "k", time.Minute, func(context.Context) (string, error) { return "v", nil }); err != nil {
 				t.Fatal(err)
 			}

@@ -21,9 +21,9 @@ import (
 // it takes nothing, and no rollback holds a slot for it while Redis is
 // stalled.
 func TestBatchDropsCallersThatLeft(t *testing.T) {
-	roundtrip.SetDirect(t, 1) // b and c queue; c behind b's batch
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	batcherFor(rdb).SetDirect(1) // b and c queue; c behind b's batch
 	defer rdb.Close()
 	var sent acquires
 	rdb.AddHook(sent.hook())
@@ -115,9 +115,9 @@ func (h *acquires) hook() redistest.Hook {
 // batched for the other masters go on: each master has a lane of its own.
 // (In one queue, they waited behind a batch bound for the stopped master.)
 func TestBatchLanePerMaster(t *testing.T) {
-	roundtrip.SetDirect(t, 1) // every call but one is batched
 	cl := redistest.StartCluster(t, 3)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
+	batcherFor(cc).SetDirect(1) // every call but one is batched
 	defer cc.Close()
 	ctx := t.Context()
 	var stopped, running []string
@@ -185,9 +185,9 @@ func waitCalls(t *testing.T, client redis.UniversalClient, n int32) {
 // TestBatchSecondPipeline: while a lane's pipeline is in flight, a second
 // one goes out once roundtrip.PipelineMin calls wait, not before, and never a third.
 func TestBatchSecondPipeline(t *testing.T) {
-	roundtrip.SetDirect(t, 1) // all but the first call queue
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	batcherFor(rdb).SetDirect(1) // all but the first call queue
 	defer rdb.Close()
 	var mu sync.Mutex
 	var sizes []int // of the pipelines sent: all in flight, the server stopped
@@ -256,10 +256,10 @@ func TestBatchSecondPipeline(t *testing.T) {
 // pipeline, the release reached Redis first, found nothing, and the
 // acquire then left the lock held for its TTL.
 func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
-	roundtrip.SetDirect(t, 0) // every call queues
 	srv := redistest.StartServer(t)
 	raw := srv.Client(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	batcherFor(rdb).SetDirect(0) // every call queues
 	defer rdb.Close()
 	ctx := t.Context()
 	a := NewMutex(rdb, "a", WithTTL(time.Minute))
@@ -312,12 +312,12 @@ func TestBatchUndoWaitsForItsAcquire(t *testing.T) {
 // once the program drops the client, as its breaker does: a program that
 // makes a client per tenant, or per test, does not keep every one.
 func TestBatcherGoesWithItsClient(t *testing.T) {
-	roundtrip.SetDirect(t, 1) // calls beyond the first go through a lane
 	srv := redistest.StartServer(t)
 	var clients []weak.Pointer[redis.Client]
 	func() {
 		for range 3 {
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			batcherFor(rdb).SetDirect(1) // calls beyond the first go through a lane
 			clients = append(clients, weak.Make(rdb))
 			var wg sync.WaitGroup
 			for i := range 8 {
@@ -354,9 +354,9 @@ func TestBatcherGoesWithItsClient(t *testing.T) {
 // running it fails each of its calls with the hook's error, as a call
 // refused alone fails: not with an empty reply.
 func TestBatchRefusedByHook(t *testing.T) {
-	roundtrip.SetDirect(t, 0) // every call queues
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	batcherFor(rdb).SetDirect(0) // every call queues
 	defer rdb.Close()
 	refused := errors.New("refused by a hook")
 	rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {

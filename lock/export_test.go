@@ -2,7 +2,6 @@ package lock
 
 import (
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
@@ -27,12 +26,10 @@ func Rollbacks() int { return redisutil.Rollbacks() }
 // waiter.
 const HandoffGrace = handoffGrace
 
-// SetWithdrawWait sets how long a waiter that gave up waits for its
-// withdrawal, until tb's end.
-func SetWithdrawWait(tb testing.TB, d time.Duration) {
-	old := withdrawWait
-	withdrawWait = d
-	tb.Cleanup(func() { withdrawWait = old })
+// WithWithdrawWait sets how long a waiter of the lock that gave up waits
+// for its withdrawal.
+func WithWithdrawWait(d time.Duration) Option {
+	return optionFunc(func(o *options) { o.withdrawWait = d })
 }
 
 // RedlockScript names the Redlock script a command's first arguments

@@ -97,7 +97,6 @@ func testReleaserDoesNotBarge(t *testing.T, mine, theirs redis.UniversalClient) 
 // withdrawal is lengthened, so that a busy machine cannot fail the new.
 func TestWaiterThatLeftWithdrawsItsClaim(t *testing.T) {
 	const slow = 200 * time.Millisecond
-	lock.SetWithdrawWait(t, 10*time.Second)
 	rdb := redistest.StartServer(t).Client(t)
 	rdb.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if w, ok := ctx.Value(leftKey{}).(context.Context); ok && w.Err() != nil {
@@ -109,10 +108,11 @@ func TestWaiterThatLeftWithdrawsItsClaim(t *testing.T) {
 	zcard := func(key string) func() bool {
 		return func() bool { return rdb.ZCard(ctx, key).Val() == 1 }
 	}
-	m := lock.NewMutex(rdb, "left-m")
-	fair := lock.NewMutex(rdb, "left-f", lock.WithFair())
-	s := lock.NewSemaphore(rdb, "left-s", 1)
-	rw, rr := lock.NewRWMutex(rdb, "left-w"), lock.NewRWMutex(rdb, "left-r")
+	patient := lock.WithWithdrawWait(10 * time.Second)
+	m := lock.NewMutex(rdb, "left-m", patient)
+	fair := lock.NewMutex(rdb, "left-f", lock.WithFair(), patient)
+	s := lock.NewSemaphore(rdb, "left-s", 1, patient)
+	rw, rr := lock.NewRWMutex(rdb, "left-w", patient), lock.NewRWMutex(rdb, "left-r", patient)
 	acquire := func(ctx context.Context) (*lock.Lease, error) { return s.Acquire(ctx, 1) }
 	tryAcquire := func(ctx context.Context) (*lock.Lease, bool, error) { return s.TryAcquire(ctx, 1) }
 	for _, c := range []struct {

@@ -35,6 +35,8 @@ type options struct {
 	acks       int // WithReplicaAck; 0: none
 	ackTimeout time.Duration
 	breaker    *breaker.Breaker // the client's; nil for a Redlock (see guarded)
+
+	withdrawWait time.Duration // see withdraw; longer in a test
 }
 
 func buildOptions(kind, name string, opts []Option) options {
@@ -54,6 +56,8 @@ func (o *options) build(kind, name string, opts []Option) {
 		minBackoff: 2 * time.Millisecond,
 		maxBackoff: 500 * time.Millisecond,
 		retention:  DefaultRetention,
+
+		withdrawWait: withdrawWait,
 	}
 	for i, opt := range opts {
 		if opt == nil {

@@ -48,8 +48,8 @@ func leftBehind(err error) bool { return redisutil.MayHaveRun(err) }
 // trip on a busy machine, a fifth of the 50 ms past a deadline that
 // TestDeadlineHoldsWhileRedisPaused allows (twice as long made that test
 // go past it beside CPU-bound processes: bench/HISTORY.md, issue 43). A
-// variable, for a test to lengthen.
-var withdrawWait = 10 * time.Millisecond
+// test lengthens one lock's (options.withdrawWait).
+const withdrawWait = 10 * time.Millisecond
 
 // withdraw takes back the claim of a waiter that gave up, with undo: its
 // ticket on a plain mutex, its place in a queue, a waiting writer's hold
@@ -64,7 +64,7 @@ var withdrawWait = 10 * time.Millisecond
 // lapses by itself (a reservation after the hand-off grace, a place in a
 // queue after one TTL).
 func (o *options) withdraw(ctx context.Context, undo func(ctx context.Context)) {
-	wait := withdrawWait
+	wait := o.withdrawWait
 	if o.breaker != nil && o.breaker.Open() {
 		wait = 0
 	}

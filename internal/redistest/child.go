@@ -51,9 +51,10 @@ type Child struct {
 }
 
 // StartChild starts the test binary again in mode, with params (encoded as
-// JSON) for the child to read with [Parent.Params]; nil sends none. The
-// child must call [ChildMain] from TestMain. tb.Cleanup kills it.
-func StartChild(tb testing.TB, mode string, params any) *Child {
+// JSON) for the child to read with [Parent.Params]; nil sends none; env
+// ("NAME=value") is added to its environment. The child must call
+// [ChildMain] from TestMain. tb.Cleanup kills it.
+func StartChild(tb testing.TB, mode string, params any, env ...string) *Child {
 	tb.Helper()
 	spec, err := json.Marshal(params)
 	if err != nil {
@@ -66,7 +67,7 @@ func StartChild(tb testing.TB, mode string, params any) *Child {
 	// Without ChildMain in TestMain, the child runs no test and exits
 	// at once, instead of running the whole suite again.
 	cmd := exec.Command(bin, "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+mode+" "+string(spec))
+	cmd.Env = append(append(os.Environ(), env...), childEnv+"="+mode+" "+string(spec))
 	c := &Child{mode: mode, lines: make(chan string, 64), timeout: ChildTimeout}
 	// stderr goes to a file, which the child writes directly and the
 	// parent can read at any time, as a server's log.

@@ -16,7 +16,7 @@ type Suite []Case
 // case uses keys of its own). The deployments' subtests run in parallel
 // with each other (at most go test's -parallel at once, and never beside
 // the package's other sequential tests): a suite's cases must therefore
-// touch no package-level state (roundtrip.SetDirect and the like), only
+// touch no package-level state (a process-wide knob and the like), only
 // their own deployment's keys.
 func (s Suite) Run(t *testing.T) {
 	t.Helper()

@@ -147,9 +147,9 @@ func waitSending(t *testing.T, f *fake, server string) {
 // is called (at the latest when the test ends).
 func heldLane(t *testing.T, server string) (f *fake, b *Batcher[op], first <-chan result, open func()) {
 	t.Helper()
-	SetDirect(t, 0)
 	f = newFake()
 	b = f.batcher()
+	b.SetDirect(0)
 	open = f.gate(t, server)
 	first = do(context.Background(), b, server, 0)
 	waitSending(t, f, server)

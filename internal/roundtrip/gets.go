@@ -9,7 +9,7 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// Gets sends the GETs of one client: up to Direct at once, each is a GET of
+// Gets sends the GETs of one client: up to a few at once (see defaultDirect), each is a GET of
 // its own; beyond that, a GET waits for the next pipeline of the server its
 // key lives on. Each GET in a pipeline is still its own command with its
 // own reply. The cache's hits (package dogpile) read through it.
@@ -44,6 +44,10 @@ func (g *Gets) Get(ctx context.Context, client redis.UniversalClient, key string
 	}
 	return r.b, r.err
 }
+
+// SetDirect makes up to n GETs in progress go straight to Redis (for tests:
+// 0 makes every GET queue for a pipeline).
+func (g *Gets) SetDirect(n int32) { g.b.SetDirect(n) }
 
 // Queued returns how many GETs wait in server's lane, and whether it has
 // one (for tests).

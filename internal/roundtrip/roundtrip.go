@@ -2,7 +2,7 @@
 // lock's scripts (package lock) and the cache's GETs (package dogpile).
 //
 // A call goes straight to Redis while few calls are in progress on its
-// batcher (Direct), so a lone call pays nothing for this. One that starts
+// batcher (see defaultDirect), so a lone call pays nothing for this. One that starts
 // while more are in progress joins the queue of the server it is for, and
 // a goroutine per queue sends it as a pipeline: with many goroutines
 // calling, the client's and the server's system calls, which are most of
@@ -21,8 +21,10 @@ package roundtrip
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,23 +34,33 @@ import (
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
-// Direct is how many calls in progress on one batcher go straight to Redis:
-// up to that many, each keeps its own round trip, since a batch waits for
-// the one before it. Twice the processors (read once, at start): with fewer
-// callers than that (2 cores: 4 goroutines) a queue's hand-offs cost more
-// than shared system calls save; beyond, they save a growing share of a
-// call's time (bench/HISTORY.md, "Figures moved out of code comments"). A
-// variable for tests.
-var Direct atomic.Int32
+// defaultDirect is how many calls in progress on one batcher go straight
+// to Redis: up to that many, each keeps its own round trip, since a batch
+// waits for the one before it. Twice the processors (read once, at start):
+// with fewer callers than that (2 cores: 4 goroutines) a queue's hand-offs
+// cost more than shared system calls save; beyond, they save a growing
+// share of a call's time (bench/HISTORY.md, "Figures moved out of code
+// comments"). A test sets one batcher's own (Batcher.SetDirect); a test's
+// child process, which cannot reach its batchers, is started with
+// DOGPILE_TEST_ROUNDTRIP_DIRECT in its environment.
+var defaultDirect = directFromEnv(int32(2 * runtime.GOMAXPROCS(0)))
 
-func init() { Direct.Store(int32(2 * runtime.GOMAXPROCS(0))) }
-
-// SetDirect sets Direct to n until the test tb ends (for tests: 0 makes
-// every call queue).
-func SetDirect(tb interface{ Cleanup(func()) }, n int32) {
-	old := Direct.Swap(n)
-	tb.Cleanup(func() { Direct.Store(old) })
+// directFromEnv returns DOGPILE_TEST_ROUNDTRIP_DIRECT if it is set to a
+// number, else def.
+func directFromEnv(def int32) int32 {
+	if n, err := strconv.ParseInt(os.Getenv(DirectEnv), 10, 32); err == nil && n >= 0 {
+		return int32(n)
+	}
+	return def
 }
+
+// DirectEnv is the environment variable that sets, for a process started
+// by a test, how many calls go straight to Redis (see defaultDirect).
+const DirectEnv = "DOGPILE_TEST_ROUNDTRIP_DIRECT"
+
+// SetDirect makes up to n calls in progress on b go straight to Redis (for
+// tests: 0 makes every call queue).
+func (b *Batcher[C]) SetDirect(n int32) { b.limit.Store(n) }
 
 // MaxPipelines is how many pipelines of one lane may be in flight at once,
 // and PipelineMin how many calls must wait before a second one starts.
@@ -70,6 +82,7 @@ type Batcher[C any] struct {
 	server func(ctx context.Context, c C) string                     // names c's lane (see ServerOf)
 	send   func(ctx context.Context, q []*C, ctxs []context.Context) // runs q in one pipeline, on the batch's ctx; ctxs[i] is q[i]'s caller's
 	calls  atomic.Int32                                              // calls in progress, direct or queued
+	limit  atomic.Int32                                              // calls in progress that go direct (defaultDirect)
 	// Each server (a Cluster's master, a Ring's shard) has a lane of its
 	// own, so that a stopped master holds up only its own calls.
 	lanes sync.Map // server address → *lane[C]
@@ -79,7 +92,9 @@ type Batcher[C any] struct {
 // and a batch of calls with send, in the lane that server names. They take
 // C by value, so that a direct call allocates nothing for the batcher.
 func New[C any](direct func(context.Context, C) C, server func(context.Context, C) string, send func(context.Context, []*C, []context.Context)) *Batcher[C] {
-	return &Batcher[C]{direct: direct, server: server, send: send}
+	b := &Batcher[C]{direct: direct, server: server, send: send}
+	b.limit.Store(defaultDirect)
+	return b
 }
 
 // A lane is the queue of one server's batched calls.
@@ -101,15 +116,15 @@ type call[C any] struct {
 	taken atomic.Bool
 }
 
-// Do runs c, alone while at most Direct calls are in progress on b, else
-// in the next batch of its server's lane, and returns it with its reply
+// Do runs c, alone while few calls are in progress on b (see
+// defaultDirect), else in the next batch of its server's lane, and returns it with its reply
 // set. A caller whose ctx ends first gets an error wrapping ctx.Err(): with
 // redisutil.ErrNotSent if c was never sent, else an *InFlight (it may
 // still run).
 func (b *Batcher[C]) Do(ctx context.Context, c C) (C, error) {
 	n := b.calls.Add(1)
 	defer b.calls.Add(-1)
-	if n <= Direct.Load() {
+	if n <= b.limit.Load() {
 		return b.direct(ctx, c), nil
 	}
 	s := b.server(ctx, c)

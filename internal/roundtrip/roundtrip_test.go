@@ -38,12 +38,12 @@ func TestLoneCallGoesDirect(t *testing.T) {
 // TestCallsBeyondDirectShareAPipeline: while Direct calls are in
 // progress, later ones queue and go out together, each with its own reply.
 func TestCallsBeyondDirectShareAPipeline(t *testing.T) {
-	SetDirect(t, 1)
 	f := newFake()
 	f.hold = make(chan struct{})
 	release := sync.OnceFunc(func() { close(f.hold) })
 	t.Cleanup(release)
 	b := f.batcher()
+	b.SetDirect(1)
 	ctx := context.Background()
 	direct := do(ctx, b, "", 0) // holds the one direct slot
 	redistest.Eventually(t, "the first call to go direct", func() bool { return f.direct.Load() == 1 })
@@ -148,9 +148,9 @@ func TestQueuedCallerLeaves(t *testing.T) {
 // returns at once with an InFlight, whose Done closes once the pipeline is
 // answered.
 func TestSentCallerLeaves(t *testing.T) {
-	SetDirect(t, 0)
 	f := newFake()
 	b := f.batcher()
+	b.SetDirect(0)
 	open := f.gate(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	left := do(ctx, b, "", 1)

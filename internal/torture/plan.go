@@ -49,7 +49,7 @@ type Plan struct {
 	Proxied  []int // processes that reach the server through the Proxy, and their replacements (Server only)
 	// Batched are the processes (and their replacements) whose GETs and
 	// lock scripts share pipelines from the second call in progress on
-	// (roundtrip.Direct 1): with a few goroutines per process, the
+	// (roundtrip.DirectEnv 1): with a few goroutines per process, the
 	// default would send every call alone.
 	Batched []int
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
 const (
@@ -110,7 +111,11 @@ func (r Run) start(t *testing.T, plan Plan) (*nemesis, *[]string) {
 			}
 		}
 		*ledgers = append(*ledgers, wp.Ledger)
-		return redistest.StartChild(t, workerMode, wp)
+		var env []string
+		if slices.Contains(plan.Batched, plan.slot(proc)) {
+			env = append(env, roundtrip.DirectEnv+"=1")
+		}
+		return redistest.StartChild(t, workerMode, wp, env...)
 	}
 	n.spawn = func(proc int) *redistest.Child {
 		k := launch(proc)

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
-	"github.com/dogpile-go/dogpile/internal/roundtrip"
 )
 
 // workerMode is the child mode of a worker process.
@@ -129,9 +127,6 @@ func newWorker(wp WorkerParams) (*worker, error) {
 	}
 	w := &worker{plan: wp.Plan, proc: wp.Proc, led: led,
 		res: WorkerResult{Ops: map[string]int{}, Errors: map[string]int{}}}
-	if slices.Contains(w.plan.Batched, w.plan.slot(w.proc)) {
-		roundtrip.Direct.Store(1)
-	}
 	if wp.Cluster {
 		w.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: wp.Addrs, ContextTimeoutEnabled: true})
 	} else {

@@ -246,7 +246,7 @@ func acquireHub(ctx context.Context, c redis.UniversalClient, channel string) (*
 // linger is how long an idle connection stays open for the next waiter: a
 // busy process reuses it instead of dialling and subscribing per wait. It
 // is short so that an idle process (or a test binary at exit) holds nothing.
-var linger = 250 * time.Millisecond
+const linger = 250 * time.Millisecond
 
 func releaseHub(h *hub) {
 	hubsMu.Lock()
