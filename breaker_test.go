@@ -306,6 +306,7 @@ func TestOutageUnderLoad(t *testing.T) {
 				}
 				return err
 			})
+			stalls := redistest.MeasureStalls(t)
 			start := time.Now()
 			time.Sleep(200 * time.Millisecond)
 			s.Kill()
@@ -325,8 +326,11 @@ func TestOutageUnderLoad(t *testing.T) {
 				if o.downP99 > 100*time.Millisecond {
 					t.Errorf("%s: p99 of calls while down = %v; want no dial, no wait", what, o.downP99)
 				}
-				if o.recovered < 0 || o.recovered > 300*time.Millisecond {
-					t.Errorf("%s: first success %v after the restart; want within 300 ms, whatever the outage's length", what, o.recovered)
+				// The bound is the library's: a stall of the whole process
+				// meanwhile (321 ms beside two CPU hogs) is the machine's.
+				stalled := stalls.Between(start.Add(restarted), start.Add(restarted+o.recovered))
+				if o.recovered < 0 || o.recovered-stalled > 300*time.Millisecond {
+					t.Errorf("%s: first success %v after the restart, %v of it stalled; want within 300 ms, whatever the outage's length", what, o.recovered, stalled)
 				}
 			}
 		})

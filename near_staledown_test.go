@@ -6,6 +6,7 @@ package dogpile_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,10 +172,17 @@ func TestStaleIfDownNotAfterCircuitClosed(t *testing.T) {
 	c := dogpile.New[string](rdb, prefix(t), dogpile.WithNearCache(10), dogpile.WithNearTest(),
 		dogpile.WithStale(time.Minute), dogpile.WithStaleIfDown())
 	t.Cleanup(func() { _ = c.Close() })
-	gate := make(chan struct{})
-	dogpile.Tracker(c).BeforeSession = func() { <-gate }
+	// Tracking is held down once the copy is warm, not before: a first
+	// session that fails under load must be able to start again.
+	gate, held := make(chan struct{}), new(atomic.Bool)
+	dogpile.Tracker(c).BeforeSession = func() {
+		if held.Load() {
+			<-gate
+		}
+	}
 	t.Cleanup(func() { close(gate) })
 	warmNear(t, c, "k", time.Minute, "v1")
+	held.Store(true)
 	freeze(t, s, c)
 	redistest.Eventually(t, "the kept copy served", func() bool {
 		_, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string])
