@@ -240,6 +240,7 @@ func TestBreakerRefreshProbes(t *testing.T) {
 // call (and every probe of the open circuit) went to its address for up to
 // a minute. The breaker asks the client to reload whenever it opens.
 func TestBreakerFollowsClusterFailover(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	cl := redistest.StartClusterReplicas(t, 3, 1)
 	rdb := cl.Client(t)
 	c := dogpile.New[string](rdb, prefix(t))

@@ -45,6 +45,7 @@ func failExtensions(rdb redis.UniversalClient, fail ...int64) *atomic.Int64 {
 // extension is retried within milliseconds, so only a stall of the whole
 // process can lose it, and at 600 ms one of 400 ms at load 28 did.
 func TestComputeLeaseRidesOutFailedExtensions(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	redistest.ForEachBackendParallel(t, func(t *testing.T, b redistest.Backend) {
 		clients := b.Clients(t, 2)
 		// Each extension one EVALSHA: on a server that has not run the

@@ -34,9 +34,13 @@ import (
 //     reach a master for most of a lease): then A starts over, and one of
 //     them computes once more.
 func TestFetchComputeAcrossFailover(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	for _, cut := range []bool{true, false} {
 		name := map[bool]string{true: "lock-lost", false: "lock-replicated"}[cut]
-		t.Run(name, func(t *testing.T) { fetchAcrossFailover(t, cut) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fetchAcrossFailover(t, cut)
+		})
 	}
 }
 

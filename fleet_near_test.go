@@ -123,6 +123,7 @@ func TestNearCacheClusterFailover(t *testing.T) {
 // promotion A tracks the new master and serves near hits again, of the
 // values B writes there.
 func TestNearCacheClusterMasterKilled(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	f := startFailover(t)
 	cl, a, bc, b, old, replica, keys := f.cl, f.a, f.bc, f.b, f.old, f.replica, f.keys
 	ctx := t.Context()

@@ -84,6 +84,7 @@ func trackingConns(t *testing.T, s *redistest.Server, perSession int) int {
 // next one start before its sessions had ended cleared the new run's
 // masters: on a Cluster the tier stayed off for good.)
 func TestNearCacheIdleRestart(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	cl := redistest.StartCluster(t, 3)
 	a := dogpile.NewNearCache[string](t, cl.Client(t), 1000)
 	b := dogpile.New[string](cl.Client(t), prefix(t))

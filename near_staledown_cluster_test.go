@@ -170,6 +170,7 @@ func staleIfDownCluster(t *testing.T, rdb *redis.ClusterClient, stale time.Durat
 // never the copy still held; and that copy is not served in a second
 // outage either.
 func TestStaleIfDownClusterFrozenMaster(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	cl := redistest.StartCluster(t, 3)
 	rdb := frozenClusterClient(t, cl)
 	c, hold, release := staleIfDownCluster(t, rdb, time.Minute)
@@ -253,6 +254,7 @@ func assertKeptServed(t *testing.T, c *dogpile.Cache[string], by map[string][]st
 // key on it is served only up to its stale point (TTL plus stale window),
 // while a copy with a later one, on the same master, still is.
 func TestStaleIfDownClusterStalePoint(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	const ttl, stale = 1 * time.Second, time.Second
 	cl := redistest.StartCluster(t, 3)
 	rdb := frozenClusterClient(t, cl)

@@ -135,6 +135,7 @@ func TestStaleIfDownServesKeptCopy(t *testing.T) {
 // only up to its stale point (TTL plus stale window); a key with a longer
 // one is still served then.
 func TestStaleIfDownStalePoint(t *testing.T) {
+	t.Parallel() // it waits on servers of its own, and touches no package state
 	const ttl, stale = 1 * time.Second, time.Second
 	s := redistest.StartServer(t)
 	c := dogpile.New[string](frozenClient(t, s), prefix(t), dogpile.WithNearCache(10), dogpile.WithNearTest(),
