@@ -41,7 +41,9 @@ func replicaAckPrimitives(ctx context.Context, rdb redis.UniversalClient, name s
 // failover client and on a cluster, WAIT reaching the master of each key.
 func TestReplicaAck(t *testing.T) {
 	t.Parallel() // its own deployments; mostly waiting for replicas
-	ack := lock.WithReplicaAck(1, time.Second)
+	// 2 s, under the client's 3 s ReadTimeout: a replica starved of CPU
+	// beside the package's parallel tests acknowledged no write within 1 s.
+	ack := lock.WithReplicaAck(1, 2*time.Second)
 	for _, d := range []struct {
 		name string
 		rdb  func(t *testing.T) redis.UniversalClient
@@ -58,7 +60,7 @@ func TestReplicaAck(t *testing.T) {
 			}
 			// A 1 s TTL: with 150ms (renewed every 50ms, each waiting for
 			// the replica) a loaded machine's stall lost the lease.
-			l, err := lock.NewMutex(rdb, "watched", ack, lock.WithTTL(time.Second), lock.WithAutoExtend()).Lock(t.Context())
+			l, err := lock.NewMutex(rdb, "watched", lock.WithReplicaAck(1, time.Second), lock.WithTTL(time.Second), lock.WithAutoExtend()).Lock(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
