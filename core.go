@@ -14,6 +14,7 @@ import (
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/flight"
+	"github.com/dogpile-go/dogpile/internal/hotkeys"
 	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -29,6 +30,7 @@ type core[T any] struct {
 	publish string // PUBLISH or SPUBLISH, for the scripts
 	flights flight.Group[outcome]
 	stats   counters
+	hot     hotkeys.Summary // see HotKeys
 
 	attempts turns            // bounds the lock attempts in flight
 	looks    looks            // picks a Fetch's first look (see looks)
@@ -164,7 +166,7 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 	s := &c.stats
 	switch e.Kind {
 	case EventHit:
-		s.hits.Add(1)
+		c.hotHit(e.Key, s.hits.Add(1))
 		if e.Stale {
 			s.stale.Add(1)
 		}
@@ -176,11 +178,13 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 		}
 	case EventMiss:
 		s.misses.Add(1)
+		c.hotEvent(&e)
 		if e.NotFound {
 			s.notFound.Add(1)
 		}
 	case EventComputeStart:
 		s.computes.Add(1)
+		c.hotEvent(&e)
 		if e.Refresh {
 			s.refreshes.Add(1)
 		}
@@ -190,6 +194,7 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 		}
 	case EventWaitStart:
 		s.waits.Add(1)
+		c.hotEvent(&e)
 	case EventWaitEnd:
 		if e.Wake == WakeFailed && !e.NotFound {
 			s.remoteErrors.Add(1)

@@ -60,6 +60,8 @@ var behaviour = redistest.Suite{
 	{Name: "SoftTimeout", Test: testSoftTimeout},
 	{Name: "SoftTimeoutOtherProcess", Test: testSoftTimeoutOtherProcess},
 	{Name: "EarlyRefreshBeforeExpiry", Test: testEarlyRefreshBeforeExpiry},
+	// HotKeys (hotkeys_test.go).
+	{Name: "HotKeys", Test: testHotKeys},
 }
 
 func TestFetch(t *testing.T) { behaviour.RunWithMiniredis(t) }
