@@ -21,33 +21,17 @@ type HotKey struct {
 }
 
 // HotKeys returns the n keys of c that this process read most over the last
-// one to two minutes, most reads first (ties in key order), fewer if fewer
-// were read. It returns nil if n ≤ 0; n above 256 is taken as 256. Keys come
-// from data: log them, never put them in a metric's attributes.
+// one to two minutes (the current window and the whole minute before it),
+// most reads first (ties in key order), fewer if fewer were read. It returns
+// nil if n ≤ 0; n above 256 is taken as 256. Keys come from data: log them,
+// never put them in a metric's attributes.
 //
-// The span is the current window, begun less than a minute ago, and the
-// whole minute before it: windows start every minute from c's first read.
-//
-// Memory is bounded whatever the key space: each window monitors at most 256
-// keys (Space-Saving: once it is full, a key it does not monitor replaces the
-// least-read one and inherits its reads). That is about 62 KB for the two
-// windows, allocated at c's first read, and the strings of up to 512 keys.
-//
-// Reads has two errors:
-//   - The summary's: Reads may exceed the reads recorded for the key by at
-//     most N/256, N being all the reads recorded over the span; or fall short
-//     by as much, if the key was monitored in only one of the two windows (the
-//     other window's are left out).
-//   - The sampling's: hits are recorded one in 64, picked by the Cache's hit
-//     count (a Weyl sequence, so keys read in turn are sampled alike), each
-//     record counting 64; misses are recorded one by one. For a key with h
-//     hits spread among other keys' at random, the estimate is off by about
-//     8√h (one standard deviation): 8 % at 10,000 hits, 1 % at 640,000. A
-//     key with fewer than 64 hits may show none of them, or 64.
-//
-// Recording costs every hit a multiplication and a test, and one hit in 64 a
-// mutex and a map lookup (about 70 ns); every miss, compute and wait takes
-// them too.
+// Memory is bounded whatever the key space: about 62 KB per Cache, and the
+// strings of at most 512 keys. Misses, Computes and Waits are exact while a
+// key is reported; Reads is an estimate, within N/256 of the key's reads (N:
+// all reads over the span), plus about 8√h for a key of h hits (hits are
+// sampled, one in 64). A hit pays a multiplication and a test for this.
+// docs/design.md, "Hot keys", tells how.
 func (c *Cache[T]) HotKeys(n int) []HotKey {
 	top := c.hot.Top(n)
 	if top == nil {
