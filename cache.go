@@ -106,6 +106,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		c.near = newNear(client, c.breaker, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
 	}
 	c.readHit = c.pickReader()
+	c.checks = c.newChecks()
 	return &Cache[T]{c}
 }
 
@@ -213,6 +214,7 @@ func (c *Cache[T]) Stats() Stats {
 		StaleIfDown: s.staleIfDown.Load(), NearOff: s.nearOff.Load(),
 	}
 	st.NearInvalidations, st.NearFlushes = c.near.counts()
+	c.checks.stats(&st)
 	return st
 }
 

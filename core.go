@@ -37,6 +37,7 @@ type core[T any] struct {
 	near     *nearTier[T]     // WithNearCache; nil: none
 	fresh    *freshRead       // with freshness options or a near tier; nil: none
 	readHit  hitReader        // the hit's round trip, chosen by New (see pickReader)
+	checks   *checks[T]       // checks of sampled hits; nil: none
 	life     life.Life        // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another

@@ -42,6 +42,8 @@ type options struct {
 
 	logger   *slog.Logger                                 // WithLogger; nil: silent
 	observer func(context.Context, Event) context.Context // WithObserver
+
+	nearCheck float64 // WithConsistencySampling: the fraction of near hits checked; 0: none
 }
 
 func buildOptions(opts []Option) options {
