@@ -138,6 +138,9 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
+	if c.checks != nil {
+		c.sampleRead(key, b, c.staleRead(b))
+	}
 	if m.NotFound {
 		return zero, notFound(key)
 	}

@@ -294,6 +294,9 @@ func (l *looks) saw(hit bool) {
 func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
 		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
+		if c.checks != nil {
+			c.sampleRead(key, r.b, r.stale)
+		}
 	} else {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}

@@ -169,6 +169,9 @@ func EntryTiming[T any](c *Cache[T], raw []byte) (took, early time.Duration, err
 	return m.Took, m.Early, err
 }
 
+// WithSourceDelay is withSourceDelay: WithSourceCheck's delay, shortened.
+func WithSourceDelay(d time.Duration) Option { return withSourceDelay(d) }
+
 // ChecksOpen returns how many checks of sampled hits c has queued and not
 // ended, for both options.
 func ChecksOpen[T any](c *Cache[T]) int64 {
@@ -177,6 +180,9 @@ func ChecksOpen[T any](c *Cache[T]) int64 {
 	}
 	n := int64(0)
 	if k := c.checks.near; k != nil {
+		n += k.open.Load()
+	}
+	if k := c.checks.source; k != nil {
 		n += k.open.Load()
 	}
 	return n

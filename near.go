@@ -66,7 +66,7 @@ type nearTier[T any] struct {
 	keptAt atomic.Uint64
 
 	// seed keys the sums of entries, kept when hits are checked
-	// (WithConsistencySampling; see sum).
+	// (WithConsistencySampling, WithSourceCheck; see sum).
 	seed maphash.Seed
 
 	opts    *options
@@ -208,7 +208,7 @@ func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, 
 		return nil
 	}
 	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), down: tk.At + int64(pttl), owner: o}
-	if n.opts.nearCheck > 0 {
+	if n.opts.nearCheck > 0 || n.opts.sourceCheck > 0 {
 		e.sum = n.sum(b)
 	}
 	return func() { n.store.Set(vk, e) }

@@ -161,7 +161,9 @@ const (
 	EventInvalidateTag
 	// EventInconsistent: a sampled hit of Key was found inconsistent, by
 	// [WithConsistencySampling] (Near: the near tier served a value that
-	// Redis had replaced, past its bound). Reported on the Cache's checking
+	// Redis had replaced, past its bound) or by [WithSourceCheck] (Near
+	// false: the source of truth disagrees with the value served, and no
+	// write of the cache followed). Reported on the Cache's checking
 	// goroutine, well after the hit.
 	EventInconsistent
 )
@@ -207,9 +209,11 @@ type Stats struct {
 	StaleIfDown       uint64 // Fetch calls answered, Redis unreachable, with a copy the tier kept (WithStaleIfDown); in Hits, Stale and NearHits too
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
 
-	// Checks of sampled hits (see WithConsistencySampling).
-	NearSampled      uint64 // near hits checked against Redis
-	NearInconsistent uint64 // of those, hits whose value Redis had replaced and the tier still served past its bound
+	// Checks of sampled hits (see WithConsistencySampling and WithSourceCheck).
+	NearSampled        uint64 // near hits checked against Redis
+	NearInconsistent   uint64 // of those, hits whose value Redis had replaced and the tier still served past its bound
+	SourceSampled      uint64 // hits checked against the source of truth
+	SourceInconsistent uint64 // of those, hits that disagreed with the source while Redis kept the value served
 }
 
 type counters struct {

@@ -1,8 +1,9 @@
 package dogpile
 
-// Checking sampled hits in the background (WithConsistencySampling):
-// which hits are picked, how many checks may begin, and the goroutine that
-// runs them. What a check looks at is in consistency.go.
+// Checking sampled hits in the background (WithConsistencySampling,
+// WithSourceCheck): which hits are picked, how many checks may begin, and
+// the goroutine that runs them. What a check looks at is in
+// consistency.go and sourcecheck.go.
 
 import (
 	"context"
@@ -18,18 +19,19 @@ import (
 // Bounds of the checks, per option and per Cache (documented on the options
 // and in docs/design.md, "Measuring consistency").
 const (
-	checkRate    = 200         // checks begun per second, at most (see checker.take)
-	checkBurst   = 20          // of which this many may begin at once
-	checkQueue   = 64          // picked hits waiting for the checker's goroutine; one more is dropped
-	checkPending = 512         // checks waiting for their next step; one more is dropped
-	checkTimeout = time.Second // bounds a check's read of Redis
+	checkRate    = 200             // checks begun per second, at most (see checker.take)
+	checkBurst   = 20              // of which this many may begin at once
+	checkQueue   = 64              // picked hits waiting for the checker's goroutine; one more is dropped
+	checkPending = 512             // checks waiting for their next step; one more is dropped
+	checkTimeout = time.Second     // bounds a check's read of Redis
+	verifyBound  = 5 * time.Second // bounds a call of WithSourceCheck's verify
 )
 
 // A verdict is what a step of a check found.
 type verdict int
 
 const (
-	checkDrop verdict = iota // no answer (Redis down or failing, Close): not counted
+	checkDrop verdict = iota // no answer (Redis down or failing, verify failed, Close): not counted
 	checkOK                  // consistent: counted as sampled
 	checkBad                 // inconsistent: counted as sampled and inconsistent, and reported
 	checkNext                // not known yet: the next step decides, after its delay
@@ -172,9 +174,11 @@ func (k *checker[S]) counts() (sampled, inconsistent uint64) {
 }
 
 // checks are a Cache's checkers; nil without WithConsistencySampling (and
-// a near tier).
+// a near tier) or WithSourceCheck.
 type checks[T any] struct {
-	near *checker[nearSample] // WithConsistencySampling; nil: off
+	near   *checker[nearSample]      // WithConsistencySampling; nil: off
+	source *checker[sourceSample[T]] // WithSourceCheck; nil: off
+	verify func(ctx context.Context, key string) (T, error)
 }
 
 // newChecks returns the checks of c's options, or nil if there are none.
@@ -183,7 +187,11 @@ func (c *core[T]) newChecks() *checks[T] {
 	if c.opts.nearCheck > 0 && c.near != nil {
 		k.near = c.newNearChecker()
 	}
-	if k.near == nil {
+	if c.opts.sourceCheck > 0 {
+		k.verify = mustVerify[T](c.opts.verify)
+		k.source = c.newSourceChecker()
+	}
+	if k.near == nil && k.source == nil {
 		return nil
 	}
 	return k
@@ -193,6 +201,7 @@ func (c *core[T]) newChecks() *checks[T] {
 func (k *checks[T]) stats(st *Stats) {
 	if k != nil {
 		st.NearSampled, st.NearInconsistent = k.near.counts()
+		st.SourceSampled, st.SourceInconsistent = k.source.counts()
 	}
 }
 
@@ -208,6 +217,22 @@ func (c *core[T]) sampleNear(key, vk string, e *nearEntry[T]) {
 	if k := c.checks.near; k.pick(n) {
 		if now := near.Now(); k.take(now) {
 			k.offer(now, nearSample{key: key, vk: vk, sum: e.sum, until: e.until})
+		}
+	}
+	if k := c.checks.source; k.pick(n) {
+		if now := near.Now(); k.take(now) {
+			k.offer(now, sourceSample[T]{key: key, vk: vk, v: e.v, notFound: e.notFound, sum: e.sum, near: true})
+		}
+	}
+}
+
+// sampleRead offers a hit that served b, read from Redis, to the source
+// check, if it picks it; a stale hit is knowingly old, and never checked.
+// b is not copied: nothing writes the bytes of a read after it.
+func (c *core[T]) sampleRead(key string, b []byte, stale bool) {
+	if k := c.checks.source; !stale && k.pick(c.stats.hits.Load()) {
+		if now := near.Now(); k.take(now) {
+			k.offer(now, sourceSample[T]{key: key, b: b})
 		}
 	}
 }
