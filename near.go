@@ -3,6 +3,7 @@ package dogpile
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type nearEntry[T any] struct {
 	until    int64 // served while near.Now() < until
 	down     int64 // its expiry in Redis: kept and served until then while Redis is down (see WithStaleIfDown)
 	owner    *near.Owner
+	sum      uint64 // with checks of sampled hits, the sum of its bytes (see nearTier.sum); else 0
 }
 
 // nearTier is a Cache's near tier: the bounded store of decoded values,
@@ -62,6 +64,10 @@ type nearTier[T any] struct {
 	// lost and the store kept (see WithStaleIfDown).
 	b      *breaker.Breaker
 	keptAt atomic.Uint64
+
+	// seed keys the sums of entries, kept when hits are checked
+	// (WithConsistencySampling, WithSourceCheck; see sum).
+	seed maphash.Seed
 
 	opts    *options
 	stats   *counters
@@ -80,7 +86,7 @@ func newNear[T any](client redis.UniversalClient, b *breaker.Breaker, opts *opti
 		// store's own outlives the Cache, and the bound holds after each write.
 		Executor: func(fn func()) { fn() },
 	})
-	n := &nearTier[T]{store: store, b: b, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit}
+	n := &nearTier[T]{store: store, b: b, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit, seed: maphash.MakeSeed()}
 	h := near.Handlers{
 		Remove: func(vk string) { store.Invalidate(vk) },
 		Purge:  store.InvalidateAll,
@@ -115,31 +121,31 @@ func (n *nearTier[T]) key(vk string) string {
 	return vk
 }
 
-// hit returns the near tier's value for vk, and whether it is a not-found
-// tombstone, if the tier holds a live one and tracking is up (see
-// core.nearHit, which answers Fetch with it).
-func (n *nearTier[T]) hit(vk string) (v T, notFound, ok bool) {
+// hit returns the near tier's entry for vk (its value, and whether it is
+// a not-found tombstone), if the tier holds a live one and tracking is up
+// (see core.nearHit, which answers Fetch with it).
+func (n *nearTier[T]) hit(vk string) (e nearEntry[T], ok bool) {
 	if n == nil {
-		return v, false, false
+		return e, false
 	}
 	now := near.Now()
 	n.t.Use(now)
 	if !n.x.Up() {
-		return v, false, false
+		return e, false
 	}
 	if !n.t.Heard(now) {
 		n.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
-		return v, false, false
+		return e, false
 	}
-	e, ok := n.store.GetIfPresent(vk)
+	e, ok = n.store.GetIfPresent(vk)
 	if !ok || now >= e.until {
-		return v, false, false
+		return e, false
 	}
 	if !e.owner.Live(now) {
 		n.stats.nearLate.Add(1) // its reader failed, or answers late
-		return v, false, false
+		return e, false
 	}
-	return e.v, e.notFound, true
+	return e, true
 }
 
 // heard reports whether a Fetch may join a flight of its process (see
@@ -202,6 +208,9 @@ func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, 
 		return nil
 	}
 	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), down: tk.At + int64(pttl), owner: o}
+	if n.opts.nearCheck > 0 || n.opts.sourceCheck > 0 {
+		e.sum = n.sum(b)
+	}
 	return func() { n.store.Set(vk, e) }
 }
 
