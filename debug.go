@@ -71,10 +71,12 @@ const debugHotKeys = 20
 // DebugHandler returns an http.Handler that serves a page of the figures of
 // caches, in the manner of net/http/pprof and expvar, for a person (HTML)
 // or a script (JSON, with ?format=json). For each Cache, named by its
-// prefix, it shows every [Stats] counter, the hit ratio and the near tier's
-// share of hits, and its 20 hottest keys ([Cache.HotKeys]) with their reads,
-// misses, computes and waits. It registers nothing: mount it yourself, on a
-// port that only operators reach.
+// prefix, it shows every [Stats] counter; the hit ratio, the near tier's
+// share of hits, and the share of sampled hits found inconsistent by
+// [WithConsistencySampling] and [WithSourceCheck]; and its 20 hottest keys
+// ([Cache.HotKeys]) with their reads, misses, computes and waits. It
+// registers nothing: mount it yourself, on a port that only operators
+// reach.
 //
 //	mux.Handle("/debug/dogpile", dogpile.DebugHandler(users, dogpile.HideKeys(sessions)))
 //
@@ -101,10 +103,15 @@ func debugFigures(c AnyCache) debugpage.Cache {
 	s := c.Stats()
 	p := debugpage.Cache{
 		Prefix: c.Prefix(), KeysHidden: c.keysHidden(), Stats: s,
-		Alarms: []string{"DecodeErrors", "ComputeErrors", "RemoteErrors", "Unavailable", "NearLate", "NearOff"},
+		Alarms: []string{"DecodeErrors", "ComputeErrors", "RemoteErrors", "Unavailable", "NearLate", "NearOff",
+			"NearInconsistent", "SourceInconsistent"},
 		Ratios: []debugpage.Ratio{
 			{Name: "HitRatio", Of: "Hits / (Hits + Misses)", Num: s.Hits, Den: s.Hits + s.Misses},
 			{Name: "NearShare", Of: "NearHits / Hits", Num: s.NearHits, Den: s.Hits},
+			// The samplers' findings: any inconsistency is a bug to chase
+			// (WithConsistencySampling, WithSourceCheck).
+			{Name: "NearInconsistency", Of: "NearInconsistent / NearSampled", Num: s.NearInconsistent, Den: s.NearSampled, Alarm: true},
+			{Name: "SourceInconsistency", Of: "SourceInconsistent / SourceSampled", Num: s.SourceInconsistent, Den: s.SourceSampled, Alarm: true},
 		},
 	}
 	for _, h := range c.HotKeys(debugHotKeys) {

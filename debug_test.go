@@ -193,3 +193,32 @@ func TestDebugHandlerPanicsOnNilCache(t *testing.T) {
 		}()
 	}
 }
+
+// TestDebugHandlerShowsSourceCheck: a hit that WithSourceCheck found to
+// disagree with the source shows as SourceInconsistency, marked on the
+// HTML page; the near tier's ratio, with nothing sampled, is undefined.
+func TestDebugHandlerShowsSourceCheck(t *testing.T) {
+	t.Parallel()
+	stale := func(context.Context, string) (string, error) { return "v2", nil } // the source moved on; nobody deleted
+	c := dogpile.New[string](redistest.Start(t), prefix(t),
+		dogpile.WithSourceCheck(1, stale), dogpile.WithSourceDelay(20*time.Millisecond))
+	t.Cleanup(func() { c.Close() })
+	for range 2 { // a miss, then a hit that is checked
+		if _, err := c.Fetch(t.Context(), "k", time.Minute, constant("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redistest.Eventually(t, "the hit to be found inconsistent", func() bool { return c.Stats().SourceInconsistent == 1 })
+	h := dogpile.DebugHandler(c)
+	r := getJSON(t, h).Caches[0].Ratios
+	if v := r["SourceInconsistency"]; v == nil || *v != 1 || r["NearInconsistency"] != nil {
+		t.Errorf("Ratios = %v; want SourceInconsistency 1, NearInconsistency null", r)
+	}
+	html := debugPage(t, h, http.MethodGet, "/").Body.String()
+	for _, s := range []string{`<div class="ratio bad"><span>SourceInconsistency</span><b>100.0%</b>`,
+		`<div class="bad"><span>SourceInconsistent</span> 1</div>`, `<span>NearInconsistency</span><b>–</b>`} {
+		if !strings.Contains(html, s) {
+			t.Errorf("the HTML page lacks %q:\n%s", s, html)
+		}
+	}
+}
