@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/examples/internal/demo"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
@@ -65,4 +67,26 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestLoadReportsEveryHotKey: a process reports every key's counts, not
+// only its top few, so that the parent's sums over processes leave no
+// process out of a key's figures (a key sixth in one process and fifth in
+// the fleet would lose that process's reads).
+func TestLoadReportsEveryHotKey(t *testing.T) {
+	t.Parallel()
+	conn, err := demo.Connect(t.Context(), redistest.StartServer(t).Addr(), "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const keys = hotKeysShown + 2
+	r, err := load(t.Context(), conn, task{Prefix: t.Name() + ":", Mode: "dogpile", Goroutines: 4, Keys: keys,
+		Compute: 10 * time.Millisecond, TTL: time.Second, Duration: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.HotKeys) != keys {
+		t.Errorf("the process reports %d hot keys: %+v; want all %d", len(r.HotKeys), r.HotKeys, keys)
+	}
 }

@@ -49,7 +49,7 @@ type result struct {
 	Timeline  demo.Series       `json:"timeline"`                // latency of the calls that began in each step
 	Elapsed   time.Duration     `json:"elapsed"`
 	Library   map[string]uint64 `json:"library_stats,omitempty"`
-	HotKeys   []hotKey          `json:"hot_keys,omitempty"` // the library's, at the end
+	HotKeys   []hotKey          `json:"hot_keys,omitempty"` // the library's, every key, at the end
 }
 
 // hotKey is a line of dogpile.Cache.HotKeys, named for JSON.
@@ -256,7 +256,9 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Library: f.stats(),
 		Start: start.UnixMicro(), Timeline: demo.Series{Step: timelineStep}}
 	if c := f.cache(); c != nil {
-		for _, h := range c.HotKeys(hotKeysShown) {
+		// Every key, not the top few: a key the parent shows may be below
+		// the top of one process (the sums would leave that process out).
+		for _, h := range c.HotKeys(t.Keys) {
 			total.HotKeys = append(total.HotKeys, hotKey(h))
 		}
 	}
