@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -144,6 +146,9 @@ func fields(s any, alarms []string) []field {
 			continue
 		}
 		f := field{Name: sf.Name, Value: fmt.Sprint(v.Field(i).Interface())}
+		if v.Field(i).CanUint() {
+			f.Value = group(v.Field(i).Uint())
+		}
 		for _, a := range alarms {
 			if a == sf.Name && !v.Field(i).IsZero() {
 				f.Alarm = true
@@ -152,4 +157,18 @@ func fields(s any, alarms []string) []field {
 		fs = append(fs, f)
 	}
 	return fs
+}
+
+// group writes n with its digits in groups of three, 1 234 567, for the
+// eye (the JSON keeps plain numbers).
+func group(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	var b strings.Builder
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString("\u202f") // a narrow no-break space
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
 }

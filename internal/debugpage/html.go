@@ -40,6 +40,7 @@ func percent(r Ratio) string {
 var page = template.Must(template.New("page").Funcs(template.FuncMap{
 	"percent": percent,
 	"rank":    func(i int) int { return i + 1 },
+	"group":   group,
 	"bad":     func(r Ratio) bool { return r.Alarm && r.Num > 0 },
 }).Parse(`<!doctype html>
 <html lang="en">
@@ -76,18 +77,18 @@ td.key, th.key { text-align: left; word-break: break-all; }
 </style>
 </head>
 <body>
-<header><h1>dogpile</h1><p>{{len .Caches}} Cache(s) in this process · {{.Time}} · <a href="?format=json">JSON</a></p></header>
+<header><h1>dogpile</h1><p>{{len .Caches}} {{if eq (len .Caches) 1}}Cache{{else}}Caches{{end}} in this process · {{.Time}} · <a href="?format=json">JSON</a></p></header>
 {{range .Caches}}
 <section>
 <h2>prefix <code>{{.Prefix}}</code>{{if .KeysHidden}} <span class="tag">key names hidden</span>{{end}}</h2>
 <div class="ratios">
-{{range .Ratios}}<div class="ratio{{if bad .}} bad{{end}}"><span>{{.Name}}</span><b>{{percent .}}</b><small>{{.Of}}: {{.Num}} / {{.Den}}</small></div>
+{{range .Ratios}}<div class="ratio{{if bad .}} bad{{end}}"><span>{{.Name}}</span><b>{{percent .}}</b><small>{{.Of}}: {{group .Num}} / {{group .Den}}</small></div>
 {{end}}</div>
 <div class="cols">
 <table>
 <caption>Hot keys: this process's reads over the last 1–2 minutes (Reads estimated)</caption>
 <tr><th>#</th><th class="key">Key</th><th>Reads</th><th>Misses</th><th>Computes</th><th>Waits</th></tr>
-{{range $i, $k := .HotKeys}}<tr><td>{{rank $i}}</td><td class="key"><code>{{$k.Key}}</code></td><td>{{$k.Reads}}</td><td>{{$k.Misses}}</td><td>{{$k.Computes}}</td><td>{{$k.Waits}}</td></tr>
+{{range $i, $k := .HotKeys}}<tr><td>{{rank $i}}</td><td class="key"><code>{{$k.Key}}</code></td><td>{{group $k.Reads}}</td><td>{{group $k.Misses}}</td><td>{{group $k.Computes}}</td><td>{{group $k.Waits}}</td></tr>
 {{else}}<tr><td colspan="6" class="none">no reads yet</td></tr>
 {{end}}</table>
 <div class="stats"><h3>Stats since New</h3>
