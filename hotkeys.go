@@ -23,7 +23,9 @@ type HotKey struct {
 // HotKeys returns the n keys of c that this process read most over the last
 // one to two minutes, most reads first (ties in key order), fewer if fewer
 // were read. It returns nil if n ≤ 0; n above 256 is taken as 256. Keys come
-// from data: log them, never put them in a metric's attributes.
+// from data: log them, and put them in a metric's attributes only bounded,
+// as dogpileotel's Observer.Watch does (the top n of each prefix). [DebugHandler]
+// shows them on a page; [HideKeys] names them by rank instead.
 //
 // The span is the current window, begun less than a minute ago, and the
 // whole minute before it: windows start every minute from c's first read.
