@@ -179,14 +179,20 @@ func equal(a, b map[string]uint64) bool {
 	return true
 }
 
-// TestTopArguments: n ≤ 0 reports nothing; n is clipped to Capacity.
+// TestTopArguments: n ≤ 0 reports nothing; n is clipped to Capacity, also
+// when the two windows monitor twice as many keys.
 func TestTopArguments(t *testing.T) {
-	s := newSummary(&clock{})
+	c := &clock{}
+	s := newSummary(c)
 	if top := s.Top(5); len(top) != 0 {
 		t.Errorf("Top of an empty summary = %v; want none", top)
 	}
-	for i := range 2 * Capacity {
+	for i := range Capacity {
 		read(s, strconv.Itoa(i), i+1)
+	}
+	c.advance(Window)
+	for i := range Capacity {
+		read(s, strconv.Itoa(Capacity+i), Capacity+i+1)
 	}
 	for _, n := range []int{0, -1} {
 		if top := s.Top(n); top != nil {
@@ -196,8 +202,8 @@ func TestTopArguments(t *testing.T) {
 	if top := s.Top(3); len(top) != 3 || top[0].Key != strconv.Itoa(2*Capacity-1) {
 		t.Errorf("Top(3) = %v; want the 3 most read", top)
 	}
-	if top := s.Top(10 * Capacity); len(top) != Capacity {
-		t.Errorf("Top(%d) has %d keys; want %d", 10*Capacity, len(top), Capacity)
+	if top := s.Top(10 * Capacity); len(top) != Capacity || top[Capacity-1].Key != strconv.Itoa(Capacity) {
+		t.Errorf("Top(%d) has %d keys; want the %d most read", 10*Capacity, len(top), Capacity)
 	}
 }
 
