@@ -121,31 +121,31 @@ func (n *nearTier[T]) key(vk string) string {
 	return vk
 }
 
-// hit returns the near tier's entry for vk (its value, and whether it is
-// a not-found tombstone), if the tier holds a live one and tracking is up
-// (see core.nearHit, which answers Fetch with it).
-func (n *nearTier[T]) hit(vk string) (e nearEntry[T], ok bool) {
+// hit returns the near tier's value for vk, and whether it is a not-found
+// tombstone, if the tier holds a live one and tracking is up (see
+// core.nearHit, which answers Fetch with it).
+func (n *nearTier[T]) hit(vk string) (v T, notFound, ok bool) {
 	if n == nil {
-		return e, false
+		return v, false, false
 	}
 	now := near.Now()
 	n.t.Use(now)
 	if !n.x.Up() {
-		return e, false
+		return v, false, false
 	}
 	if !n.t.Heard(now) {
 		n.stats.nearLate.Add(1) // a slow network or a stalled server: Redis answers
-		return e, false
+		return v, false, false
 	}
-	e, ok = n.store.GetIfPresent(vk)
+	e, ok := n.store.GetIfPresent(vk)
 	if !ok || now >= e.until {
-		return e, false
+		return v, false, false
 	}
 	if !e.owner.Live(now) {
 		n.stats.nearLate.Add(1) // its reader failed, or answers late
-		return e, false
+		return v, false, false
 	}
-	return e, true
+	return e.v, e.notFound, true
 }
 
 // heard reports whether a Fetch may join a flight of its process (see

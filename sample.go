@@ -67,14 +67,16 @@ func newChecker[S any](l *life.Life, fraction float64) *checker[S] {
 	return &checker[S]{limit: uint64(fraction * (1 << 53)), life: l, queue: make(chan timed[S], checkQueue)}
 }
 
-// pick reports whether the hit that read the hit counter n is checked. The
-// Weyl step (n times 2⁶⁴/φ) spreads consecutive counts evenly over the
-// range, so that one hit in 1/fraction is picked, in a stream of hits of
-// any pattern; of the product's 53 high bits, those below fraction·2⁵³ are
-// picked (all of them for a fraction of 1). It costs a multiplication.
-func (k *checker[S]) pick(n uint64) bool {
-	return k != nil && (n*0x9E3779B97F4A7C15)>>11 < k.limit
-}
+// pick reports whether the hit that read the hit counter n is checked (see
+// mix).
+func (k *checker[S]) pick(n uint64) bool { return k != nil && mix(n) < k.limit }
+
+// mix is what a hit's count n is picked by: the 53 high bits of a Weyl step
+// (n times 2⁶⁴/φ), which spreads consecutive counts evenly over the range,
+// so that one hit in 1/fraction is picked, in a stream of hits of any
+// pattern, where those below fraction·2⁵³ are (all of them for a fraction
+// of 1). It costs a multiplication.
+func mix(n uint64) uint64 { return (n * 0x9E3779B97F4A7C15) >> 11 }
 
 // take reports whether a check may begin at now (near.Now()): at most
 // checkRate a second, checkBurst at once (a token bucket, kept as the
@@ -176,6 +178,7 @@ func (k *checker[S]) counts() (sampled, inconsistent uint64) {
 // checks are a Cache's checkers; nil without WithConsistencySampling (and
 // a near tier) or WithSourceCheck.
 type checks[T any] struct {
+	limit  uint64                    // the larger checker's limit: a hit whose mix is above goes no further
 	near   *checker[nearSample]      // WithConsistencySampling; nil: off
 	source *checker[sourceSample[T]] // WithSourceCheck; nil: off
 	verify func(ctx context.Context, key string) (T, error)
@@ -194,6 +197,12 @@ func (c *core[T]) newChecks() *checks[T] {
 	if k.near == nil && k.source == nil {
 		return nil
 	}
+	if k.near != nil {
+		k.limit = k.near.limit
+	}
+	if k.source != nil {
+		k.limit = max(k.limit, k.source.limit)
+	}
 	return k
 }
 
@@ -205,24 +214,36 @@ func (k *checks[T]) stats(st *Stats) {
 	}
 }
 
-// sampleNear offers a near hit, which served e, to the checkers that pick
-// it. It picks by the hit counter, which emit has just incremented: the
-// hit path writes no other shared memory for it, and a second atomic
-// counter on every hit would be a second contended cache line. Two hits
-// that read the same count (another's increment came between one's
-// increment and its read) are picked or not together, which leaves the
-// fraction as it is.
-func (c *core[T]) sampleNear(key, vk string, e *nearEntry[T]) {
-	n := c.stats.hits.Load()
-	if k := c.checks.near; k.pick(n) {
-		if now := near.Now(); k.take(now) {
-			k.offer(now, nearSample{key: key, vk: vk, sum: e.sum, until: e.until})
-		}
+// sampleNear offers a near hit of vk to the checkers that pick it, if they
+// may begin a check. n is the hit counter, which emit has just
+// incremented, read after: the hit path writes no other shared memory to
+// pick, and a second atomic counter on every hit would be a second
+// contended cache line. Two hits that read the same count (another's
+// increment came between one's increment and its read) are picked or not
+// together, which leaves the fraction as it is. nearHit calls it only if
+// mix(n) is below checks.limit.
+//
+// The entry is looked up again here, for the few hits that are checked,
+// rather than handed over by every hit (a larger return on the hit path):
+// it is the one served, unless an invalidation came within these
+// nanoseconds; then the check is of the entry the tier serves now, or of
+// none.
+func (c *core[T]) sampleNear(key, vk string, n uint64) {
+	now := near.Now()
+	kn, ks := c.checks.near, c.checks.source
+	toNear, toSource := kn.pick(n) && kn.take(now), ks.pick(n) && ks.take(now)
+	if !toNear && !toSource {
+		return
 	}
-	if k := c.checks.source; k.pick(n) {
-		if now := near.Now(); k.take(now) {
-			k.offer(now, sourceSample[T]{key: key, vk: vk, v: e.v, notFound: e.notFound, sum: e.sum, near: true})
-		}
+	e, ok := c.near.store.GetIfPresent(vk)
+	if !ok {
+		return
+	}
+	if toNear {
+		kn.offer(now, nearSample{key: key, vk: vk, sum: e.sum, until: e.until})
+	}
+	if toSource {
+		ks.offer(now, sourceSample[T]{key: key, vk: vk, v: e.v, notFound: e.notFound, sum: e.sum, near: true})
 	}
 }
 
