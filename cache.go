@@ -106,6 +106,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		c.near = newNear(client, c.breaker, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
 	}
 	c.readHit = c.pickReader()
+	c.checks = c.newChecks()
 	return &Cache[T]{c}
 }
 
@@ -137,6 +138,9 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
+	if c.checks != nil {
+		c.sampleRead(key, b, c.staleRead(b))
+	}
 	if m.NotFound {
 		return zero, notFound(key)
 	}
@@ -213,6 +217,7 @@ func (c *Cache[T]) Stats() Stats {
 		StaleIfDown: s.staleIfDown.Load(), NearOff: s.nearOff.Load(),
 	}
 	st.NearInvalidations, st.NearFlushes = c.near.counts()
+	c.checks.stats(&st)
 	return st
 }
 

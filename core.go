@@ -39,6 +39,7 @@ type core[T any] struct {
 	near     *nearTier[T]     // WithNearCache; nil: none
 	fresh    *freshRead       // with freshness options or a near tier; nil: none
 	readHit  hitReader        // the hit's round trip, chosen by New (see pickReader)
+	checks   *checks[T]       // checks of sampled hits; nil: none
 	life     life.Life        // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
@@ -298,6 +299,9 @@ func (l *looks) saw(hit bool) {
 func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
 		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
+		if c.checks != nil {
+			c.sampleRead(key, r.b, r.stale)
+		}
 	} else {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}

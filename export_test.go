@@ -168,3 +168,26 @@ func EntryTiming[T any](c *Cache[T], raw []byte) (took, early time.Duration, err
 	_, m, err := c.decodeEntry(raw)
 	return m.Took, m.Early, err
 }
+
+// WithSourceDelay is withSourceDelay: WithSourceCheck's delay, shortened.
+func WithSourceDelay(d time.Duration) Option { return withSourceDelay(d) }
+
+// ChecksOpen returns how many checks of sampled hits c has queued and not
+// ended, for both options.
+func ChecksOpen[T any](c *Cache[T]) int64 {
+	if c.checks == nil {
+		return 0
+	}
+	n := int64(0)
+	if k := c.checks.near; k != nil {
+		n += k.open.Load()
+	}
+	if k := c.checks.source; k != nil {
+		n += k.open.Load()
+	}
+	return n
+}
+
+// CheckRate and CheckBurst bound the checks of sampled hits that begin:
+// CheckRate a second, CheckBurst at once, per option.
+const CheckRate, CheckBurst = checkRate, checkBurst

@@ -24,7 +24,8 @@ type HotKey struct {
 // one to two minutes (the current window and the whole minute before it),
 // most reads first (ties in key order), fewer if fewer were read. It returns
 // nil if n ≤ 0; n above 256 is taken as 256. Keys come from data: log them,
-// never put them in a metric's attributes.
+// and put them in a metric's attributes only bounded, as dogpileotel's
+// Observer.Watch does. [DebugHandler] shows them; [HideKeys] hides them.
 //
 // Memory is bounded whatever the key space: about 62 KB per Cache, and the
 // strings of at most 512 keys. Misses, Computes and Waits are exact while a

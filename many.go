@@ -104,7 +104,11 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 				break
 			}
 			c.near.put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
-			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: !m.NotFound && c.stale(r.pttl), NotFound: m.NotFound})
+			stale := !m.NotFound && c.stale(r.pttl)
+			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound})
+			if c.checks != nil {
+				c.sampleRead(k, r.b, stale)
+			}
 			if !m.NotFound {
 				out[k] = v
 			}

@@ -3,6 +3,7 @@ package dogpile
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type nearEntry[T any] struct {
 	until    int64 // served while near.Now() < until
 	down     int64 // its expiry in Redis: kept and served until then while Redis is down (see WithStaleIfDown)
 	owner    *near.Owner
+	sum      uint64 // with checks of sampled hits, the sum of its bytes (see nearTier.sum); else 0
 }
 
 // nearTier is a Cache's near tier: the bounded store of decoded values,
@@ -62,6 +64,10 @@ type nearTier[T any] struct {
 	// lost and the store kept (see WithStaleIfDown).
 	b      *breaker.Breaker
 	keptAt atomic.Uint64
+
+	// seed keys the sums of entries, kept when hits are checked
+	// (WithConsistencySampling, WithSourceCheck; see sum).
+	seed maphash.Seed
 
 	opts    *options
 	stats   *counters
@@ -80,7 +86,7 @@ func newNear[T any](client redis.UniversalClient, b *breaker.Breaker, opts *opti
 		// store's own outlives the Cache, and the bound holds after each write.
 		Executor: func(fn func()) { fn() },
 	})
-	n := &nearTier[T]{store: store, b: b, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit}
+	n := &nearTier[T]{store: store, b: b, opts: opts, stats: stats, flights: flights, decode: decode, emit: emit, seed: maphash.MakeSeed()}
 	h := near.Handlers{
 		Remove: func(vk string) { store.Invalidate(vk) },
 		Purge:  store.InvalidateAll,
@@ -202,6 +208,9 @@ func (n *nearTier[T]) admit(vk string, o *near.Owner, tk near.Ticket, b []byte, 
 		return nil
 	}
 	e := nearEntry[T]{v: v, notFound: m.NotFound, until: tk.At + int64(life), down: tk.At + int64(pttl), owner: o}
+	if n.opts.nearCheck > 0 || n.opts.sourceCheck > 0 {
+		e.sum = n.sum(b)
+	}
 	return func() { n.store.Set(vk, e) }
 }
 

@@ -159,6 +159,13 @@ const (
 	// EventInvalidateTag: an InvalidateTag of Tags, which took Took, made
 	// every value tagged with them a miss (see [Cache.InvalidateTag]).
 	EventInvalidateTag
+	// EventInconsistent: a sampled hit of Key was found inconsistent, by
+	// [WithConsistencySampling] (Near: the near tier served a value that
+	// Redis had replaced, past its bound) or by [WithSourceCheck] (Near
+	// false: the source of truth disagrees with the value served, and no
+	// write of the cache followed). Reported on the Cache's checking
+	// goroutine, well after the hit.
+	EventInconsistent
 )
 
 // A Wake tells how a wait for another process's compute ended.
@@ -175,8 +182,8 @@ const (
 
 // Stats are counters of a Cache since New, in this process. Most count the
 // events an observer receives (see [WithObserver] and each field); the wake-up,
-// takeover, decode-error, shared, unavailable and near-tier counters count
-// where they happen.
+// takeover, decode-error, shared, unavailable, near-tier and check counters
+// count where they happen.
 type Stats struct {
 	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
 	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
@@ -201,6 +208,12 @@ type Stats struct {
 	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
 	StaleIfDown       uint64 // Fetch calls answered, Redis unreachable, with a copy the tier kept (WithStaleIfDown); in Hits, Stale and NearHits too
 	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
+
+	// Checks of sampled hits (see WithConsistencySampling and WithSourceCheck).
+	NearSampled        uint64 // near hits checked against Redis
+	NearInconsistent   uint64 // of those, hits whose value Redis had replaced and the tier still served past its bound
+	SourceSampled      uint64 // hits checked against the source of truth
+	SourceInconsistent uint64 // of those, hits that disagreed with the source while Redis kept the value served
 }
 
 type counters struct {

@@ -42,6 +42,11 @@ type options struct {
 
 	logger   *slog.Logger                                 // WithLogger; nil: silent
 	observer func(context.Context, Event) context.Context // WithObserver
+
+	nearCheck   float64       // WithConsistencySampling: the fraction of near hits checked; 0: none
+	sourceCheck float64       // WithSourceCheck: the fraction of hits checked; 0: none
+	verify      any           // WithSourceCheck's verify, a func(context.Context, string) (T, error)
+	sourceDelay time.Duration // withSourceDelay (tests); 0: sourceDelay
 }
 
 func buildOptions(opts []Option) options {
@@ -231,8 +236,9 @@ func WithRefreshRetry(d time.Duration) Option {
 
 // WithLogger makes the Cache log to l its rare events only: an outage of Redis
 // beginning and ending (see [ErrUnavailable]), a compute lock taken over,
-// stored bytes that do not decode, a compute's panic (with its stack). By
-// default a Cache logs nothing. WithLogger panics if l is nil.
+// stored bytes that do not decode, a compute's panic (with its stack), a
+// panic of [WithSourceCheck]'s verify. By default a Cache logs nothing.
+// WithLogger panics if l is nil.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		panic("dogpile: nil logger (a programmer error)")

@@ -3,6 +3,7 @@ package dogpile_test
 import (
 	"bufio"
 	"context"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -55,6 +56,14 @@ func readmeMutex(ctx context.Context, rdb redis.UniversalClient, db tapDB) error
 	defer lease.Unlock(ctx)
 	return db.Pour(ctx, lease.Fence()) // the store refuses a fence below the highest it saw
 	// end README
+}
+
+func readmeDebug(users *dogpile.Cache[User], sessions *dogpile.Cache[string]) *http.ServeMux {
+	// README: Debug page
+	internal := http.NewServeMux() // served on a port only operators reach
+	internal.Handle("/debug/dogpile", dogpile.DebugHandler(users, dogpile.HideKeys(sessions)))
+	// end README
+	return internal
 }
 
 // TestReadmeSnippets: README.md shows the code above, block for block.

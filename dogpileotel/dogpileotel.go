@@ -4,10 +4,12 @@
 //
 //	obs := dogpileotel.New() // the global meter and tracer providers
 //	users := dogpile.New[User](rdb, dogpile.WithObserver(obs.Cache))
+//	obs.Watch(users) // hot keys and the samplers' counts
 //	m := lock.NewMutex(rdb, "job", lock.WithObserver(obs.Lock))
 //
-// Metrics (attributes in brackets; never a key or a lock name, which come
-// from data and would make a series per value):
+// Metrics (attributes in brackets; never a lock name, nor a key but for the
+// top n of hot_key.reads: they come from data and would make a series per
+// value):
 //
 //	dogpile.cache.requests          counter    [key_prefix, result: hit|near|stale|miss|notfound]
 //	dogpile.cache.computes          counter    [key_prefix, refresh, error, not_found]
@@ -17,6 +19,12 @@
 //	dogpile.cache.tag.invalidations counter    [key_prefix, tag_prefix]
 //	dogpile.lock.acquire.duration   histogram  s [lock, obtained]
 //	dogpile.lock.events             counter    [lock, event: obtained|not_obtained|extended|lost|released]
+//
+// and for the Caches given to [Observer.Watch], read at each collection:
+//
+//	dogpile.cache.hot_key.reads     gauge      [key_prefix, key] (the n hottest keys, see WithHotKeys)
+//	dogpile.cache.check.sampled     counter    [key_prefix, check: near|source]
+//	dogpile.cache.check.inconsistent counter   [key_prefix, check: near|source]
 //
 // where lock is the primitive ("mutex", "semaphore", "rwmutex",
 // "multimutex", "redlock"), and tag_prefix the kind of an invalidated tag,
@@ -59,6 +67,8 @@ type Observer struct {
 
 	requests, computes, lockEvents, invalidations, tagInvalidations metric.Int64Counter
 	computeTime, waitTime, acquire                                  metric.Float64Histogram
+
+	watch watchInstruments // read by Watch's callbacks
 }
 
 // An Option configures an Observer.
@@ -68,6 +78,7 @@ type config struct {
 	meters   metric.MeterProvider
 	tracers  trace.TracerProvider
 	tagLabel func(tag string) string
+	hotKeys  int
 }
 
 // WithMeterProvider sets the meter provider; the default is the global one.
@@ -98,14 +109,14 @@ func tagKind(tag string) string {
 // panics if an instrument cannot be created, which only an invalid
 // provider does (a programmer error).
 func New(opts ...Option) *Observer {
-	c := config{meters: otel.GetMeterProvider(), tracers: otel.GetTracerProvider(), tagLabel: tagKind}
+	c := config{meters: otel.GetMeterProvider(), tracers: otel.GetTracerProvider(), tagLabel: tagKind, hotKeys: defaultHotKeys}
 	for _, o := range opts {
 		o(&c)
 	}
 	m := c.meters.Meter(scope)
 	o := &Observer{tracer: c.tracers.Tracer(scope), tagLabel: c.tagLabel}
 	durations := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10)
-	var errs [8]error
+	var errs [9]error
 	o.requests, errs[0] = m.Int64Counter("dogpile.cache.requests", metric.WithDescription("Fetch and Get calls, by result"))
 	o.computes, errs[1] = m.Int64Counter("dogpile.cache.computes", metric.WithDescription("compute calls made by this process"))
 	o.lockEvents, errs[2] = m.Int64Counter("dogpile.lock.events", metric.WithDescription("lock acquisitions, extensions, losses and releases"))
@@ -119,6 +130,7 @@ func New(opts ...Option) *Observer {
 		metric.WithDescription("near-tier keys invalidated by Redis; flush=true: the whole tier emptied"))
 	o.tagInvalidations, errs[7] = m.Int64Counter("dogpile.cache.tag.invalidations",
 		metric.WithDescription("tags invalidated (InvalidateTag), by key prefix and tag kind; never by tag"))
+	o.watch, errs[8] = newWatchInstruments(m, c.hotKeys)
 	if err := errors.Join(errs[:]...); err != nil {
 		panic("dogpileotel: " + err.Error() + " (a programmer error)")
 	}

@@ -157,8 +157,8 @@ func wantCounts(t *testing.T, reader *sdkmetric.ManualReader, want map[string]in
 	}
 }
 
-// collect flattens metrics to "name{attrs}" → sum (counters) or count
-// (histograms).
+// collect flattens metrics to "name{attrs}" → sum (counters), value
+// (gauges) or count (histograms).
 func collect(rm metricdata.ResourceMetrics) map[string]int64 {
 	out := map[string]int64{}
 	key := func(name string, set attribute.Set) string {
@@ -175,6 +175,10 @@ func collect(rm metricdata.ResourceMetrics) map[string]int64 {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
 			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[key(m.Name, p.Attributes)] += p.Value
+				}
+			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					out[key(m.Name, p.Attributes)] += p.Value
 				}

@@ -3,6 +3,9 @@ package dogpileotel_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -48,4 +51,41 @@ func Example() {
 	// hits 2
 	// computes 1
 	// locks obtained 1
+}
+
+func ExampleObserver_Watch() {
+	m, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	obs := dogpileotel.New(dogpileotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		dogpileotel.WithHotKeys(2))
+
+	// Caches of any value type; the session tokens are keys worth hiding,
+	// and are labelled by rank.
+	beers := dogpile.New[float64](rdb, dogpile.WithPrefix("beers:"))
+	sessions := dogpile.New[string](rdb, dogpile.WithPrefix("sessions:"))
+	defer obs.Watch(beers, dogpile.HideKeys(sessions))()
+	for _, k := range []string{"pils", "pils", "pils", "stout", "ale"} {
+		beers.Get(ctx, k) // misses, counted one by one (hits one in 64)
+	}
+	sessions.Get(ctx, "token-1f9a")
+
+	var rm metricdata.ResourceMetrics
+	reader.Collect(ctx, &rm)
+	got := collect(rm)
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if strings.HasPrefix(k, "dogpile.cache.hot_key.reads") {
+			fmt.Println(k, got[k])
+		}
+	}
+	// Output:
+	// dogpile.cache.hot_key.reads{key=#1,key_prefix=sessions:} 1
+	// dogpile.cache.hot_key.reads{key=ale,key_prefix=beers:} 1
+	// dogpile.cache.hot_key.reads{key=pils,key_prefix=beers:} 3
 }

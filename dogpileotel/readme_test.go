@@ -27,6 +27,7 @@ func readmeOtel(rdb redis.UniversalClient) *lock.Mutex {
 	obs := dogpileotel.New() // the global meter and tracer providers
 	users := dogpile.New[User](rdb, dogpile.WithPrefix("users:"), dogpile.WithObserver(obs.Cache))
 	defer users.Close()
+	obs.Watch(users) // hot keys and the samplers' counts
 	tap := lock.NewMutex(rdb, "beer-tap", lock.WithObserver(obs.Lock))
 	// end README
 	return tap

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/examples/internal/demo"
 )
 
@@ -27,6 +28,7 @@ type task struct {
 	TTL        time.Duration `json:"ttl"`
 	Duration   time.Duration `json:"duration"`
 	Think      time.Duration `json:"think"`
+	Debug      string        `json:"debug,omitempty"` // address to serve the debug page at, or ""
 }
 
 // result is what one process saw.
@@ -47,6 +49,16 @@ type result struct {
 	Timeline  demo.Series       `json:"timeline"`                // latency of the calls that began in each step
 	Elapsed   time.Duration     `json:"elapsed"`
 	Library   map[string]uint64 `json:"library_stats,omitempty"`
+	HotKeys   []hotKey          `json:"hot_keys,omitempty"` // the library's, every key, at the end
+}
+
+// hotKey is a line of dogpile.Cache.HotKeys, named for JSON.
+type hotKey struct {
+	Key      string `json:"key"`
+	Reads    uint64 `json:"reads"` // estimated: hits are sampled
+	Misses   uint64 `json:"misses"`
+	Computes uint64 `json:"computes"`
+	Waits    uint64 `json:"waits"`
 }
 
 // value is what the expensive compute produces.
@@ -62,18 +74,20 @@ type fetcher interface {
 	fetch(ctx context.Context, key string, compute func(context.Context) (value, error)) (value, error)
 	// stats returns the library's own counters, or nil.
 	stats() map[string]uint64
+	// cache returns the library's Cache, or nil.
+	cache() dogpile.AnyCache
 }
 
-func newFetcher(mode string, client redis.UniversalClient, ttl time.Duration) (fetcher, error) {
+func newFetcher(mode string, client redis.UniversalClient, prefix string, ttl time.Duration) (fetcher, error) {
 	switch mode {
 	case "naive":
 		return &naive{client: client, ttl: ttl}, nil
 	case "singleflight":
 		return &flighted{naive: naive{client: client, ttl: ttl}}, nil
 	case "dogpile":
-		return newDogpile(client, ttl), nil
+		return newDogpile(client, prefix, ttl), nil
 	case "fresh":
-		return newFresh(client, ttl), nil
+		return newFresh(client, prefix, ttl), nil
 	}
 	return nil, fmt.Errorf("unknown mode %q", mode)
 }
@@ -107,6 +121,8 @@ func (n *naive) fill(ctx context.Context, key string, compute func(context.Conte
 }
 
 func (n *naive) stats() map[string]uint64 { return nil }
+
+func (n *naive) cache() dogpile.AnyCache { return nil }
 
 // flighted is naive with singleflight around the miss: concurrent misses
 // for a key in this process share one compute and SET. Other processes
@@ -146,9 +162,16 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 	}
 	var cmds demo.CmdCounter
 	cacheClient.AddHook(&cmds)
-	f, err := newFetcher(t.Mode, cacheClient, t.TTL)
+	f, err := newFetcher(t.Mode, cacheClient, t.Prefix, t.TTL)
 	if err != nil {
 		return result{}, err
+	}
+	if c := f.cache(); c != nil && t.Debug != "" {
+		stop, err := serveDebug(t.Debug, c)
+		if err != nil {
+			return result{}, err
+		}
+		defer stop()
 	}
 
 	var (
@@ -232,6 +255,13 @@ func load(ctx context.Context, c *demo.Conn, t task, progress *demo.Counters) (r
 	wg.Wait()
 	total := result{Elapsed: time.Since(start), Commands: cmds.Load(), Library: f.stats(),
 		Start: start.UnixMicro(), Timeline: demo.Series{Step: timelineStep}}
+	if c := f.cache(); c != nil {
+		// Every key, not the top few: a key the parent shows may be below
+		// the top of one process (the sums would leave that process out).
+		for _, h := range c.HotKeys(t.Keys) {
+			total.HotKeys = append(total.HotKeys, hotKey(h))
+		}
+	}
 	startsMu.Lock() // a background refresh may still be starting
 	for _, s := range starts {
 		total.Starts = append(total.Starts, slices.Clone(s))

@@ -22,6 +22,7 @@
 //	go run ./examples/dogpile -compare -plot stampede.svg
 //	go run ./examples/dogpile -mode naive -procs 8 -g 32 -keys 2 -duration 5s
 //	go run ./examples/dogpile -redis redis://:pw@host:6379/0 -compare -json
+//	go run ./examples/dogpile -duration 1m -debug :6060  # and open http://localhost:6060/
 //
 // Without -redis or REDIS_URL it uses localhost:6379 if a Redis answers
 // there, and otherwise an embedded miniredis.
@@ -63,6 +64,7 @@ type config struct {
 	Think      time.Duration // pause between a goroutine's calls
 	JSON       bool
 	Plot       string    // file to write the SVG picture of the run to; "" for none
+	Debug      string    // address to serve dogpile's debug page at while a mode runs; "" for none
 	Progress   io.Writer // progress lines; nil for none
 	Exe        string    // worker executable; default this one
 }
@@ -97,6 +99,7 @@ func main() {
 	flag.DurationVar(&cfg.Think, "think", 0, "pause between a goroutine's calls")
 	flag.BoolVar(&cfg.JSON, "json", false, "write the results as JSON")
 	flag.StringVar(&cfg.Plot, "plot", "", "write an SVG picture of computes and latency over time to `file`")
+	flag.StringVar(&cfg.Debug, "debug", "", "serve dogpile's debug page (dogpile.DebugHandler) at `addr`, such as :6060, while the dogpile and fresh modes run (the first process's Cache)")
 	flag.Parse()
 	cfg.Redis, cfg.Probe = server()
 	cfg.Progress = os.Stderr
@@ -178,6 +181,8 @@ func runMode(ctx context.Context, cfg config, conn *demo.Conn, runID, mode strin
 		tasks[p] = task{Prefix: prefix, Proc: p, Mode: mode, Goroutines: cfg.Goroutines, Keys: cfg.Keys,
 			Compute: cfg.Compute, TTL: cfg.TTL, Duration: cfg.Duration, Think: cfg.Think}
 	}
+	// One page per process, as in production; the first process serves it.
+	tasks[0].Debug = cfg.Debug
 	fleet := demo.Fleet{
 		Conn:     conn,
 		Procs:    cfg.Procs,

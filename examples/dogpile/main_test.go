@@ -233,7 +233,7 @@ func TestDogpileOnCluster(t *testing.T) {
 func TestReadmeShowsTodaysTable(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: New does no I/O
 	defer client.Close()
-	lib := newDogpile(client, time.Second).stats()
+	lib := newDogpile(client, "p:", time.Second).stats()
 	var reps []modeReport
 	for _, mode := range modes {
 		m := modeReport{Mode: mode, Waited: 1}

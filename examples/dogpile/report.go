@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -36,8 +37,12 @@ type modeReport struct {
 	WakeLagMax        time.Duration     `json:"wake_lag_max_ns"`
 	CommandsPerCall   float64           `json:"redis_commands_per_call"`
 	Library           map[string]uint64 `json:"library_stats,omitempty"`
-	Timeline          []step            `json:"timeline"` // per 100 ms since the start
+	HotKeys           []hotKey          `json:"hot_keys,omitempty"` // Cache.HotKeys at the end, summed over processes
+	Timeline          []step            `json:"timeline"`           // per 100 ms since the start
 }
+
+// hotKeysShown is how many hot keys a mode reports at the end.
+const hotKeysShown = 5
 
 type jsonReport struct {
 	Server     string       `json:"server"`
@@ -117,7 +122,39 @@ func summarize(mode string, cfg config, results []result, computes int64) modeRe
 	rep.SteadyP99, rep.SteadyMax = steady.Quantile(0.99), steady.Max
 	rep.WakeLagP50, rep.WakeLagP99, rep.WakeLagMax = lag.Quantile(0.5), lag.Quantile(0.99), lag.Max
 	rep.Timeline = timeline(results)
+	rep.HotKeys = sumHotKeys(results)
 	return rep
+}
+
+// sumHotKeys sums the processes' hot keys by key, and keeps the hottest.
+func sumHotKeys(results []result) []hotKey {
+	var hot []hotKey
+	for _, r := range results {
+		for _, h := range r.HotKeys {
+			i := slices.IndexFunc(hot, func(s hotKey) bool { return s.Key == h.Key })
+			if i < 0 {
+				hot = append(hot, hotKey{Key: h.Key})
+				i = len(hot) - 1
+			}
+			s := &hot[i]
+			s.Reads, s.Misses, s.Computes, s.Waits = s.Reads+h.Reads, s.Misses+h.Misses, s.Computes+h.Computes, s.Waits+h.Waits
+		}
+	}
+	slices.SortFunc(hot, func(a, b hotKey) int { return cmp.Or(cmp.Compare(b.Reads, a.Reads), cmp.Compare(a.Key, b.Key)) })
+	return hot[:min(len(hot), hotKeysShown)]
+}
+
+// printHotKeys prints each mode's hot keys, if it has any.
+func printHotKeys(w io.Writer, reps []modeReport) {
+	for _, r := range reps {
+		if len(r.HotKeys) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: hot keys (Cache.HotKeys, summed over processes; reads estimated, hits sampled 1 in 64)\n", r.Mode)
+		for _, h := range r.HotKeys {
+			fmt.Fprintf(w, "  %-8s %9d reads %6d misses %5d computes %6d waits\n", h.Key, h.Reads, h.Misses, h.Computes, h.Waits)
+		}
+	}
 }
 
 // printTable prints the modes side by side, one column each.
@@ -191,5 +228,6 @@ func printTable(w io.Writer, reps []modeReport) error {
 	fmt.Fprintln(w, "in the background: computes no call waited for (fresh: refreshed before expiry, or while the stale value was served).")
 	fmt.Fprintln(w, "after the first TTL: calls that began once every key had been filled; only expiries remain to wait for.")
 	fmt.Fprintln(w, "wake lag: for calls that waited for another caller's compute, the time from the value being ready to the call returning.")
+	printHotKeys(w, reps)
 	return nil
 }
