@@ -41,7 +41,7 @@ func WithConsistencySampling(fraction float64) Option {
 // bytes read twice are two entries).
 type nearSample struct {
 	key, vk string
-	sum     uint64
+	sum     uint32
 	until   int64
 }
 
@@ -121,14 +121,16 @@ func (c *core[T]) checkReads(ctx context.Context, vks []string) []got {
 	return gs
 }
 
-// sum is the sum of an entry's bytes that the checks compare (64 bits of
-// maphash: two different entries share one by a chance of 2⁻⁶⁴).
-func (n *nearTier[T]) sum(b []byte) uint64 { return maphash.Bytes(n.seed, b) }
+// sum is the sum of an entry's bytes that the checks compare: 32 bits of
+// maphash, so that it fits in a padding of nearEntry. Two different entries
+// share one by a chance of 2⁻³², which makes a check miss an inconsistency
+// (or, for WithSourceCheck, find one) once in four billion.
+func (n *nearTier[T]) sum(b []byte) uint32 { return uint32(maphash.Bytes(n.seed, b)) }
 
 // holds reports whether the tier would serve now, to a Fetch, the entry
 // that a sampled hit of vk served (see nearSample). It counts no hit and
 // does not keep the tier's tracking open.
-func (n *nearTier[T]) holds(vk string, sum uint64, until int64) bool {
+func (n *nearTier[T]) holds(vk string, sum uint32, until int64) bool {
 	now := near.Now()
 	if !n.x.Up() || !n.t.Heard(now) {
 		return false

@@ -84,7 +84,7 @@ type sourceSample[T any] struct {
 	near     bool
 	v        T // shared with the tier's callers: read-only
 	notFound bool
-	sum      uint64
+	sum      uint32
 }
 
 // newSourceChecker returns WithSourceCheck's checker: verify, the delay
