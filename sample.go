@@ -82,11 +82,11 @@ func newChecker[S any](l *life.Life, fraction float64) *checker[S] {
 // mix).
 func (k *checker[S]) pick(n uint64) bool { return k != nil && mix(n) < k.limit }
 
-// mix is what a hit's count n is picked by: the 53 high bits of a Weyl step
-// (n times 2⁶⁴/φ), which spreads consecutive counts evenly over the range,
-// so that one hit in 1/fraction is picked, in a stream of hits of any
-// pattern, where those below fraction·2⁵³ are (all of them for a fraction
-// of 1). It costs a multiplication.
+// mix is what picks a hit by its count n: the 53 high bits of n times
+// 2⁶⁴/φ (a Weyl step), below fraction·2⁵³ for a picked hit (every hit at a
+// fraction of 1). Consecutive counts land evenly over the range, so that
+// one hit in 1/fraction is picked, whatever the pattern of the hits. It
+// costs a multiplication.
 func mix(n uint64) uint64 { return (n * 0x9E3779B97F4A7C15) >> 11 }
 
 // take reports whether a check may begin at now (near.Now()): at most
@@ -113,10 +113,11 @@ func (k *checker[S]) take(now int64) bool {
 // checker's goroutine (none once the Cache is closed).
 func (k *checker[S]) offer(now int64, s S) {
 	k.start.Do(func() { k.life.Go(func() { k.run(k.life.Context()) }) })
+	k.open.Add(1) // before the send: the check may end before this returns
 	select {
 	case k.queue <- timed[S]{due: now + int64(k.delays[0]), s: s}:
-		k.open.Add(1)
 	default:
+		k.open.Add(-1)
 	}
 }
 
@@ -177,13 +178,15 @@ func (k *checker[S]) push(w *[]timed[S], t timed[S]) {
 // round runs step i of the checks ts, after their reads, if the step has
 // any, in one round trip.
 func (k *checker[S]) round(ctx context.Context, i int, ts []timed[S], wait *[2][]timed[S]) {
-	gots := make([]got, len(ts))
+	var gots []got
 	if k.reads[i] != nil {
 		vks := make([]string, len(ts))
 		for j := range ts {
 			vks[j] = k.reads[i](&ts[j].s)
 		}
 		gots = k.read(ctx, vks)
+	} else {
+		gots = make([]got, len(ts))
 	}
 	for j := range ts {
 		k.step(ctx, i, &ts[j].s, gots[j], wait)
