@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // WithConsistencySampling measures the near tier's ([WithNearCache])
@@ -40,7 +41,7 @@ func WithConsistencySampling(fraction float64) Option {
 // bytes read twice are two entries).
 type nearSample struct {
 	key, vk string
-	sum     uint64
+	sum     uint32
 	until   int64
 }
 
@@ -50,22 +51,24 @@ type nearSample struct {
 func (c *core[T]) newNearChecker() *checker[nearSample] {
 	k := newChecker[nearSample](&c.life, c.opts.nearCheck)
 	k.delays = [2]time.Duration{0, c.near.t.Config().MaxLag}
-	k.steps = [2]func(context.Context, *nearSample) verdict{c.nearAgainstRedis, c.nearStillServed}
+	k.reads = [2]func(*nearSample) string{func(s *nearSample) string { return s.vk }, nil}
+	k.steps = [2]func(context.Context, *nearSample, got) verdict{c.nearAgainstRedis, c.nearStillServed}
+	k.read = c.checkReads
 	k.bad = func(ctx context.Context, s *nearSample) {
 		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key, Near: true})
 	}
 	return k
 }
 
-// nearAgainstRedis is a near check's first step: if Redis holds the bytes
-// the tier served, the hit was consistent. If not, a write replaced them,
-// and the tier may not have heard of it yet: the next step decides.
-func (c *core[T]) nearAgainstRedis(ctx context.Context, s *nearSample) verdict {
-	b, err := c.checkRead(ctx, s.vk)
+// nearAgainstRedis is a near check's first step, given what Redis holds
+// (g): if it holds the bytes the tier served, the hit was consistent. If
+// not, a write replaced them, and the tier may not have heard of it yet:
+// the next step decides.
+func (c *core[T]) nearAgainstRedis(_ context.Context, s *nearSample, g got) verdict {
 	switch {
-	case err != nil && err != redis.Nil:
+	case g.err != nil && g.err != redis.Nil:
 		return checkDrop
-	case err == nil && c.near.sum(b) == s.sum:
+	case g.err == nil && c.near.sum(g.b) == s.sum:
 		return checkOK
 	}
 	return checkNext
@@ -76,40 +79,58 @@ func (c *core[T]) nearAgainstRedis(ctx context.Context, s *nearSample) verdict {
 // the write's invalidation arrived, or tracking been lost, the tier would
 // no longer serve that entry. If it still would, the hit was inconsistent,
 // and stays so past the bound.
-func (c *core[T]) nearStillServed(_ context.Context, s *nearSample) verdict {
+func (c *core[T]) nearStillServed(_ context.Context, s *nearSample, _ got) verdict {
 	if c.near.holds(s.vk, s.sum, s.until) {
 		return checkBad
 	}
 	return checkOK
 }
 
-// checkRead GETs vk for a check, bounded by checkTimeout. While the
+// checkReads GETs the value keys vks of a round of checks, in one
+// pipeline (one round trip per node), bounded by checkTimeout. While the
 // client's circuit is open it sends nothing: a check would be a probe of
 // the outage on no caller's behalf (see ErrUnavailable), and the answer
 // unknown.
-func (c *core[T]) checkRead(ctx context.Context, vk string) ([]byte, error) {
+func (c *core[T]) checkReads(ctx context.Context, vks []string) []got {
+	gs := make([]got, len(vks))
+	fail := func(err error) []got {
+		for i := range gs {
+			gs[i].err = err
+		}
+		return gs
+	}
 	if c.breaker.Open() {
-		return nil, ErrUnavailable
+		return fail(ErrUnavailable)
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	done, err := c.breaker.Allow(ctx)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	b, err := c.get(ctx, c.client, vk)
+	cmds := make([]*redis.StringCmd, len(vks))
+	err = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
+		for i, vk := range vks {
+			cmds[i] = p.Get(ctx, vk)
+		}
+	})
 	done(err)
-	return b, err
+	for i, cmd := range cmds {
+		gs[i].b, gs[i].err = notString(cmd.Bytes())
+	}
+	return gs
 }
 
-// sum is the sum of an entry's bytes that the checks compare (64 bits of
-// maphash: two different entries share one by a chance of 2⁻⁶⁴).
-func (n *nearTier[T]) sum(b []byte) uint64 { return maphash.Bytes(n.seed, b) }
+// sum is the sum of an entry's bytes that the checks compare: 32 bits of
+// maphash, so that it fits in a padding of nearEntry. Two different entries
+// share one by a chance of 2⁻³², which makes a check miss an inconsistency
+// (or, for WithSourceCheck, find one) once in four billion.
+func (n *nearTier[T]) sum(b []byte) uint32 { return uint32(maphash.Bytes(n.seed, b)) }
 
 // holds reports whether the tier would serve now, to a Fetch, the entry
 // that a sampled hit of vk served (see nearSample). It counts no hit and
 // does not keep the tier's tracking open.
-func (n *nearTier[T]) holds(vk string, sum uint64, until int64) bool {
+func (n *nearTier[T]) holds(vk string, sum uint32, until int64) bool {
 	now := near.Now()
 	if !n.x.Up() || !n.t.Heard(now) {
 		return false

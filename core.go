@@ -167,12 +167,16 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 	s := &c.stats
 	switch e.Kind {
 	case EventHit:
-		c.hotHit(e.Key, s.hits.Add(1))
+		n := s.hits.Add(1)
+		c.hotHit(e.Key, n)
 		if e.Stale {
 			s.stale.Add(1)
 		}
 		if e.Near {
 			s.nearHits.Add(1)
+			if k := c.checks; k != nil && !e.Stale && mix(n) < k.limit {
+				c.sampleNear(e.Key, n) // one hit in many (see sampleNear)
+			}
 		}
 		if e.NotFound {
 			s.notFound.Add(1)

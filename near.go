@@ -41,14 +41,16 @@ func withNear(cfg near.Config) Option {
 	return optionFunc(func(o *options) { o.near = cfg })
 }
 
-// A nearEntry is one decoded value in the near tier.
+// A nearEntry is one decoded value in the near tier. Every near hit copies
+// one: sum sits in notFound's padding, so that the checks of sampled hits
+// make it no larger, on or off.
 type nearEntry[T any] struct {
 	v        T
-	notFound bool  // a not-found tombstone (see WithNegativeTTL)
-	until    int64 // served while near.Now() < until
-	down     int64 // its expiry in Redis: kept and served until then while Redis is down (see WithStaleIfDown)
+	notFound bool   // a not-found tombstone (see WithNegativeTTL)
+	sum      uint32 // with checks of sampled hits, the sum of its bytes (see nearTier.sum); else 0
+	until    int64  // served while near.Now() < until
+	down     int64  // its expiry in Redis: kept and served until then while Redis is down (see WithStaleIfDown)
 	owner    *near.Owner
-	sum      uint64 // with checks of sampled hits, the sum of its bytes (see nearTier.sum); else 0
 }
 
 // nearTier is a Cache's near tier: the bounded store of decoded values,

@@ -24,13 +24,6 @@ func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, 
 		return v, nil, false
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: tomb})
-	if k := c.checks; k != nil {
-		// Picked here, not in a call: a hit that no checker picks costs a
-		// load, a multiplication and a comparison (see sampleNear).
-		if n := c.stats.hits.Load(); mix(n) < k.limit {
-			c.sampleNear(key, vk, n)
-		}
-	}
 	if tomb {
 		return v, notFound(key), true
 	}

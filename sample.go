@@ -7,7 +7,6 @@ package dogpile
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +18,13 @@ import (
 // Bounds of the checks, per option and per Cache (documented on the options
 // and in docs/design.md, "Measuring consistency").
 const (
-	checkRate    = 200             // checks begun per second, at most (see checker.take)
-	checkBurst   = 20              // of which this many may begin at once
-	checkQueue   = 64              // picked hits waiting for the checker's goroutine; one more is dropped
-	checkPending = 512             // checks waiting for their next step; one more is dropped
-	checkTimeout = time.Second     // bounds a check's read of Redis
-	verifyBound  = 5 * time.Second // bounds a call of WithSourceCheck's verify
+	checkRate    = 200                   // checks begun per second, at most (see checker.take)
+	checkBurst   = 20                    // of which this many may begin at once
+	checkQueue   = 64                    // picked hits waiting for the checker's goroutine; one more is dropped
+	checkPending = 512                   // checks waiting for their next step; one more is dropped
+	checkTick    = 20 * time.Millisecond // while checks wait, the checker wakes this often, and no more
+	checkTimeout = time.Second           // bounds a check's read of Redis
+	verifyBound  = 5 * time.Second       // bounds a call of WithSourceCheck's verify
 )
 
 // A verdict is what a step of a check found.
@@ -39,13 +39,17 @@ const (
 
 // A checker runs the checks of one option on the hits it picks: one or
 // two steps each, the first delays[0] after the hit, the second delays[1]
-// after the first ended. It runs them one at a time on one goroutine of
-// the Cache (started by the first picked hit, ended by Close), off every
-// caller's path.
+// after the first ended. It runs them on one goroutine of the Cache
+// (started by the first picked hit, ended by Close), off every caller's
+// path, in rounds: the steps due at one wake-up share it, and the reads
+// of Redis they need (reads[i] names the value key step i reads, if any)
+// share one round trip (read).
 type checker[S any] struct {
 	limit  uint64 // see pick
 	delays [2]time.Duration
-	steps  [2]func(ctx context.Context, s *S) verdict
+	reads  [2]func(s *S) string
+	steps  [2]func(ctx context.Context, s *S, g got) verdict
+	read   func(ctx context.Context, vks []string) []got
 	bad    func(ctx context.Context, s *S) // reports an inconsistent hit
 	life   *life.Life
 
@@ -63,6 +67,13 @@ type timed[S any] struct {
 	s   S
 }
 
+// A got is a check's read of a value key: its bytes, or an error
+// (redis.Nil: none).
+type got struct {
+	b   []byte
+	err error
+}
+
 func newChecker[S any](l *life.Life, fraction float64) *checker[S] {
 	return &checker[S]{limit: uint64(fraction * (1 << 53)), life: l, queue: make(chan timed[S], checkQueue)}
 }
@@ -71,11 +82,11 @@ func newChecker[S any](l *life.Life, fraction float64) *checker[S] {
 // mix).
 func (k *checker[S]) pick(n uint64) bool { return k != nil && mix(n) < k.limit }
 
-// mix is what a hit's count n is picked by: the 53 high bits of a Weyl step
-// (n times 2⁶⁴/φ), which spreads consecutive counts evenly over the range,
-// so that one hit in 1/fraction is picked, in a stream of hits of any
-// pattern, where those below fraction·2⁵³ are (all of them for a fraction
-// of 1). It costs a multiplication.
+// mix is what picks a hit by its count n: the 53 high bits of n times
+// 2⁶⁴/φ (a Weyl step), below fraction·2⁵³ for a picked hit (every hit at a
+// fraction of 1). Consecutive counts land evenly over the range, so that
+// one hit in 1/fraction is picked, whatever the pattern of the hits. It
+// costs a multiplication.
 func mix(n uint64) uint64 { return (n * 0x9E3779B97F4A7C15) >> 11 }
 
 // take reports whether a check may begin at now (near.Now()): at most
@@ -102,56 +113,90 @@ func (k *checker[S]) take(now int64) bool {
 // checker's goroutine (none once the Cache is closed).
 func (k *checker[S]) offer(now int64, s S) {
 	k.start.Do(func() { k.life.Go(func() { k.run(k.life.Context()) }) })
+	k.open.Add(1) // before the send: the check may end before this returns
 	select {
 	case k.queue <- timed[S]{due: now + int64(k.delays[0]), s: s}:
-		k.open.Add(1)
 	default:
+		k.open.Add(-1)
 	}
 }
 
 // run runs the checks until ctx ends (Close). A step's delay is the same
 // for every check, so the checks waiting for a step are due in the order
-// they came: a FIFO per step, and one timer for the earliest.
+// they came: a FIFO per step. While any waits, it wakes every checkTick,
+// takes the hits queued meanwhile and runs the steps due; while none
+// does, it waits for a hit. So it wakes at most 50 times a second, however
+// many checks it makes, and each round's reads share a round trip.
 func (k *checker[S]) run(ctx context.Context) {
 	var wait [2][]timed[S]
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
-		next := int64(math.MaxInt64)
-		for i := range wait {
-			for len(wait[i]) > 0 && wait[i][0].due <= near.Now() && ctx.Err() == nil {
-				t := wait[i][0]
-				wait[i][0] = timed[S]{} // let go of what it holds
-				wait[i] = wait[i][1:]
-				k.step(ctx, i, &t.s, &wait)
-			}
-			if len(wait[i]) > 0 {
-				next = min(next, wait[i][0].due)
+	for ctx.Err() == nil {
+	drain:
+		for {
+			select {
+			case t := <-k.queue:
+				k.push(&wait[0], t)
+			default:
+				break drain
 			}
 		}
-		d := time.Hour
-		if next != math.MaxInt64 {
-			d = time.Duration(next - near.Now())
+		for i := range wait {
+			n := 0
+			for n < len(wait[i]) && wait[i][n].due <= near.Now() {
+				n++
+			}
+			if n > 0 {
+				k.round(ctx, i, wait[i][:n], &wait)
+				clear(wait[i][:n]) // let go of what they hold
+				wait[i] = wait[i][n:]
+			}
+		}
+		intake, d := (<-chan timed[S])(nil), checkTick
+		if len(wait[0])+len(wait[1]) == 0 {
+			intake, d = k.queue, time.Hour
 		}
 		timer.Reset(d)
 		select {
 		case <-ctx.Done():
-			return
-		case t := <-k.queue:
-			if len(wait[0]) < checkPending {
-				wait[0] = append(wait[0], t)
-			} else {
-				k.open.Add(-1)
-			}
+		case t := <-intake:
+			k.push(&wait[0], t)
 		case <-timer.C:
 		}
 	}
 }
 
+// push appends t to w, or drops it if w is full.
+func (k *checker[S]) push(w *[]timed[S], t timed[S]) {
+	if len(*w) < checkPending {
+		*w = append(*w, t)
+	} else {
+		k.open.Add(-1)
+	}
+}
+
+// round runs step i of the checks ts, after their reads, if the step has
+// any, in one round trip.
+func (k *checker[S]) round(ctx context.Context, i int, ts []timed[S], wait *[2][]timed[S]) {
+	var gots []got
+	if k.reads[i] != nil {
+		vks := make([]string, len(ts))
+		for j := range ts {
+			vks[j] = k.reads[i](&ts[j].s)
+		}
+		gots = k.read(ctx, vks)
+	} else {
+		gots = make([]got, len(ts))
+	}
+	for j := range ts {
+		k.step(ctx, i, &ts[j].s, gots[j], wait)
+	}
+}
+
 // step runs step i of the check of s, and counts, reports, or schedules
 // the next step.
-func (k *checker[S]) step(ctx context.Context, i int, s *S, wait *[2][]timed[S]) {
-	switch k.steps[i](ctx, s) {
+func (k *checker[S]) step(ctx context.Context, i int, s *S, g got, wait *[2][]timed[S]) {
+	switch k.steps[i](ctx, s, g) {
 	case checkOK:
 		k.sampled.Add(1)
 	case checkBad:
@@ -159,8 +204,8 @@ func (k *checker[S]) step(ctx context.Context, i int, s *S, wait *[2][]timed[S])
 		k.inconsistent.Add(1)
 		k.bad(ctx, s)
 	case checkNext:
-		if j := i + 1; j < len(wait) && k.steps[j] != nil && len(wait[j]) < checkPending {
-			wait[j] = append(wait[j], timed[S]{due: near.Now() + int64(k.delays[j]), s: *s})
+		if j := i + 1; j < len(wait) && k.steps[j] != nil {
+			k.push(&wait[j], timed[S]{due: near.Now() + int64(k.delays[j]), s: *s})
 			return
 		}
 	}
@@ -214,27 +259,26 @@ func (k *checks[T]) stats(st *Stats) {
 	}
 }
 
-// sampleNear offers a near hit of vk to the checkers that pick it, if they
-// may begin a check. n is the hit counter, which emit has just
-// incremented, read after: the hit path writes no other shared memory to
-// pick, and a second atomic counter on every hit would be a second
-// contended cache line. Two hits that read the same count (another's
-// increment came between one's increment and its read) are picked or not
-// together, which leaves the fraction as it is. nearHit calls it only if
-// mix(n) is below checks.limit.
+// sampleNear offers a near hit of key to the checkers that pick it, if
+// they may begin a check. n is the hit count that emit's increment
+// returned: picking a near hit costs no other access to shared memory (a
+// read of the counter after the increment, one more contended cache line
+// on every hit, cost a hot key at 16 goroutines 8 % of its near hits on
+// two cores: bench/HISTORY.md, issue 42). emit calls it only if mix(n) is
+// below checks.limit.
 //
 // The entry is looked up again here, for the few hits that are checked,
-// rather than handed over by every hit (a larger return on the hit path):
-// it is the one served, unless an invalidation came within these
-// nanoseconds; then the check is of the entry the tier serves now, or of
-// none.
-func (c *core[T]) sampleNear(key, vk string, n uint64) {
+// rather than handed over by every hit: it is the one served, unless an
+// invalidation came within these nanoseconds; then the check is of the
+// entry the tier serves now, or of none.
+func (c *core[T]) sampleNear(key string, n uint64) {
 	now := near.Now()
 	kn, ks := c.checks.near, c.checks.source
 	toNear, toSource := kn.pick(n) && kn.take(now), ks.pick(n) && ks.take(now)
 	if !toNear && !toSource {
 		return
 	}
+	vk := c.valueKey(key)
 	e, ok := c.near.store.GetIfPresent(vk)
 	if !ok {
 		return

@@ -84,7 +84,7 @@ type sourceSample[T any] struct {
 	near     bool
 	v        T // shared with the tier's callers: read-only
 	notFound bool
-	sum      uint64
+	sum      uint32
 }
 
 // newSourceChecker returns WithSourceCheck's checker: verify, the delay
@@ -96,7 +96,14 @@ func (c *core[T]) newSourceChecker() *checker[sourceSample[T]] {
 	}
 	k := newChecker[sourceSample[T]](&c.life, c.opts.sourceCheck)
 	k.delays = [2]time.Duration{d, d}
-	k.steps = [2]func(context.Context, *sourceSample[T]) verdict{c.againstSource, c.stillServed}
+	k.reads = [2]func(*sourceSample[T]) string{nil, func(s *sourceSample[T]) string {
+		if s.vk == "" {
+			return c.valueKey(s.key)
+		}
+		return s.vk
+	}}
+	k.steps = [2]func(context.Context, *sourceSample[T], got) verdict{c.againstSource, c.stillServed}
+	k.read = c.checkReads
 	k.bad = func(ctx context.Context, s *sourceSample[T]) {
 		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key})
 	}
@@ -105,7 +112,7 @@ func (c *core[T]) newSourceChecker() *checker[sourceSample[T]] {
 
 // againstSource is a source check's first step: verify's answer, encoded,
 // against what the hit served.
-func (c *core[T]) againstSource(ctx context.Context, s *sourceSample[T]) verdict {
+func (c *core[T]) againstSource(ctx context.Context, s *sourceSample[T], _ got) verdict {
 	served, tomb, err := c.served(s)
 	if err != nil {
 		return checkDrop // bytes that do not decode were never served
@@ -137,22 +144,17 @@ func agree(same bool) verdict {
 	return checkNext
 }
 
-// stillServed is a source check's second step, after a mismatch: the hit
-// was inconsistent only if Redis still holds the entry it served. A write
-// to the source that the cache was told of, by the time verify saw it,
-// would have replaced or removed it by now.
-func (c *core[T]) stillServed(ctx context.Context, s *sourceSample[T]) verdict {
-	vk := s.vk
-	if vk == "" {
-		vk = c.valueKey(s.key)
-	}
-	b, err := c.checkRead(ctx, vk)
+// stillServed is a source check's second step, after a mismatch, given
+// what Redis holds (g): the hit was inconsistent only if Redis still holds
+// the entry it served. A write to the source that the cache was told of,
+// by the time verify saw it, would have replaced or removed it by now.
+func (c *core[T]) stillServed(_ context.Context, s *sourceSample[T], g got) verdict {
 	switch {
-	case err == redis.Nil:
+	case g.err == redis.Nil:
 		return checkOK
-	case err != nil:
+	case g.err != nil:
 		return checkDrop
-	case s.near && c.near.sum(b) == s.sum, !s.near && bytes.Equal(b, s.b):
+	case s.near && c.near.sum(g.b) == s.sum, !s.near && bytes.Equal(g.b, s.b):
 		return checkBad
 	}
 	return checkOK

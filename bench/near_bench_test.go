@@ -79,6 +79,15 @@ func nearLibs(tb testing.TB) []cacheLib {
 				return fetchWith(c)
 			},
 		},
+		{
+			// A short name: keys embed it, and the value key must stay in
+			// dogpile+near's allocation size class for a fair comparison.
+			name: "dogpile+near+1%",
+			how:  "dogpile+near with WithConsistencySampling(0.01): one near hit in a hundred checked against Redis in the background (at most 200 a second)",
+			newFetcher: func(rdb *redis.Client) fetcher {
+				return fetchWith(newNearCache(tb, rdb, dogpile.WithConsistencySampling(0.01)))
+			},
+		},
 		cacheLibs[0], // dogpile, no near tier
 		{
 			name:    "rueidis/DoCache",
