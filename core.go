@@ -12,14 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
-	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/hotkeys"
 	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
-	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
 // core is the engine behind a Cache: its state, shared by the mechanism
@@ -142,25 +141,6 @@ func (t turns) take(ctx context.Context) error {
 
 func (t turns) give() { <-t }
 
-// freshRead is what a Cache with freshness options keeps to read a value's
-// remaining TTL from its entry.
-type freshRead struct {
-	clock servertime.Clock
-	// pttlFirst is set when a GET found an entry without an expiry: the
-	// next reads pipeline a PTTL again, until one finds an expiry.
-	pttlFirst atomic.Bool
-}
-
-// remaining is the least time entry b has left in Redis, from its expiry
-// and the clock, or false if either cannot tell.
-func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
-	d := entry.Deadline(b)
-	if d == 0 {
-		return 0, false
-	}
-	return f.clock.Remaining(d)
-}
-
 // emit is where every Event goes: the Stats counters, then the observer.
 // It returns the context to use from here (see WithObserver).
 func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
@@ -174,7 +154,7 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 		}
 		if e.Near {
 			s.nearHits.Add(1)
-			if k := c.checks; k != nil && !e.Stale && mix(n) < k.limit {
+			if k := c.checks; k != nil && !e.Stale && check.Mix(n) < k.limit {
 				c.sampleNear(e.Key, n) // one hit in many (see sampleNear)
 			}
 		}

@@ -37,17 +37,10 @@ func (c *Cache[T]) Prefix() string { return c.opts.prefix }
 func (c *Cache[T]) keysHidden() bool { return false }
 
 // HideKeys returns c with the names of its keys hidden: its HotKeys name
-// each key by its rank, "#1" for the most read, so that [DebugHandler] and
-// dogpileotel show how hot c's hottest keys are without showing what they
-// are. Use it for a Cache whose keys are sensitive in themselves (session
-// tokens, e-mail addresses).
-//
-// Hiding is a wrapper around one Cache, rather than an option of the page,
-// because whether a key's name may be shown depends on the key space, not
-// on the page: one page can show product IDs and hide session tokens,
-// DebugHandler(products, HideKeys(sessions)). And the wrapped value carries
-// the choice to every consumer, the page and dogpileotel's metrics alike.
-// HideKeys panics if c is nil.
+// each key by its rank, "#1" for the most read, on [DebugHandler]'s page and
+// in dogpileotel's metrics alike. It wraps one Cache, not the page, because
+// whether a name may be shown depends on the key space: one page can show
+// product IDs and hide session tokens. It panics if c is nil.
 func HideKeys(c AnyCache) AnyCache {
 	mustCache("HideKeys", c)
 	return hiddenKeys{c}
@@ -68,22 +61,17 @@ func (hiddenKeys) keysHidden() bool { return true }
 // debugHotKeys is how many hot keys the page shows per Cache.
 const debugHotKeys = 20
 
-// DebugHandler returns an http.Handler that serves a page of the figures of
-// caches, in the manner of net/http/pprof and expvar, for a person (HTML)
-// or a script (JSON, with ?format=json). For each Cache, named by its
-// prefix, it shows every [Stats] counter; the hit ratio, the near tier's
-// share of hits, and the share of sampled hits found inconsistent by
-// [WithConsistencySampling] and [WithSourceCheck]; and its 20 hottest keys
-// ([Cache.HotKeys]) with their reads, misses, computes and waits. It
-// registers nothing: mount it yourself, on a port that only operators
-// reach.
+// DebugHandler returns a read-only http.Handler, in the manner of
+// net/http/pprof and expvar, that shows each Cache of caches by its prefix:
+// every [Stats] counter, the hit ratio, the near tier's share, the share of
+// sampled hits found inconsistent, and its 20 hottest keys. HTML for a
+// person, JSON with ?format=json; GET and HEAD only (else 405). It shows
+// key names, never values, and hides names after [HideKeys]. Mount it on a
+// port only operators reach:
 //
 //	mux.Handle("/debug/dogpile", dogpile.DebugHandler(users, dogpile.HideKeys(sessions)))
 //
-// The page is read-only: it answers GET and HEAD, and any other method with
-// 405 Method Not Allowed. It shows key names, never values, and hides the
-// names of a Cache wrapped by [HideKeys]. DebugHandler panics if a cache is
-// nil.
+// It panics if a cache is nil.
 func DebugHandler(caches ...AnyCache) http.Handler {
 	for _, c := range caches {
 		mustCache("DebugHandler", c)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -178,16 +179,9 @@ func ChecksOpen[T any](c *Cache[T]) int64 {
 	if c.checks == nil {
 		return 0
 	}
-	n := int64(0)
-	if k := c.checks.near; k != nil {
-		n += k.open.Load()
-	}
-	if k := c.checks.source; k != nil {
-		n += k.open.Load()
-	}
-	return n
+	return c.checks.near.Open() + c.checks.source.Open()
 }
 
 // CheckRate and CheckBurst bound the checks of sampled hits that begin:
 // CheckRate a second, CheckBurst at once, per option.
-const CheckRate, CheckBurst = checkRate, checkBurst
+const CheckRate, CheckBurst = check.Rate, check.Burst

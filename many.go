@@ -205,3 +205,94 @@ func (c *core[T]) answer(key string, r outcome, out map[string]T) (notFound bool
 	}
 	return false, fmt.Errorf("dogpile: %q: %w", key, r.err)
 }
+
+// readManyRedis is readMany's round trip on rc, behind the circuit
+// breaker: an MGET per slot group, and a PTTL per key if the remaining
+// TTLs are needed and cannot be read from the entries (see readRedis). It
+// returns the pipeline's first error; each key has its own in rs.
+func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
+	groups := slotGroups(c.client, vks)
+	gets := make([]*redis.SliceCmd, len(groups))
+	var pttls []*redis.DurationCmd
+	fromEntry := false
+	if f := c.fresh; f != nil {
+		if fromEntry = c.readyClock() && !f.pttlFirst.Load(); !fromEntry {
+			pttls = make([]*redis.DurationCmd, len(vks))
+		}
+	}
+	err := redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
+		for gi, g := range groups {
+			ks := vks // a single server: one group, every key in order
+			if len(g) != len(vks) {
+				ks = make([]string, len(g))
+				for n, i := range g {
+					ks[n] = vks[i]
+				}
+			}
+			gets[gi] = p.MGet(ctx, ks...)
+		}
+		for i := range pttls {
+			pttls[i] = p.PTTL(ctx, vks[i])
+		}
+	})
+	for gi, g := range groups {
+		vals, gerr := gets[gi].Result()
+		for n, i := range g {
+			r := &rs[i]
+			r.pttl = -1
+			switch {
+			case gerr != nil:
+				r.err = gerr
+			case vals[n] == nil:
+				r.err = redis.Nil
+			default:
+				s, _ := vals[n].(string)
+				r.b = []byte(s)
+			}
+			if pttls != nil && r.err == nil {
+				if c.fresh.pttlFirst.Load() && entry.Deadline(r.b) != 0 {
+					c.fresh.pttlFirst.Store(false)
+				}
+				if d, err := pttls[i].Result(); err == nil && d >= 0 {
+					r.pttl = d // a value without a TTL is never stale
+				}
+			}
+		}
+	}
+	if fromEntry {
+		c.entryTTLs(ctx, rc, vks, rs)
+	}
+	return err
+}
+
+// entryTTLs sets the remaining TTL of each value read in rs from its entry,
+// and reads the PTTLs of those whose entry cannot tell, in one more round
+// trip.
+func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) {
+	var ask []int
+	for i := range rs {
+		if rs[i].err != nil {
+			continue
+		}
+		if d, ok := c.fresh.remaining(rs[i].b); ok {
+			rs[i].pttl = d
+		} else {
+			ask = append(ask, i)
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	c.fresh.pttlFirst.Store(true)
+	cmds := make([]*redis.DurationCmd, len(ask))
+	_ = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
+		for n, i := range ask {
+			cmds[n] = p.PTTL(ctx, vks[i])
+		}
+	})
+	for n, i := range ask {
+		if d, err := cmds[n].Result(); err == nil && d >= 0 {
+			rs[i].pttl = d // a value without a TTL is never stale
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -204,93 +205,21 @@ func notString(b []byte, err error) ([]byte, error) {
 	return b, err
 }
 
-// readManyRedis is readMany's round trip on rc, behind the circuit
-// breaker: an MGET per slot group, and a PTTL per key if the remaining
-// TTLs are needed and cannot be read from the entries (see readRedis). It
-// returns the pipeline's first error; each key has its own in rs.
-func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
-	groups := slotGroups(c.client, vks)
-	gets := make([]*redis.SliceCmd, len(groups))
-	var pttls []*redis.DurationCmd
-	fromEntry := false
-	if f := c.fresh; f != nil {
-		if fromEntry = c.readyClock() && !f.pttlFirst.Load(); !fromEntry {
-			pttls = make([]*redis.DurationCmd, len(vks))
-		}
-	}
-	err := redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
-		for gi, g := range groups {
-			ks := vks // a single server: one group, every key in order
-			if len(g) != len(vks) {
-				ks = make([]string, len(g))
-				for n, i := range g {
-					ks[n] = vks[i]
-				}
-			}
-			gets[gi] = p.MGet(ctx, ks...)
-		}
-		for i := range pttls {
-			pttls[i] = p.PTTL(ctx, vks[i])
-		}
-	})
-	for gi, g := range groups {
-		vals, gerr := gets[gi].Result()
-		for n, i := range g {
-			r := &rs[i]
-			r.pttl = -1
-			switch {
-			case gerr != nil:
-				r.err = gerr
-			case vals[n] == nil:
-				r.err = redis.Nil
-			default:
-				s, _ := vals[n].(string)
-				r.b = []byte(s)
-			}
-			if pttls != nil && r.err == nil {
-				if c.fresh.pttlFirst.Load() && entry.Deadline(r.b) != 0 {
-					c.fresh.pttlFirst.Store(false)
-				}
-				if d, err := pttls[i].Result(); err == nil && d >= 0 {
-					r.pttl = d // a value without a TTL is never stale
-				}
-			}
-		}
-	}
-	if fromEntry {
-		c.entryTTLs(ctx, rc, vks, rs)
-	}
-	return err
+// freshRead is what a Cache with freshness options keeps to read a value's
+// remaining TTL from its entry.
+type freshRead struct {
+	clock servertime.Clock
+	// pttlFirst is set when a GET found an entry without an expiry: the
+	// next reads pipeline a PTTL again, until one finds an expiry.
+	pttlFirst atomic.Bool
 }
 
-// entryTTLs sets the remaining TTL of each value read in rs from its entry,
-// and reads the PTTLs of those whose entry cannot tell, in one more round
-// trip.
-func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) {
-	var ask []int
-	for i := range rs {
-		if rs[i].err != nil {
-			continue
-		}
-		if d, ok := c.fresh.remaining(rs[i].b); ok {
-			rs[i].pttl = d
-		} else {
-			ask = append(ask, i)
-		}
+// remaining is the least time entry b has left in Redis, from its expiry
+// and the clock, or false if either cannot tell.
+func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
+	d := entry.Deadline(b)
+	if d == 0 {
+		return 0, false
 	}
-	if len(ask) == 0 {
-		return
-	}
-	c.fresh.pttlFirst.Store(true)
-	cmds := make([]*redis.DurationCmd, len(ask))
-	_ = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
-		for n, i := range ask {
-			cmds[n] = p.PTTL(ctx, vks[i])
-		}
-	})
-	for n, i := range ask {
-		if d, err := cmds[n].Result(); err == nil && d >= 0 {
-			rs[i].pttl = d // a value without a TTL is never stale
-		}
-	}
+	return f.clock.Remaining(d)
 }

@@ -14,41 +14,32 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/entry"
 )
 
 // sourceDelay is how long after a hit WithSourceCheck calls verify, and how
-// long after a mismatch it reads Redis again.
-const sourceDelay = time.Second
+// long after a mismatch it reads Redis again; verifyBound bounds a call of
+// verify.
+const (
+	sourceDelay = time.Second
+	verifyBound = 5 * time.Second
+)
 
 // WithSourceCheck checks the cache against the source of truth: about
-// fraction of the hits (from Redis or the near tier; never a stale one,
-// which is knowingly old) are checked in the background, never on the
-// caller's path, and counted in [Stats].SourceSampled. A second after the
-// hit, verify is called with the key, as the source of the value, and its
-// value is encoded with the Cache's [Codec] and compared with the value
-// served, encoded; an error matching [ErrNotFound] matches a not-found
-// tombstone ([WithNegativeTTL]). On a mismatch the value's age is told
-// apart from a missed write: a second later Redis is read again. If it no
-// longer holds the very entry served, the source changed and the cache
-// was told (Delete, Set, Expire, InvalidateTag, or the TTL), and nothing
-// is counted; if it still does, the source changed at least a second
-// before and nothing replaced the value (a database write without its
-// Delete, say): the hit is counted in [Stats].SourceInconsistent and
-// reported to the observer as an [EventInconsistent] with its key (Near
-// false).
-//
-// Values are compared by bytes, compression aside: a codec must encode
-// equal values to equal bytes (MsgPack does, but not a Go map of more than
-// one key, whose order varies). A near hit's value is encoded again for the
-// comparison. verify runs on a goroutine of the Cache, one call at a time,
-// its context bounded by 5 s and ended by Close, which waits for it; a
-// check whose verify fails (another error, or a panic) or whose read of
-// Redis fails is dropped, counted nowhere. At most 200 checks begin a
-// second (20 at once); a hit picked beyond that is not checked. Picking
-// costs a hit a multiplication. New panics if T is not the Cache's value
-// type; WithSourceCheck panics unless 0 < fraction <= 1, or if verify is
-// nil.
+// fraction of the hits that are not stale are checked in the background, a
+// second later, by calling verify with the key; its value, encoded with the
+// Cache's [Codec], is compared with the value served (ErrNotFound matches a
+// tombstone). Checks count in [Stats].SourceSampled. A mismatch counts in
+// [Stats].SourceInconsistent, and reaches the observer as an
+// [EventInconsistent] with its key, only if Redis still holds the served
+// entry a second after it: a source written and then its Delete or Set (or
+// the TTL) does not count, a write without them does. A codec must encode
+// equal values to equal bytes. verify runs one call at a time, bounded by
+// 5 s; a check whose verify or read fails is dropped. At most 200 checks
+// begin a second. docs/design.md, "Measuring consistency", tells more. It
+// panics unless 0 < fraction <= 1 and verify is set, and New panics if T
+// is not the Cache's value type.
 func WithSourceCheck[T any](fraction float64, verify func(ctx context.Context, key string) (T, error)) Option {
 	switch {
 	case !(fraction > 0 && fraction <= 1):
@@ -89,75 +80,73 @@ type sourceSample[T any] struct {
 
 // newSourceChecker returns WithSourceCheck's checker: verify, the delay
 // after the hit; Redis again, the delay after a mismatch.
-func (c *core[T]) newSourceChecker() *checker[sourceSample[T]] {
+func (c *core[T]) newSourceChecker() *check.Checker[sourceSample[T]] {
 	d := c.opts.sourceDelay
 	if d <= 0 {
 		d = sourceDelay
 	}
-	k := newChecker[sourceSample[T]](&c.life, c.opts.sourceCheck)
-	k.delays = [2]time.Duration{d, d}
-	k.reads = [2]func(*sourceSample[T]) string{nil, func(s *sourceSample[T]) string {
+	bad := func(ctx context.Context, s *sourceSample[T]) {
+		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key})
+	}
+	again := func(s *sourceSample[T]) string {
 		if s.vk == "" {
 			return c.valueKey(s.key)
 		}
 		return s.vk
-	}}
-	k.steps = [2]func(context.Context, *sourceSample[T], got) verdict{c.againstSource, c.stillServed}
-	k.read = c.checkReads
-	k.bad = func(ctx context.Context, s *sourceSample[T]) {
-		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key})
 	}
-	return k
+	return check.New(&c.life, c.opts.sourceCheck, c.checkReads, bad,
+		check.Step[sourceSample[T]]{After: d, Run: c.againstSource},
+		check.Step[sourceSample[T]]{After: d, Key: again, Run: c.stillServed})
 }
 
 // againstSource is a source check's first step: verify's answer, encoded,
 // against what the hit served.
-func (c *core[T]) againstSource(ctx context.Context, s *sourceSample[T], _ got) verdict {
+func (c *core[T]) againstSource(ctx context.Context, s *sourceSample[T], _ check.Got) check.Verdict {
 	served, tomb, err := c.served(s)
 	if err != nil {
-		return checkDrop // bytes that do not decode were never served
+		return check.Drop // bytes that do not decode were never served
 	}
 	v, err := c.callVerify(ctx, s.key)
 	switch {
 	case ctx.Err() != nil:
-		return checkDrop
+		return check.Drop
 	case errors.Is(err, ErrNotFound):
 		return agree(tomb)
 	case err != nil:
-		return checkDrop
+		return check.Drop
 	case tomb:
-		return checkNext
+		return check.Next
 	}
 	p, err := c.marshal(v)
 	if err != nil {
-		return checkDrop
+		return check.Drop
 	}
 	return agree(bytes.Equal(p, served))
 }
 
-// agree is the verdict of the first step: consistent, or a mismatch for
+// agree is the check.Verdict of the first step: consistent, or a mismatch for
 // the next step to explain.
-func agree(same bool) verdict {
+func agree(same bool) check.Verdict {
 	if same {
-		return checkOK
+		return check.OK
 	}
-	return checkNext
+	return check.Next
 }
 
 // stillServed is a source check's second step, after a mismatch, given
 // what Redis holds (g): the hit was inconsistent only if Redis still holds
 // the entry it served. A write to the source that the cache was told of,
 // by the time verify saw it, would have replaced or removed it by now.
-func (c *core[T]) stillServed(_ context.Context, s *sourceSample[T], g got) verdict {
+func (c *core[T]) stillServed(_ context.Context, s *sourceSample[T], g check.Got) check.Verdict {
 	switch {
-	case g.err == redis.Nil:
-		return checkOK
-	case g.err != nil:
-		return checkDrop
-	case s.near && c.near.sum(g.b) == s.sum, !s.near && bytes.Equal(g.b, s.b):
-		return checkBad
+	case g.Err == redis.Nil:
+		return check.OK
+	case g.Err != nil:
+		return check.Drop
+	case s.near && c.near.sum(g.B) == s.sum, !s.near && bytes.Equal(g.B, s.b):
+		return check.Bad
 	}
-	return checkOK
+	return check.OK
 }
 
 // served returns the encoded value a sampled hit served, uncompressed, or
