@@ -3,7 +3,9 @@ package dogpile_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -290,5 +292,58 @@ func TestCheckOptionsPanic(t *testing.T) {
 		if option, _, _ := strings.Cut(name, "("); !strings.Contains(msg, strings.TrimSuffix(option, "'s verify type")) {
 			t.Errorf("%s: panic %q; want one naming the option", name, msg)
 		}
+	}
+}
+
+// TestSourceCheckCluster: on a Cluster, a round of checks reads keys that
+// live on every master in one pipeline (a round trip per node); the keys
+// whose rows changed without a Delete are found, each once, and no other.
+// As many keys as checks may begin at once, less two: a hit beyond the
+// rate cap is not checked.
+func TestSourceCheckCluster(t *testing.T) {
+	t.Parallel() // its own cluster; touches no package state
+	cl := redistest.StartCluster(t, 3)
+	rows := map[string]string{}
+	for i := range dogpile.CheckBurst - 2 { // checks that may begin at once
+		rows[fmt.Sprint("k", i)] = "v1"
+	}
+	db := newSource(rows)
+	var seen inconsistencies
+	c := dogpile.New[string](cl.Client(t), prefix(t), dogpile.WithSourceCheck(1, db.verify),
+		dogpile.WithSourceDelay(20*time.Millisecond), dogpile.WithObserver(seen.observe))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	keys := slices.Sorted(maps.Keys(rows))
+	for _, k := range keys {
+		if _, err := c.Fetch(ctx, k, time.Minute, db.compute(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settleChecks(t, c)
+	var changed []string
+	for i, k := range keys {
+		if i%3 == 0 {
+			db.write(k, "v2") // no Delete
+			changed = append(changed, k)
+		}
+	}
+	before := c.Stats()
+	if _, err := c.FetchMany(ctx, keys, time.Minute, nil2Many); err != nil {
+		t.Fatal(err)
+	}
+	settleChecks(t, c)
+	st := c.Stats()
+	if got := st.SourceSampled - before.SourceSampled; got != uint64(len(keys)) {
+		t.Errorf("%d hits checked; want all %d (a check's read failing on another node drops it)", got, len(keys))
+	}
+	if got := st.SourceInconsistent - before.SourceInconsistent; got != uint64(len(changed)) {
+		t.Errorf("%d hits inconsistent; want %d, the rows written without a Delete", got, len(changed))
+	}
+	var want []string
+	for _, k := range changed {
+		want = append(want, k+" near=false")
+	}
+	if got := seen.String(); got != "["+strings.Join(want, " ")+"]" {
+		t.Errorf("EventInconsistent keys = %s; want [%s]", got, strings.Join(want, " "))
 	}
 }
