@@ -102,6 +102,9 @@ func (c *core[T]) newSourceChecker() *check.Checker[sourceSample[T]] {
 // againstSource is a source check's first step: verify's answer, encoded,
 // against what the hit served.
 func (c *core[T]) againstSource(ctx context.Context, s *sourceSample[T], _ check.Got) check.Verdict {
+	if ctx.Err() != nil {
+		return check.Drop // Close: verify is not called
+	}
 	served, tomb, err := c.served(s)
 	if err != nil {
 		return check.Drop // bytes that do not decode were never served

@@ -114,3 +114,33 @@ func TestStepsInTurn(t *testing.T) {
 	l.Close()
 	l.Wait()
 }
+
+// TestCloseDropsTheRestOfARound: Close during a round of checks lets the
+// step in progress end and runs none of the round's others (a verify that
+// ignores its context would otherwise hold Close up once per check left).
+func TestCloseDropsTheRestOfARound(t *testing.T) {
+	var l life.Life
+	l.Init(errors.New("closed"))
+	var runs atomic.Int64
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	slow := func(context.Context, *int, Got) Verdict {
+		runs.Add(1)
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release // ignores its context, as some verify functions do
+		return OK
+	}
+	k := New(&l, 1, nil, nil, Step[int]{Run: slow})
+	for s := range 10 { // one round: all due at once
+		k.Offer(near.Now(), s)
+	}
+	<-started
+	l.Close() // cancels the checker's context; the step in progress goes on
+	close(release)
+	l.Wait()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("%d steps ran; want 1, the one in progress at Close", n)
+	}
+}
