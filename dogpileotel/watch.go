@@ -16,6 +16,9 @@ import (
 	"github.com/dogpile-go/dogpile"
 )
 
+// allHotKeys is more keys than a Cache's HotKeys ever reports (256).
+const allHotKeys = 1 << 10
+
 // defaultHotKeys is how many keys of each prefix the hot-key gauge reports
 // unless WithHotKeys says otherwise.
 const defaultHotKeys = 10
@@ -65,7 +68,8 @@ func newWatchInstruments(m metric.Meter, hotKeys int) (watchInstruments, error) 
 // new series only when a key enters the top n: few for a stable head of
 // hot keys, more for a churning one. For a Cache whose key names must not
 // leave the process, watch [dogpile.HideKeys](c): its keys are labelled
-// by rank, "#1" to "#n".
+// by rank, "#1" to "#n" (Caches of one prefix hidden so are summed by
+// rank, which says how hot their hottest keys are, not which).
 //
 // Watch panics if a cache is nil.
 func (o *Observer) Watch(caches ...dogpile.AnyCache) (stop func()) {
@@ -95,6 +99,10 @@ type prefixFigures struct {
 func (w *watchInstruments) observe(ob metric.Observer, caches []dogpile.AnyCache) {
 	var prefixes []string
 	byPrefix := map[string]*prefixFigures{}
+	shared := map[string]int{} // Caches per prefix
+	for _, c := range caches {
+		shared[c.Prefix()]++
+	}
 	for _, c := range caches {
 		p := c.Prefix()
 		f := byPrefix[p]
@@ -106,7 +114,13 @@ func (w *watchInstruments) observe(ob metric.Observer, caches []dogpile.AnyCache
 		s := c.Stats()
 		f.near[0], f.near[1] = f.near[0]+s.NearSampled, f.near[1]+s.NearInconsistent
 		f.source[0], f.source[1] = f.source[0]+s.SourceSampled, f.source[1]+s.SourceInconsistent
-		for _, h := range c.HotKeys(w.hotKeys) {
+		// Caches that share a prefix each give all they hold: a key just
+		// below one Cache's top n may be in the top n of their sum.
+		n := w.hotKeys
+		if shared[p] > 1 && n > 0 {
+			n = allHotKeys
+		}
+		for _, h := range c.HotKeys(n) {
 			f.hot[h.Key] += h.Reads
 		}
 	}

@@ -107,6 +107,25 @@ func TestWatchSumsSharedPrefix(t *testing.T) {
 	}
 }
 
+// TestWatchSumsBelowEachTop: a key second in each of two Caches of one
+// prefix can lead their sum; each gives more than its own top n for it.
+func TestWatchSumsBelowEachTop(t *testing.T) {
+	t.Parallel()
+	obs, reader := watching(t, dogpileotel.WithHotKeys(1))
+	rdb := redistest.Start(t)
+	c1 := dogpile.New[string](rdb, dogpile.WithPrefix("users:"))
+	c2 := dogpile.New[string](rdb, dogpile.WithPrefix("users:"))
+	defer obs.Watch(c1, c2)()
+	miss(t, c1, "a", 3)
+	miss(t, c1, "b", 2)
+	miss(t, c2, "c", 3)
+	miss(t, c2, "b", 2)
+	want := map[string]int64{"{key=b,key_prefix=users:}": 4}
+	if got := gauges(t, reader, "dogpile.cache.hot_key.reads"); !maps.Equal(got, want) {
+		t.Errorf("hot_key.reads = %v; want %v (b: 2 + 2, second in each Cache)", got, want)
+	}
+}
+
 // TestWatchHideKeys: a Cache watched through dogpile.HideKeys labels its
 // hot keys by rank, and its key names reach no attribute.
 func TestWatchHideKeys(t *testing.T) {
