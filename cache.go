@@ -137,10 +137,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emit(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound})
-	if c.checks != nil {
-		c.sampleRead(key, b, c.staleRead(b))
-	}
+	c.emitRead(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound}, b, c.checks != nil && c.staleRead(b))
 	if m.NotFound {
 		return zero, notFound(key)
 	}

@@ -201,11 +201,11 @@ func (c *core[T]) sampleNear(key string, n uint64) {
 	}
 }
 
-// sampleRead offers a hit that served b, read from Redis, to the source
-// check, if it picks it; a stale hit is knowingly old, and never checked.
-// b is not copied: nothing writes the bytes of a read after it.
-func (c *core[T]) sampleRead(key string, b []byte, stale bool) {
-	if k := c.checks.source; !stale && k.Pick(c.stats.hits.Load()) {
+// sampleRead offers a hit that served b, read from Redis, which emitRead
+// counted n and found not stale, to the source check, if it picks it. b is
+// not copied: nothing writes the bytes of a read after it.
+func (c *core[T]) sampleRead(key string, b []byte, n uint64) {
+	if k := c.checks.source; k.Pick(n) {
 		if now := near.Now(); k.Take(now) {
 			k.Offer(now, sourceSample[T]{key: key, b: b})
 		}

@@ -141,13 +141,34 @@ func (t turns) take(ctx context.Context) error {
 
 func (t turns) give() { <-t }
 
-// emit is where every Event goes: the Stats counters, then the observer.
-// It returns the context to use from here (see WithObserver).
+// emit is where every Event goes: the Stats counters (tally), then the
+// observer. It returns the context to use from here (see WithObserver).
 func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
+	c.tally(&e)
+	return c.observe(ctx, e)
+}
+
+// emitRead emits e, a hit whose entry b was read from Redis, and offers it
+// to WithSourceCheck's checker, picked by the hit count its own tally gave
+// it (as near hits are, in tally): a count read afterwards is shared by
+// hits that raced, which would be picked or passed over together. stale
+// is whether b is past its TTL, which a stale hit's check would only
+// confirm.
+func (c *core[T]) emitRead(ctx context.Context, e Event, b []byte, stale bool) {
+	n := c.tally(&e)
+	c.observe(ctx, e)
+	if k := c.checks; k != nil && !stale && check.Mix(n) < k.limit {
+		c.sampleRead(e.Key, b, n)
+	}
+}
+
+// tally counts e in Stats and in the hot-key report, and returns the hit
+// count of a hit (0 for other events).
+func (c *core[T]) tally(e *Event) (n uint64) {
 	s := &c.stats
 	switch e.Kind {
 	case EventHit:
-		n := s.hits.Add(1)
+		n = s.hits.Add(1)
 		c.hotHit(e.Key, n)
 		if e.Stale {
 			s.stale.Add(1)
@@ -163,13 +184,13 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 		}
 	case EventMiss:
 		s.misses.Add(1)
-		c.hotEvent(&e)
+		c.hotEvent(e)
 		if e.NotFound {
 			s.notFound.Add(1)
 		}
 	case EventComputeStart:
 		s.computes.Add(1)
-		c.hotEvent(&e)
+		c.hotEvent(e)
 		if e.Refresh {
 			s.refreshes.Add(1)
 		}
@@ -179,12 +200,17 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 		}
 	case EventWaitStart:
 		s.waits.Add(1)
-		c.hotEvent(&e)
+		c.hotEvent(e)
 	case EventWaitEnd:
 		if e.Wake == WakeFailed && !e.NotFound {
 			s.remoteErrors.Add(1)
 		}
 	}
+	return n
+}
+
+// observe hands e to the observer, if any (see WithObserver).
+func (c *core[T]) observe(ctx context.Context, e Event) context.Context {
 	if c.opts.observer == nil {
 		return ctx
 	}
@@ -282,10 +308,7 @@ func (l *looks) saw(hit bool) {
 // may be "not found".
 func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
-		c.emit(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound})
-		if c.checks != nil {
-			c.sampleRead(key, r.b, r.stale)
-		}
+		c.emitRead(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound}, r.b, r.stale)
 	} else {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}

@@ -105,10 +105,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 			}
 			c.near.put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
 			stale := !m.NotFound && c.stale(r.pttl)
-			c.emit(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound})
-			if c.checks != nil {
-				c.sampleRead(k, r.b, stale)
-			}
+			c.emitRead(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound}, r.b, stale)
 			if !m.NotFound {
 				out[k] = v
 			}
