@@ -61,6 +61,11 @@ func (hiddenKeys) keysHidden() bool { return true }
 // debugHotKeys is how many hot keys the page shows per Cache.
 const debugHotKeys = 20
 
+// debugAlarms are the fields of Stats whose being above zero the page marks
+// as worth a look.
+var debugAlarms = []string{"DecodeErrors", "ComputeErrors", "RemoteErrors", "Unavailable", "NearLate", "NearOff",
+	"NearInconsistent", "SourceInconsistent"}
+
 // DebugHandler returns a read-only http.Handler, in the manner of
 // net/http/pprof and expvar, that shows each Cache of caches by its prefix:
 // every [Stats] counter, the hit ratio, the near tier's share, the share of
@@ -91,8 +96,7 @@ func debugFigures(c AnyCache) debugpage.Cache {
 	s := c.Stats()
 	p := debugpage.Cache{
 		Prefix: c.Prefix(), KeysHidden: c.keysHidden(), Stats: s,
-		Alarms: []string{"DecodeErrors", "ComputeErrors", "RemoteErrors", "Unavailable", "NearLate", "NearOff",
-			"NearInconsistent", "SourceInconsistent"},
+		Alarms: debugAlarms,
 		Ratios: []debugpage.Ratio{
 			{Name: "HitRatio", Of: "Hits / (Hits + Misses)", Num: s.Hits, Den: s.Hits + s.Misses},
 			{Name: "NearShare", Of: "NearHits / Hits", Num: s.NearHits, Den: s.Hits},
