@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -30,29 +31,38 @@ type stall struct {
 // MeasureStalls starts measuring stalls until tb ends.
 func MeasureStalls(tb testing.TB) *Stalls {
 	s := &Stalls{}
-	stop, done := make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(stallTick)
-		defer t.Stop()
-		for {
-			asked := time.Now()
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				now := time.Now()
-				if d := now.Sub(asked) - stallTick; d > time.Millisecond {
-					s.mu.Lock()
-					s.late = append(s.late, stall{now, d})
-					s.mu.Unlock()
-				}
-				t.Reset(stallTick)
-			}
-		}
+		WatchStalls(ctx, stallTick, time.Millisecond, func(due, ran time.Time) {
+			s.mu.Lock()
+			s.late = append(s.late, stall{ran, ran.Sub(due)})
+			s.mu.Unlock()
+		})
 	}()
-	tb.Cleanup(func() { close(stop); <-done })
+	tb.Cleanup(func() { cancel(); <-done })
 	return s
+}
+
+// WatchStalls calls f with each stall of the process longer than min,
+// until ctx ends: a goroutine asks to run every tick, and a wake-up that
+// comes more than min after it was due is a stall from due to ran.
+func WatchStalls(ctx context.Context, tick, min time.Duration, f func(due, ran time.Time)) {
+	t := time.NewTimer(tick)
+	defer t.Stop()
+	for {
+		due := time.Now().Add(tick)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if ran := time.Now(); ran.Sub(due) > min {
+				f(due, ran)
+			}
+			t.Reset(tick)
+		}
+	}
 }
 
 // Between returns how long the process stalled between from and to: the

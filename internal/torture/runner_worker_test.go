@@ -246,20 +246,9 @@ const stallTick = 10 * time.Millisecond
 // on two cores) delays a goroutine's seeing its lease's Done as a stopped
 // process does, which the lock package does not promise to survive.
 func (w *worker) watchStalls(ctx context.Context) {
-	t := time.NewTicker(stallTick)
-	defer t.Stop()
-	due := time.Now().Add(stallTick)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if late := time.Since(due); late > StallMin {
-				op := w.newOp(0, KStall, 0)
-				op.Start, op.End = due.UnixNano(), time.Now().UnixNano()
-				w.led.Write(op)
-			}
-			due = now.Add(stallTick)
-		}
-	}
+	redistest.WatchStalls(ctx, stallTick, StallMin, func(due, ran time.Time) {
+		op := w.newOp(0, KStall, 0)
+		op.Start, op.End = due.UnixNano(), ran.UnixNano()
+		w.led.Write(op)
+	})
 }
