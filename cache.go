@@ -69,6 +69,7 @@ import (
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
+	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
@@ -103,7 +104,7 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
-		c.near = newNear(client, c.breaker, &c.opts, &c.flights, &c.stats, c.decodeEntry, c.emit)
+		c.near = c.newNear()
 	}
 	c.readHit = c.pickReader()
 	c.checks = c.newChecks()
@@ -163,7 +164,7 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	}
 	ks := c.keys(key)
 	err := c.guard(ctx, func() error {
-		return deleteScript.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+		return script.Delete.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
 	})
 	c.forget(ks.value)
 	if err != nil {
@@ -196,7 +197,7 @@ func (c *Cache[T]) Close() error {
 	if !c.life.Close() {
 		return nil
 	}
-	c.near.stop()
+	c.near.Stop()
 	c.life.Wait()
 	return nil
 }
@@ -210,10 +211,10 @@ func (c *Cache[T]) Stats() Stats {
 		Takeovers: s.takeovers.Load(), DecodeErrors: s.decodeErrors.Load(),
 		ComputeErrors: s.computeErrors.Load(), Shared: s.shared.Load(),
 		RemoteErrors: s.remoteErrors.Load(), Stale: s.stale.Load(), NotFound: s.notFound.Load(), Refreshes: s.refreshes.Load(),
-		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(), NearLate: s.nearLate.Load(),
+		Unavailable: s.unavailable.Load(), NearHits: s.nearHits.Load(),
 		StaleIfDown: s.staleIfDown.Load(), NearOff: s.nearOff.Load(),
 	}
-	st.NearInvalidations, st.NearFlushes = c.near.counts()
+	st.NearInvalidations, st.NearFlushes, st.NearLate = c.near.Counts()
 	c.checks.stats(&st)
 	return st
 }
@@ -251,7 +252,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// The values another process's InvalidateTag of these tags voided
 	// first are gone from the tags' sets, and from this tier only once
 	// their invalidations arrive: wait for them.
-	c.near.sync(ctx)
+	c.near.Sync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
 }

@@ -7,7 +7,6 @@ package dogpile
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,7 +52,7 @@ func (c *core[T]) newNearChecker() *check.Checker[nearSample] {
 	}
 	return check.New(&c.life, c.opts.nearCheck, c.checkReads, bad,
 		check.Step[nearSample]{Key: func(s *nearSample) string { return s.vk }, Run: c.nearAgainstRedis},
-		check.Step[nearSample]{After: c.near.t.Config().MaxLag, Run: c.nearStillServed})
+		check.Step[nearSample]{After: c.near.Tracker().Config().MaxLag, Run: c.nearStillServed})
 }
 
 // nearAgainstRedis is a near check's first step, given what Redis holds
@@ -64,7 +63,7 @@ func (c *core[T]) nearAgainstRedis(_ context.Context, s *nearSample, g check.Got
 	switch {
 	case g.Err != nil && g.Err != redis.Nil:
 		return check.Drop
-	case g.Err == nil && c.near.sum(g.B) == s.sum:
+	case g.Err == nil && c.near.Sum(g.B) == s.sum:
 		return check.OK
 	}
 	return check.Next
@@ -76,7 +75,7 @@ func (c *core[T]) nearAgainstRedis(_ context.Context, s *nearSample, g check.Got
 // no longer serve that entry. If it still would, the hit was inconsistent,
 // and stays so past the bound.
 func (c *core[T]) nearStillServed(_ context.Context, s *nearSample, _ check.Got) check.Verdict {
-	if c.near.holds(s.vk, s.sum, s.until) {
+	if c.near.Holds(s.vk, s.sum, s.until) {
 		return check.Bad
 	}
 	return check.OK
@@ -115,24 +114,6 @@ func (c *core[T]) checkReads(ctx context.Context, vks []string) []check.Got {
 		gs[i].B, gs[i].Err = notString(cmd.Bytes())
 	}
 	return gs
-}
-
-// sum is the sum of an entry's bytes that the checks compare: 32 bits of
-// maphash, so that it fits in a padding of nearEntry. Two different entries
-// share one by a chance of 2⁻³², which makes a check miss an inconsistency
-// (or, for WithSourceCheck, find one) once in four billion.
-func (n *nearTier[T]) sum(b []byte) uint32 { return uint32(maphash.Bytes(n.seed, b)) }
-
-// holds reports whether the tier would serve now, to a Fetch, the entry
-// that a sampled hit of vk served (see nearSample). It counts no hit and
-// does not keep the tier's tracking open.
-func (n *nearTier[T]) holds(vk string, sum uint32, until int64) bool {
-	now := near.Now()
-	if !n.x.Up() || !n.t.Heard(now) {
-		return false
-	}
-	e, ok := n.store.GetIfPresent(vk)
-	return ok && e.sum == sum && e.until == until && now < e.until && e.owner.Live(now)
 }
 
 // checks are a Cache's checkers; nil without WithConsistencySampling (and
@@ -189,15 +170,15 @@ func (c *core[T]) sampleNear(key string, n uint64) {
 		return
 	}
 	vk := c.valueKey(key)
-	e, ok := c.near.store.GetIfPresent(vk)
+	e, ok := c.near.Peek(vk)
 	if !ok {
 		return
 	}
 	if toNear {
-		kn.Offer(now, nearSample{key: key, vk: vk, sum: e.sum, until: e.until})
+		kn.Offer(now, nearSample{key: key, vk: vk, sum: e.Sum, until: e.Until})
 	}
 	if toSource {
-		ks.Offer(now, sourceSample[T]{key: key, vk: vk, v: e.v, notFound: e.notFound, sum: e.sum, near: true})
+		ks.Offer(now, sourceSample[T]{key: key, vk: vk, v: e.V, notFound: e.NotFound, sum: e.Sum, near: true})
 	}
 }
 

@@ -2,8 +2,6 @@ package dogpile
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -32,25 +30,25 @@ const clearBatch = 1000
 // which SCAN may miss, would be left in no tag's set, where no
 // InvalidateTag would find it.
 func (c *core[T]) clear(ctx context.Context) error {
-	p := globEscape(c.opts.prefix)
+	p := redisutil.GlobEscape(c.opts.prefix)
 	values := func(ctx context.Context, n *redis.Client) error {
-		return scanNode(ctx, n, p+"{*", func(keys []string) error {
-			return unlink(ctx, n, keys, func(k string) bool { return c.kindOf(k) == perKey })
+		return redisutil.Scan(ctx, n, p+"{*", clearBatch, func(keys []string) error {
+			return redisutil.Unlink(ctx, n, keys, func(k string) bool { return c.kindOf(k) == perKey })
 		})
 	}
-	if err := forEachNode(ctx, c.client, values); err != nil {
+	if err := redisutil.ForEachNode(ctx, c.client, values); err != nil {
 		return err
 	}
 	var sets atomic.Bool
-	err := forEachNode(ctx, c.client, func(ctx context.Context, n *redis.Client) error {
-		return scanNode(ctx, n, p+"tag*", func(keys []string) error {
+	err := redisutil.ForEachNode(ctx, c.client, func(ctx context.Context, n *redis.Client) error {
+		return redisutil.Scan(ctx, n, p+"tag*", clearBatch, func(keys []string) error {
 			return c.clearTags(ctx, n, keys, &sets)
 		})
 	})
 	if err != nil || !sets.Load() {
 		return err
 	}
-	return forEachNode(ctx, c.client, values)
+	return redisutil.ForEachNode(ctx, c.client, values)
 }
 
 // clearTags removes, of keys (one SCAN batch of node n), the tags' sets and
@@ -72,7 +70,7 @@ func (c *core[T]) clearTags(ctx context.Context, n *redis.Client, keys []string,
 			}
 		}
 	}
-	return unlink(ctx, n, keys, func(k string) bool {
+	return redisutil.Unlink(ctx, n, keys, func(k string) bool {
 		switch c.kindOf(k) {
 		case tagSet:
 			sets.Store(true)
@@ -159,59 +157,6 @@ func afterTag(s string) (string, bool) {
 // brace in a hash tag (see redisutil.Tag).
 const hashedTagLen = 32
 
-// scanNode calls f with the keys of node n that match pattern, a SCAN
-// batch at a time.
-func scanNode(ctx context.Context, n *redis.Client, pattern string, f func(keys []string) error) error {
-	var cursor uint64
-	for {
-		keys, next, err := n.Scan(ctx, cursor, pattern, clearBatch).Result()
-		if err != nil {
-			return err
-		}
-		if err := f(keys); err != nil {
-			return err
-		}
-		if cursor = next; cursor == 0 {
-			return nil
-		}
-	}
-}
-
-// unlink removes the keys of node n that pick picks, in one pipeline of
-// one UNLINK per key: on a Cluster the keys of one node span slots, which
-// one command may not.
-func unlink(ctx context.Context, n *redis.Client, keys []string, pick func(string) bool) error {
-	keys = slices.DeleteFunc(keys, func(k string) bool { return !pick(k) })
-	if len(keys) == 0 {
-		return nil
-	}
-	return redisutil.Pipelined(ctx, n, func(p redis.Pipeliner) {
-		for _, k := range keys {
-			p.Unlink(ctx, k)
-		}
-	})
-}
-
-// forEachNode calls f for every master of a Cluster, or every shard of a
-// Ring, at once, or for the client itself, and returns the first error.
-func forEachNode(ctx context.Context, client redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
-	switch c := client.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, f)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, f)
-	case *redis.Client:
-		return f(ctx, c)
-	}
-	return fmt.Errorf("a client of type %T", client)
-}
-
-// globEscape escapes the characters that a SCAN MATCH pattern gives a
-// meaning: a prefix is matched as it is.
-func globEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
-}
-
 // Clear removes every key the Cache wrote, on every node (values, locks, tags),
 // and no other key, even under its prefix. A compute in progress anywhere loses
 // its lock, as after [Cache.Delete], and near tiers drop their copies. A value
@@ -224,7 +169,7 @@ func (c *Cache[T]) Clear(ctx context.Context) error {
 	err := c.clear(ctx)
 	// After the deletes, as Set does after its write (see forget).
 	c.flights.ForgetAll()
-	c.near.forgetAll()
+	c.near.ForgetAll()
 	if err != nil {
 		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/lock"
 )
 
@@ -178,7 +179,7 @@ func writeEveryKindOfKey(t *testing.T, c *Cache[string]) {
 	set, epoch := c.tagKeys("t")
 	registry := c.opts.prefix + tagRegistryName + redisutil.Tag("t")
 	aside := set + ":" + redisutil.Token()
-	if err := tagBumpScript.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
+	if err := script.TagBump.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	written := allKeys(t, c.client)
@@ -195,7 +196,7 @@ func allKeys(t *testing.T, rdb redis.UniversalClient) []string {
 	t.Helper()
 	var mu sync.Mutex
 	var all []string
-	err := forEachNode(t.Context(), rdb, func(ctx context.Context, n *redis.Client) error {
+	err := redisutil.ForEachNode(t.Context(), rdb, func(ctx context.Context, n *redis.Client) error {
 		keys, err := n.Keys(ctx, "*").Result()
 		mu.Lock()
 		defer mu.Unlock()

@@ -140,7 +140,7 @@ func (c *core[T]) decompress(p []byte, head int) ([]byte, error) {
 // subscriber's connection and kept in each Sub.
 const maxWakeValue = 64 << 10
 
-// storedBy returns the value carried by a wake-up payload (see storeScript)
+// storedBy returns the value carried by a wake-up payload (see script.Store)
 // if the compute that stored it is the one of holder, the token that the
 // last fetch script saw holding the lock, and the value decodes.
 //

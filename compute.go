@@ -11,6 +11,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/hold"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // Computing a value under the compute lock and storing it, fenced.
@@ -159,7 +160,7 @@ func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
 	if c.opts.stale > 0 || c.opts.beta > 0 {
 		throttle = c.opts.refreshRetry
 	}
-	return scriptCall{Script: failScript, Keys: []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
+	return scriptCall{Script: script.Fail, Keys: []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
 		Args: []any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
 }
 
@@ -225,7 +226,7 @@ type extender func(ctx context.Context, ttl time.Duration) (held bool, err error
 // extendOne extends the lease of one key's lock held with token.
 func (c *core[T]) extendOne(ks keys, token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
-		n, err := extendScript.Run(ctx, c.client, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
+		n, err := script.Extend.Run(ctx, c.client, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
 		return n > 0, err
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // failExtensions makes rdb fail the extensions of compute locks whose
@@ -21,7 +22,7 @@ import (
 func failExtensions(rdb redis.UniversalClient, fail ...int64) *atomic.Int64 {
 	var n atomic.Int64
 	rdb.AddHook(redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-		if runs(cmd, extendScript) {
+		if runs(cmd, script.Extend) {
 			i := n.Add(1)
 			for _, f := range fail {
 				if i == f {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/check"
@@ -31,15 +32,15 @@ type core[T any] struct {
 	stats   counters
 	hot     hotkeys.Summary // see HotKeys
 
-	attempts turns            // bounds the lock attempts in flight
-	looks    looks            // picks a Fetch's first look (see looks)
-	breaker  *breaker.Breaker // the client's (see ErrUnavailable)
-	gets     *roundtrip.Gets  // the client's GETs, which share pipelines
-	near     *nearTier[T]     // WithNearCache; nil: none
-	fresh    *freshRead       // with freshness options or a near tier; nil: none
-	readHit  hitReader        // the hit's round trip, chosen by New (see pickReader)
-	checks   *checks[T]       // checks of sampled hits; nil: none
-	life     life.Life        // what Close ends
+	attempts *semaphore.Weighted // bounds the lock attempts in flight (see newTurns)
+	looks    looks               // picks a Fetch's first look (see looks)
+	breaker  *breaker.Breaker    // the client's (see ErrUnavailable)
+	gets     *roundtrip.Gets     // the client's GETs, which share pipelines
+	near     *near.Tier[T]       // WithNearCache; nil: none
+	fresh    *freshRead          // with freshness options or a near tier; nil: none
+	readHit  hitReader           // the hit's round trip, chosen by New (see pickReader)
+	checks   *checks[T]          // checks of sampled hits; nil: none
+	life     life.Life           // what Close ends
 
 	// onWait, if set, is called when a flight starts waiting for another
 	// process's compute (tests use it to order events without sleeping).
@@ -105,18 +106,16 @@ func (c *core[T]) oneNode() bool {
 	return ok
 }
 
-// turns bounds the lock attempts (fetch and refresh scripts) a Cache sends
-// at once: half its client's connection pool. When many keys miss at once,
-// the store of a finished compute, the one command that wakes every waiting
-// process, must not queue in the pool behind lock attempts for keys that
-// missed later (head-of-line blocking, see bench/HISTORY.md, "Figures moved
-// out of code comments"). Lock attempts wait for their turn in the Cache
-// instead; hits, stores and releases are not limited, and always find a
-// connection. (A Cache whose first looks mostly miss looks with the lock
+// newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
+// sends at once: half its client's connection pool. When many keys miss at
+// once, the store of a finished compute, the one command that wakes every
+// waiting process, must not queue in the pool behind lock attempts for keys
+// that missed later (head-of-line blocking, see bench/HISTORY.md, "Figures
+// moved out of code comments"). Lock attempts wait for their turn in the
+// Cache instead; hits, stores and releases are not limited, and always find
+// a connection. (A Cache whose first looks mostly miss looks with the lock
 // script, see looks: that look takes a turn, hit or miss.)
-type turns chan struct{}
-
-func newTurns(client redis.UniversalClient) turns {
+func newTurns(client redis.UniversalClient) *semaphore.Weighted {
 	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
 	switch c := client.(type) {
 	case *redis.Client:
@@ -126,20 +125,8 @@ func newTurns(client redis.UniversalClient) turns {
 	case *redis.Ring:
 		size = c.Options().PoolSize
 	}
-	return make(turns, max(1, size/2))
+	return semaphore.NewWeighted(int64(max(1, size/2)))
 }
-
-// take waits for a turn to send a lock attempt; give gives it back.
-func (t turns) take(ctx context.Context) error {
-	select {
-	case t <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (t turns) give() { <-t }
 
 // emit is where every Event goes: the Stats counters (tally), then the
 // observer. It returns the context to use from here (see WithObserver).
@@ -238,14 +225,14 @@ func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, at
 // forget reads after the write.
 func (c *core[T]) forget(vk string) {
 	c.flights.Forget(vk)
-	c.near.forget(vk)
+	c.near.Forget(vk)
 }
 
 // A hitReader is read's round trip, chosen once by New (see pickReader).
 type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)
 
 // How a Fetch looks for a key first. A GET is what a hit needs; a miss then
-// sends the lock script (fetchScript, GET-or-lock), so its compute starts
+// sends the lock script (script.Fetch, GET-or-lock), so its compute starts
 // two round trips after the call. The lock script alone returns a value that
 // is there as a GET would, so looking with it costs a hit the same one round
 // trip (and the server a script's run, many times a GET's: bench/HISTORY.md,
@@ -260,7 +247,7 @@ type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []
 // value's TTL, or a tracked read, which the script does not give.
 //
 // While it looks with the script, a hit is a lock attempt as a miss is:
-// it takes a turn among the Cache's lock attempts (see turns), and goes
+// it takes a turn among the Cache's lock attempts (see newTurns), and goes
 // through the circuit breaker as a GET does. Like the GET, the look is
 // sent by the first caller, on its own context, from its own goroutine:
 // a hit needs no other goroutine, and a miss's lock attempt leaves at

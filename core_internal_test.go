@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // TestFirstLookAdapts: a Cache whose first looks mostly miss looks with
@@ -190,7 +191,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 // wait for as if another process computed (a false takeover).
 func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
-	fetchScript.Load(t.Context(), rdb) // each look one EVALSHA: the first, the leader's, takes the lock
+	script.Fetch.Load(t.Context(), rdb) // each look one EVALSHA: the first, the leader's, takes the lock
 	c := New[string](rdb, prefix(t))
 	defer c.Close()
 	c.looks.score.Store(lookMax)
@@ -201,7 +202,7 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	var retriedKind atomic.Int64
 	holdRelease := func(cmds ...redis.Cmder) {
 		for _, cmd := range cmds {
-			if scriptOf(cmd) == releaseScript.Hash() {
+			if scriptOf(cmd) == script.Release.Hash() {
 				// Held until the follower looked again, for a while: a
 				// release that waits for nothing comes first.
 				select {
@@ -215,7 +216,7 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	rdb.AddHook(redistest.Hook{
 		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 			switch scriptOf(cmd) {
-			case fetchScript.Hash():
+			case script.Fetch.Hash():
 				n := looks.Add(1)
 				err := next(ctx, cmd)
 				switch n {
@@ -226,7 +227,7 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 					return context.Canceled
 				case 2:
 					if res, ok := cmd.(*redis.Cmd).Val().([]any); ok {
-						kind, _ := at[int64](res, 0)
+						kind, _ := script.At[int64](res, 0)
 						retriedKind.Store(kind)
 					}
 					close(retried)
@@ -254,8 +255,8 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("leader: Fetch = %v; want context.Canceled", err)
 	}
-	if k := retriedKind.Load(); k != replyLocked {
-		t.Errorf("the follower's look got reply %d; want %d (the lock, free)", k, replyLocked)
+	if k := retriedKind.Load(); k != script.Locked {
+		t.Errorf("the follower's look got reply %d; want %d (the lock, free)", k, script.Locked)
 	}
 	if n := c.Stats().Takeovers; n != 0 {
 		t.Errorf("%d takeovers of this process's own lock", n)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // This file exports to package dogpile_test what its tests need of the
@@ -49,22 +50,21 @@ func FetchValue[T any](t *testing.T, c *Cache[T], key string) T {
 
 // Tracker returns the tracker of c's near tier: its Config, and the hooks
 // tests set before it starts (BeforeApply, BeforeSession, AfterIdle).
-func Tracker[T any](c *Cache[T]) *near.Tracker { return c.near.t }
+func Tracker[T any](c *Cache[T]) *near.Tracker { return c.near.Tracker() }
 
 // NearIndex returns the coherence index of c's near tier (Up, Drop).
-func NearIndex[T any](c *Cache[T]) *near.Index { return c.near.x }
+func NearIndex[T any](c *Cache[T]) *near.Index { return c.near.Index() }
 
 // NearHas reports whether c's near tier holds key.
 func NearHas[T any](c *Cache[T], key string) bool {
-	_, ok := c.near.store.GetIfPresent(c.valueKey(key))
+	_, ok := c.near.Peek(c.valueKey(key))
 	return ok
 }
 
 // NearLen returns how many entries c's near tier holds, its pending
 // evictions done.
 func NearLen[T any](c *Cache[T]) int {
-	c.near.store.CleanUp()
-	return c.near.store.EstimatedSize()
+	return c.near.Len()
 }
 
 // InstallHolder is installHolder: it hooks rdb so that StartHeldFetch can
@@ -125,7 +125,7 @@ var ErrComputeTooLong = errComputeTooLong
 func BreakerOpen[T any](c *Cache[T]) bool { return c.breaker.Open() }
 
 // testScripts are the scripts LoadScripts loads.
-var testScripts = []*redis.Script{fetchScript, fetchManyScript, storeScript, failScript, releaseScript, extendScript, setScript, deleteScript}
+var testScripts = []*redis.Script{script.Fetch, script.FetchMany, script.Store, script.Fail, script.Release, script.Extend, script.Set, script.Delete}
 
 // LoadScripts loads every script on every server, so that counts do not
 // include the one-off NOSCRIPT+EVAL of a script's first use.

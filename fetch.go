@@ -10,6 +10,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/servertime"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
@@ -64,7 +65,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 // abandoned by its first caller, and the caller should start over.
 func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, compute func(context.Context) (T, error)) (v T, err error, retry bool) {
 	id := flightID{Kind: fetchFlight, Key: vk}
-	cl, lead := c.flights.Join(id, c.near.heard())
+	cl, lead := c.flights.Join(id, c.near.Heard())
 	if !lead {
 		c.stats.shared.Add(1)
 		if err := c.turnedAway(); err != nil {
@@ -79,7 +80,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	// The hit path: one round trip, run by the first caller on its own
 	// context (its deadline applies to its own round trip). Only the value
 	// key is built here; the other names are derived on a miss.
-	tk := c.near.ticket(vk) // before the read: an invalidation during it bars the value
+	tk := c.near.Ticket(vk) // before the read: an invalidation during it bars the value
 	b, pttl, o, err := c.read(ctx, vk, id, cl)
 	var bad string // SHA1 of stored bytes that did not decode
 	down := false
@@ -91,7 +92,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			r := outcome{b: b, hit: true, stale: !m.NotFound && c.stale(pttl)}
 			// Into the near tier before the flight ends: a caller that got
 			// b must not find an older value there at its next Fetch.
-			c.near.put(vk, tk, o, b, m, pttl)
+			c.near.Put(vk, tk, o, b, m, pttl)
 			if limit, ok := c.due(pttl, m); ok {
 				j := newJob(flightID{Kind: laterFlight, Key: vk}, key, ttl, compute, nil)
 				j.prev = b
@@ -185,7 +186,7 @@ func (c *core[T]) stale(pttl time.Duration) bool {
 }
 
 // due reports whether a value read with pttl and meta m should be refreshed
-// now, and the highest PTTL at which it still should (refreshScript checks it
+// now, and the highest PTTL at which it still should (script.Refresh checks it
 // again in Redis, so a value that another process refreshed meanwhile is
 // left alone).
 func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok bool) {
@@ -193,7 +194,7 @@ func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok
 		return 0, false
 	}
 	// pttl read from the entry may fall short of the truth by up to Slack:
-	// refreshScript, which reads the true PTTL, is let start that much early.
+	// script.Refresh, which reads the true PTTL, is let start that much early.
 	slack := servertime.Slack
 	if c.opts.stale > 0 && pttl <= c.opts.stale {
 		return c.opts.stale + slack, true
@@ -222,13 +223,13 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 		defer stop()
 		lctx, cancel := context.WithTimeout(ctx, c.opts.lease)
 		defer cancel()
-		if c.attempts.take(lctx) != nil {
+		if c.attempts.Acquire(lctx, 1) != nil {
 			return
 		}
 		token, sent := redisutil.Token(), time.Now()
-		n, err := refreshScript.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
+		n, err := script.Refresh.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
 			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
-		c.attempts.give()
+		c.attempts.Release(1)
 		if redisutil.MayHaveRun(err) {
 			c.rollback(ctx, releaseCall(j.ks, token, c.publish)) // it may have taken the lock
 		}
@@ -271,9 +272,9 @@ func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []by
 }
 
 // downHit answers a Fetch of key with the near tier's kept copy of vk, if
-// Redis is unreachable and the tier has one (see nearTier.downHit).
+// Redis is unreachable and the tier has one (see near.Tier.DownHit).
 func (c *core[T]) downHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
-	v, tomb, ok := c.near.downHit(vk)
+	v, tomb, ok := c.near.DownHit(vk)
 	if !ok {
 		return v, nil, false
 	}

@@ -369,7 +369,7 @@ func TestNearReadsNeverGoBack(t *testing.T) {
 	}
 	c := newRYWCache(t, rdb, true)
 	hold, holding := make(chan struct{}), make(chan struct{}, 1)
-	c.near.t.BeforeApply = func() {
+	c.near.Tracker().BeforeApply = func() {
 		select {
 		case holding <- struct{}{}:
 			<-hold

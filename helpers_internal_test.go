@@ -54,9 +54,9 @@ func newNearCache[T any](t *testing.T, rdb redis.UniversalClient, size int, opts
 	t.Helper()
 	c := New[T](rdb, append([]Option{prefix(t), WithNearCache(size), withNear(nearTest())}, opts...)...)
 	if hd, ok := holders.Load(rdb); ok && c.near != nil { // see installHolder
-		c.near.t.ReaderHook = hd.(*holder).hook
+		c.near.Tracker().ReaderHook = hd.(*holder).hook
 	}
-	t.Cleanup(c.near.t.Stop)
+	t.Cleanup(c.near.Tracker().Stop)
 	return c
 }
 

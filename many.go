@@ -88,7 +88,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 	}
 	tks := make([]near.Ticket, len(vks))
 	for i, vk := range vks {
-		tks[i] = c.near.ticket(vk) // before the read: an invalidation during it bars the value
+		tks[i] = c.near.Ticket(vk) // before the read: an invalidation during it bars the value
 	}
 	rs := c.readMany(ctx, vks)
 	var misses []missing
@@ -103,7 +103,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 				bad = entry.SHA1(r.b)
 				break
 			}
-			c.near.put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
+			c.near.Put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
 			stale := !m.NotFound && c.stale(r.pttl)
 			c.emitRead(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound}, r.b, stale)
 			if !m.NotFound {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // FetchMany's compute: one call for every key a batch won, one lease
@@ -117,7 +118,7 @@ func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, ent
 }
 
 // extendMany extends the leases of js's locks held with token: one
-// extendScript per slot group, in one pipeline. It reports them held while
+// script.Extend per slot group, in one pipeline. It reports them held while
 // any is: a key whose lock was taken away (Set, Delete) is fenced off at
 // its store, and must not cancel the compute of the others.
 func (c *core[T]) extendMany(js []*job[T], token string) extender {
@@ -136,7 +137,7 @@ func (c *core[T]) extendMany(js []*job[T], token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
 		calls := make([]scriptCall, len(groups))
 		for gi := range groups {
-			calls[gi] = scriptCall{Script: extendScript, Keys: locks[gi], Args: []any{token, redisutil.Millis(ttl)}}
+			calls[gi] = scriptCall{Script: script.Extend, Keys: locks[gi], Args: []any{token, redisutil.Millis(ttl)}}
 		}
 		var first error
 		for _, cmd := range redisutil.RunScripts(ctx, c.client, calls) {

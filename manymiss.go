@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // FetchMany's round trips: the batch read of every key and the batch lock
@@ -32,7 +33,7 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 	b := &batch[T]{compute: compute}
 	for i, m := range misses {
 		id := flightID{Kind: fetchFlight, Key: m.vk}
-		cl, lead := c.flights.Join(id, c.near.heard())
+		cl, lead := c.flights.Join(id, c.near.Heard())
 		ws[i] = want{m, cl}
 		if !lead {
 			c.stats.shared.Add(1)
@@ -41,8 +42,8 @@ func (c *core[T]) joinMisses(ctx context.Context, misses []missing, ttl time.Dur
 		// Joinable only if the read was tracked and no invalidation of the
 		// key came since (it found no flight to forget, and Redis reports a
 		// key once per read): see group.join.
-		if c.near != nil && (!m.tracked || !c.near.x.Good(m.vk, m.tk)) {
-			c.near.unheard(id, cl)
+		if c.near != nil && (!m.tracked || !c.near.Good(m.vk, m.tk)) {
+			c.unheard(id, cl)
 		}
 		c.flights.Detach(cl, nil) // FetchMany waits for it (see collect)
 		b.down = b.down || m.down
@@ -90,12 +91,12 @@ func (c *core[T]) runBatch(ctx context.Context, b *batch[T]) {
 			failed, errs = append(failed, j), append(errs, err)
 			continue
 		}
-		switch kind, _ := at[int64](res, 0); kind {
-		case replyLocked:
+		switch kind, _ := script.At[int64](res, 0); kind {
+		case script.Locked:
 			won = append(won, j)
 			continue
-		case replyValue:
-			s, _ := at[string](res, 1)
+		case script.Value:
+			s, _ := script.At[string](res, 1)
 			if _, _, derr := c.decodeEntry([]byte(s)); derr == nil {
 				c.flights.End(j.flight, j.cl, outcome{b: []byte(s)})
 				continue
@@ -120,7 +121,7 @@ type lockReply struct {
 	err error
 }
 
-// lockMany runs fetchManyScript for the keys of b, one call per slot
+// lockMany runs script.FetchMany for the keys of b, one call per slot
 // group in one pipeline, in one turn among the Cache's lock attempts.
 func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []lockReply {
 	vks := make([]string, len(b.jobs))
@@ -138,17 +139,17 @@ func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []loc
 			keys = append(keys, ks.value, ks.lock, ks.errs)
 			args = append(args, b.jobs[i].bad)
 		}
-		calls[gi] = scriptCall{Script: fetchManyScript, Keys: keys, Args: args}
+		calls[gi] = scriptCall{Script: script.FetchMany, Keys: keys, Args: args}
 	}
-	_ = c.attempts.take(ctx) // ctx is never done
+	_ = c.attempts.Acquire(ctx, 1) // ctx is never done
 	cmds := redisutil.RunScripts(ctx, c.client, calls)
-	c.attempts.give()
+	c.attempts.Release(1)
 	out := make([]lockReply, len(b.jobs))
 	for gi, g := range groups {
 		res, err := cmds[gi].Slice()
 		for n, i := range g {
 			if err == nil {
-				if out[i].res, _ = at[[]any](res, n); out[i].res == nil {
+				if out[i].res, _ = script.At[[]any](res, n); out[i].res == nil {
 					err = fmt.Errorf("unexpected script reply %v", res)
 				}
 			}
@@ -209,7 +210,7 @@ func (c *core[T]) readMany(ctx context.Context, vks []string) []read {
 func (c *core[T]) readManyNear(ctx context.Context, vks []string, rs []read) error {
 	nodes := make(map[string][]int)
 	for i, vk := range vks {
-		n := c.near.t.Node(vk)
+		n := c.near.Tracker().Node(vk)
 		nodes[n] = append(nodes[n], i)
 	}
 	var mu sync.Mutex
@@ -221,7 +222,7 @@ func (c *core[T]) readManyNear(ctx context.Context, vks []string, rs []read) err
 			for n, i := range is {
 				ks[n] = vks[i]
 			}
-			o, err, ok := c.near.t.Read(ctx, node, func(cn redis.Cmdable) error {
+			o, err, ok := c.near.Tracker().Read(ctx, node, func(cn redis.Cmdable) error {
 				return c.readManyRedis(ctx, cn, ks, part)
 			})
 			mu.Lock()

@@ -9,11 +9,12 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/wake"
 )
 
 // The cross-process miss: one process looks for one key's value across the
-// fleet, through fetchScript (GET-or-lock), until it has the value, holds
+// fleet, through script.Fetch (GET-or-lock), until it has the value, holds
 // the compute lock, or fails. It never computes itself: it reports that the
 // caller holds the lock, so that Fetch, Refresh and background refreshes
 // share it and do their own computing.
@@ -34,7 +35,7 @@ type miss[T any] struct {
 
 	key   string
 	token string    // ours: the lock holds it once we win
-	first []any     // a reply to start from, not yet handled: Fetch's first look's, or FetchMany's fetchManyScript's
+	first []any     // a reply to start from, not yet handled: Fetch's first look's, or FetchMany's script.FetchMany's
 	look  bool      // the next try is Fetch's first look (see lookWithScript)
 	sent  time.Time // when the request that won the lock was sent
 	seen  string    // the holder we wait for, or ""
@@ -87,7 +88,7 @@ func (m *miss[T]) close() { m.w.Close() }
 // its flight started), releasing the lock that its first reply says it
 // took: no process is to wait a lease for a compute that will not come.
 func (m *miss[T]) abandon(ctx context.Context) {
-	if kind, _ := at[int64](m.first, 0); kind == replyLocked {
+	if kind, _ := script.At[int64](m.first, 0); kind == script.Locked {
 		m.c.rollback(ctx, releaseCall(m.ks, m.token, m.c.publish))
 	}
 	m.close()
@@ -123,7 +124,7 @@ func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error, notFound
 // another holder that vanished without a result.
 func (m *miss[T]) takeover() bool { return m.seen != "" }
 
-// resolve runs fetchScript until it has a value (missValue, with the
+// resolve runs script.Fetch until it has a value (missValue, with the
 // bytes), holds the lock (missHeld; m.token and m.sent say which lease), or
 // Redis is down with WithComputeWhenDown set (missDown). ctx is detached from
 // the callers; wctx also ends when they all left or the wait timeout passed.
@@ -138,32 +139,32 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 		if err != nil {
 			return m.failed(wctx, err)
 		}
-		switch kind, _ := at[int64](res, 0); kind {
-		case replyValue:
-			s, _ := at[string](res, 1)
+		switch kind, _ := script.At[int64](res, 0); kind {
+		case script.Value:
+			s, _ := script.At[string](res, 1)
 			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
 				m.c.decodeError(wctx, m.key, derr)
 				m.bad = entry.SHA1([]byte(s))
 				continue
 			}
 			return missValue, []byte(s), nil
-		case replyLocked:
+		case script.Locked:
 			// The script found no value in the same atomic step that took
 			// the lock, so there is nothing to re-check: another process
 			// that stored the value between our GET and now was seen above.
 			m.w.Watch(ctx, "") // the holder needs no wake-ups
 			m.prev = nil
-			if s, ok := at[string](res, 1); ok {
+			if s, ok := script.At[string](res, 1); ok {
 				m.prev = []byte(s)
 			}
 			return missHeld, nil, nil
-		case replyBusy:
+		case script.Busy:
 			b, err := m.wait(wctx, res)
 			if b != nil || err != nil {
 				return missValue, b, err
 			}
-		case replyFailed:
-			text, _ := at[string](res, 1)
+		case script.Failed:
+			text, _ := script.At[string](res, 1)
 			m.lastWake = WakeFailed
 			if msg, ok := strings.CutPrefix(text, notFoundMark); ok {
 				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.key, msg)
@@ -175,7 +176,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 	}
 }
 
-// try runs fetchScript once, in its turn among the Cache's lock attempts;
+// try runs script.Fetch once, in its turn among the Cache's lock attempts;
 // or, the first time, returns the reply the miss was started from. Fetch's
 // first look (see looks) goes through the client's circuit breaker, as
 // its GET would, and a miss it finds is scored (a hit is scored by
@@ -187,10 +188,10 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 		m.first = nil
 		return res, nil
 	}
-	if err := m.c.attempts.take(wctx); err != nil {
+	if err := m.c.attempts.Acquire(wctx, 1); err != nil {
 		return nil, fmt.Errorf("%w: %w", redisutil.ErrNotSent, err) // no rollback: nothing was sent
 	}
-	defer m.c.attempts.give()
+	defer m.c.attempts.Release(1)
 	if look {
 		done, aerr := m.c.allow(wctx)
 		if aerr != nil {
@@ -201,19 +202,19 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 	m.sent = time.Now()
 	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
 	if m.seen == "" && m.bad == "" && m.force == "" {
-		res, err = fetchScript.Run(wctx, m.c.client, keys, m.token, lease).Slice() // its common call
+		res, err = script.Fetch.Run(wctx, m.c.client, keys, m.token, lease).Slice() // its common call
 	} else {
-		res, err = fetchScript.Run(wctx, m.c.client, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
+		res, err = script.Fetch.Run(wctx, m.c.client, keys, m.token, lease, m.seen, m.bad, m.force).Slice()
 	}
 	if look && err == nil {
-		if kind, _ := at[int64](res, 0); kind != replyValue {
+		if kind, _ := script.At[int64](res, 0); kind != script.Value {
 			m.c.looks.saw(false)
 		}
 	}
 	return res, err
 }
 
-// failed handles a fetchScript call that got no reply.
+// failed handles a script.Fetch call that got no reply.
 func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, error) {
 	// The script may have run even though we saw no reply (a timeout, a
 	// cancelled wait, a broken connection): undo a lock it may have taken,
@@ -230,13 +231,13 @@ func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, erro
 	return missValue, nil, fmt.Errorf("dogpile: fetch %q: %w", m.key, err)
 }
 
-// wait handles a replyBusy: it subscribes (and then looks again), or waits
+// wait handles a script.Busy: it subscribes (and then looks again), or waits
 // for a wake-up or the holder's lease. It returns the value a wake-up
 // carried, an error, or neither: look again.
 func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
-	m.seen, _ = at[string](res, 1)
-	pttl, _ := at[int64](res, 2)
-	if old, ok := at[string](res, 3); ok {
+	m.seen, _ = script.At[string](res, 1)
+	pttl, _ := script.At[int64](res, 2)
+	if old, ok := script.At[string](res, 3); ok {
 		m.bad = old // Refresh: the value it passed over is no holder's result
 	}
 	if m.w.Watch(wctx, m.ks.channel) {

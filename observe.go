@@ -219,7 +219,7 @@ type Stats struct {
 
 type counters struct {
 	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, nearLate, staleIfDown atomic.Uint64
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, staleIfDown atomic.Uint64
 	nearOff atomic.Bool
 }
 

@@ -16,11 +16,11 @@ import (
 )
 
 // nearHit answers a Fetch of key from the near tier, if it holds a live
-// value for vk (see nearTier.hit). The event is emitted here, by a direct
+// value for vk (see near.Tier.Hit). The event is emitted here, by a direct
 // call: a near hit costs about a hundred nanoseconds, and a call through
 // a function value would add a tenth.
 func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
-	v, tomb, ok := c.near.hit(vk)
+	v, tomb, ok := c.near.Hit(vk)
 	if !ok {
 		return v, nil, false
 	}
@@ -77,7 +77,7 @@ func (c *core[T]) pickReader() hitReader {
 // ended), unless ctx ended or the read timed out (the server is slow: the
 // client would wait as long again).
 func (c *core[T]) readNear(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error) {
-	o, err, ok := c.near.t.Read(ctx, c.near.t.Node(vk), func(cn redis.Cmdable) error {
+	o, err, ok := c.near.Tracker().Read(ctx, c.near.Tracker().Node(vk), func(cn redis.Cmdable) error {
 		var rerr error
 		b, pttl, rerr = c.readRedis(ctx, cn, vk)
 		return rerr
@@ -88,7 +88,7 @@ func (c *core[T]) readNear(ctx context.Context, vk string, id flightID, cl *call
 	case ok && err != nil && (ctx.Err() != nil || timedOut(err)):
 		return nil, -1, nil, err
 	}
-	c.near.unheard(id, cl)
+	c.unheard(id, cl)
 	b, pttl, err = c.readRedis(ctx, c.client, vk)
 	return b, pttl, nil, err
 }
@@ -175,7 +175,7 @@ func (c *core[T]) readyClock() bool {
 		ctx, cancel := context.WithTimeout(c.life.Context(), servertime.Period)
 		defer cancel()
 		_ = c.fresh.clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
-			return forEachNode(ctx, c.client, f)
+			return redisutil.ForEachNode(ctx, c.client, f)
 		}, func(ctx context.Context) (bool, error) {
 			return servertime.FollowsClock(ctx, c.client, c.opts.prefix+"clock-probe:"+redisutil.Token())
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // startFlight runs the miss path of j in its own goroutine, on a context
@@ -148,8 +149,8 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 	if err != nil {
 		return c.lookFailed(ctx, j, m, err)
 	}
-	if kind, _ := at[int64](res, 0); kind == replyValue {
-		s, _ := at[string](res, 1)
+	if kind, _ := script.At[int64](res, 0); kind == script.Value {
+		s, _ := script.At[string](res, 1)
 		b := []byte(s)
 		v, meta, derr := c.decodeEntry(b)
 		if derr == nil {

@@ -2,14 +2,12 @@ package dogpile
 
 import (
 	"context"
-	"embed"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
-	"github.com/dogpile-go/dogpile/internal/wake"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // How calls reach Redis: through the client's circuit breaker (guard),
@@ -132,84 +130,6 @@ func (c *core[T]) report(done func(error), err error) { done(err) }
 // opposed to an error reply from a server that works.
 func unreachable(err error) bool { return breaker.Unreachable(err) }
 
-// The scripts, one file each in lua/, where each says what it does and
-// its KEYS and ARGV. Every script takes all the keys it touches in KEYS,
-// all sharing one hash tag, and computes expiry only from relative
-// milliseconds (PX, PEXPIRE) or from the server's own TIME (see
-// lua/expiry.lua): no client timestamp ever reaches Redis. The compute lock
-// is a string holding the holder's random token; every write a holder
-// makes checks that token first (fenced).
-var (
-	fetchScript       = loadScript("fetch")
-	fetchManyScript   = loadScript("fetch_many")
-	refreshScript     = loadScript("refresh")
-	storeScript       = loadScript("store")
-	failScript        = loadScript("fail")
-	releaseScript     = loadScript("release")
-	extendScript      = loadScript("extend")
-	setScript         = loadScript("set")
-	deleteScript      = loadScript("delete")
-	undoSetScript     = loadScript("undo_set")
-	storeTaggedScript = loadScript("store_tagged")
-	tagAddScript      = loadScript("tag_add")
-	tagBumpScript     = loadScript("tag_bump")
-	voidScript        = loadScript("void")
-)
-
-// Replies of fetchScript (the first element of its array reply).
-const (
-	replyValue  = 0 // {0, value}: the value is there
-	replyLocked = 1 // {1}: the caller holds the compute lock
-	replyBusy   = 2 // {2, holder, pttl[, sha1 of the value passed over]}: another holder computes
-	replyFailed = 3 // {3, text}: the compute of the awaited holder failed
-)
-
-//go:embed lua/*.lua
-var luaFiles embed.FS
-
-// wakeNames puts the wake-up payloads (see internal/wake) where the
-// scripts name them.
-var wakeNames = strings.NewReplacer("WAKE_STORED", "'"+wake.Stored+"'", "WAKE_FAILED", "'"+wake.Failed+"'",
-	"WAKE_RELEASED", "'"+wake.Released+"'", "WAKE_DELETED", "'"+wake.Deleted+"'")
-
-// loadScript reads lua/name.lua. A line "--@ other" in it stands for
-// lua/other.lua (once per script: the shared functions), and comment lines
-// are left out, so that the server parses and the wire carries only code.
-func loadScript(name string) *redis.Script {
-	var b strings.Builder
-	includeLua(&b, name, map[string]bool{})
-	return redis.NewScript(wakeNames.Replace(b.String()))
-}
-
-func includeLua(b *strings.Builder, name string, seen map[string]bool) {
-	if seen[name] {
-		return
-	}
-	seen[name] = true
-	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic("dogpile: " + err.Error()) // a script missing from the build: every one loads at init
-	}
-	for line := range strings.Lines(string(src)) {
-		switch {
-		case strings.HasPrefix(line, "--@ "):
-			includeLua(b, strings.TrimSpace(line[len("--@ "):]), seen)
-		case !strings.HasPrefix(line, "--"):
-			b.WriteString(line)
-		}
-	}
-}
-
-// at returns res[i] as an E, or false.
-func at[E any](res []any, i int) (E, bool) {
-	var zero E
-	if i >= len(res) {
-		return zero, false
-	}
-	e, ok := res[i].(E)
-	return e, ok
-}
-
 // rollback undoes, in the background, requests of this process whose
 // replies were lost (a lock attempt, a store) with undo, releases of the
 // token they may have left holding a lock: the way the lock package undoes
@@ -228,5 +148,5 @@ func (c *core[T]) release(ctx context.Context, ks keys, token string) {
 
 // releaseCall is the script call of release.
 func releaseCall(ks keys, token, publish string) scriptCall {
-	return scriptCall{Script: releaseScript, Keys: []string{ks.lock, ks.channel}, Args: []any{token, publish}}
+	return scriptCall{Script: script.Release, Keys: []string{ks.lock, ks.channel}, Args: []any{token, publish}}
 }

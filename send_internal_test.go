@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
-// TestFetchScriptCommonCall: fetchScript's common call (token and lease
+// TestFetchScriptCommonCall: script.Fetch's common call (token and lease
 // only) answers, and leaves Redis, as the full call with no holder awaited
 // and no value passed over does, in every state a first look may find.
 func TestFetchScriptCommonCall(t *testing.T) {
@@ -39,7 +40,7 @@ func TestFetchScriptCommonCall(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		res, err := fetchScript.Run(ctx, rdb, []string{ks.value, ks.lock, ks.errs}, args...).Slice()
+		res, err := script.Fetch.Run(ctx, rdb, []string{ks.value, ks.lock, ks.errs}, args...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -146,7 +146,7 @@ func (c *core[T]) stillServed(_ context.Context, s *sourceSample[T], g check.Got
 		return check.OK
 	case g.Err != nil:
 		return check.Drop
-	case s.near && c.near.sum(g.B) == s.sum, !s.near && bytes.Equal(g.B, s.b):
+	case s.near && c.near.Sum(g.B) == s.sum, !s.near && bytes.Equal(g.B, s.b):
 		return check.Bad
 	}
 	return check.OK

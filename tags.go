@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // Tags: values computed with Tag (see job.go) or stored by SetTagged
@@ -38,7 +39,7 @@ func (c *core[T]) tagCalls(vk string, ttl time.Duration, tags []string) []script
 	calls := make([]scriptCall, len(tags))
 	for i, t := range tags {
 		set, epoch := c.tagKeys(t)
-		calls[i] = scriptCall{Script: tagAddScript, Keys: []string{set, epoch}, Args: []any{vk, redisutil.Millis(ttl)}}
+		calls[i] = scriptCall{Script: script.TagAdd, Keys: []string{set, epoch}, Args: []any{vk, redisutil.Millis(ttl)}}
 	}
 	return calls
 }
@@ -84,7 +85,7 @@ func (c *core[T]) storeCallFor(ks keys, token string, b []byte, ttl time.Duratio
 		return c.storeCall(ks, token, b, ttl), true
 	}
 	sc = c.storeCall(ks, token, b, ttl)
-	sc.Script = storeTaggedScript
+	sc.Script = script.StoreTagged
 	for i, t := range tags {
 		set, epoch := c.tagKeys(t)
 		sc.Keys = append(sc.Keys, set, epoch)
@@ -133,7 +134,7 @@ func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, tt
 
 // storeCall is the script call of store.
 func (c *core[T]) storeCall(ks keys, token string, b []byte, ttl time.Duration) scriptCall {
-	return scriptCall{Script: storeScript, Keys: []string{ks.value, ks.lock, ks.channel},
+	return scriptCall{Script: script.Store, Keys: []string{ks.value, ks.lock, ks.channel},
 		Args: []any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
 }
 
@@ -159,7 +160,7 @@ func (c *core[T]) invalidateTag(ctx context.Context, t string) error {
 	set, epoch := c.tagKeys(t)
 	registry := c.opts.prefix + tagRegistryName + redisutil.Tag(t)
 	aside := set + ":" + redisutil.Token() // same hash tag: same slot
-	asides, err := tagBumpScript.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
+	asides, err := script.TagBump.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).StringSlice()
 	if err != nil {
 		return err
 	}
@@ -198,7 +199,7 @@ func (c *core[T]) void(ctx context.Context, vks []string) error {
 	stale := redisutil.Millis(c.opts.stale)
 	for i, vk := range vks {
 		ks := keysFor(vk)
-		calls[i] = scriptCall{Script: voidScript, Keys: []string{ks.value, ks.lock, ks.channel}, Args: []any{c.publish, stale}}
+		calls[i] = scriptCall{Script: script.Void, Keys: []string{ks.value, ks.lock, ks.channel}, Args: []any{c.publish, stale}}
 	}
 	err := firstErr(redisutil.RunScripts(ctx, c.client, calls))
 	for _, vk := range vks {
@@ -219,7 +220,7 @@ func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, t
 		return fmt.Errorf("dogpile: encode %q: %w", key, err)
 	}
 	stored := c.jittered(ttl) + c.opts.stale
-	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{Script: setScript, Keys: []string{ks.value, ks.lock, ks.channel},
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{Script: script.Set, Keys: []string{ks.value, ks.lock, ks.channel},
 		Args: []any{b, redisutil.Millis(stored), c.publish}})
 	calls = append(calls, c.tagCalls(ks.value, stored, tags)...)
 	err = c.guard(ctx, func() error {
@@ -237,7 +238,7 @@ func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, t
 				// where InvalidateTag would never find it: undone, unless
 				// a later write replaced it.
 				redisutil.Rollback(ctx, func(ctx context.Context) {
-					_ = undoSetScript.Run(ctx, c.client, []string{ks.value}, b).Err()
+					_ = script.UndoSet.Run(ctx, c.client, []string{ks.value}, b).Err()
 				})
 			}
 			return err

@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/redistest"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
 )
 
 // tagBackends runs f on every deployment: a server and a failover client,
@@ -124,7 +126,7 @@ func assertTagKeysExpire(t *testing.T, rdb redis.UniversalClient, c *Cache[strin
 		}
 		return nil
 	}
-	if err := forEachNode(t.Context(), rdb, check); err != nil {
+	if err := redisutil.ForEachNode(t.Context(), rdb, check); err != nil {
 		t.Error(err)
 	}
 }
@@ -216,7 +218,7 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 		failing := atomic.Bool{}
 		failing.Store(true)
 		rdb.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			if a := cmds[0].Args(); failing.Load() && len(a) > 1 && a[1] == voidScript.Hash() {
+			if a := cmds[0].Args(); failing.Load() && len(a) > 1 && a[1] == script.Void.Hash() {
 				if voids.Add(1) == 2 {
 					err := errors.New("injected")
 					for _, cmd := range cmds {
@@ -227,8 +229,8 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 			}
 			return next(ctx, cmds)
 		}})
-		// The first use of voidScript is sent as EVAL, with its body.
-		voidScript.Load(ctx, rdb)
+		// The first use of script.Void is sent as EVAL, with its body.
+		script.Void.Load(ctx, rdb)
 		if err := c.InvalidateTag(ctx, "T"); err == nil {
 			t.Fatal("InvalidateTag with a failing batch = nil; want its error")
 		}
@@ -252,7 +254,7 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 			}
 		}
 		assertTagKeysExpire(t, rdb, c)
-		if err := forEachNode(ctx, rdb, func(ctx context.Context, n *redis.Client) error {
+		if err := redisutil.ForEachNode(ctx, rdb, func(ctx context.Context, n *redis.Client) error {
 			if left, _ := n.Keys(ctx, c.opts.prefix+"tag*{T}*").Result(); len(left) > 1 { // the epoch stays
 				return fmt.Errorf("tag keys left after a successful InvalidateTag: %v", left)
 			}
@@ -283,7 +285,7 @@ func TestInvalidateTagConcurrent(t *testing.T) {
 		stalled := make(chan struct{})
 		var once sync.Once
 		slow.client.AddHook(redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			if a := cmds[0].Args(); len(a) > 1 && (a[1] == voidScript.Hash() || a[0] == "eval") {
+			if a := cmds[0].Args(); len(a) > 1 && (a[1] == script.Void.Hash() || a[0] == "eval") {
 				first := false
 				once.Do(func() { first = true })
 				if first {
@@ -477,7 +479,7 @@ func TestSetTaggedRacesInvalidateTag(t *testing.T) {
 	stores := func(cmds []redis.Cmder) bool {
 		return slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
 			a := c.Args()
-			return len(a) > 3 && (a[1] == setScript.Hash() || a[0] == "eval") && a[3] == vk
+			return len(a) > 3 && (a[1] == script.Set.Hash() || a[0] == "eval") && a[3] == vk
 		})
 	}
 	var once sync.Once // the first try only: an EVALSHA answered NOSCRIPT goes again as EVAL

@@ -2,9 +2,8 @@
 // holds in front of Redis) coherent with Redis across a fleet: the Index
 // decides which values read from Redis may enter the tier and removes
 // those that Redis reports written, and the Tracker holds the connections
-// that read the values and receive those reports (CLIENT TRACKING). The
-// typed store itself stays with the cache, which hands the Index the
-// functions that change it.
+// that read the values and receive those reports (CLIENT TRACKING). A
+// Tier puts them together with the typed store of decoded values.
 package near
 
 import (

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,4 +35,57 @@ func NodeOf(ctx context.Context, client redis.UniversalClient, key string) (*red
 		return c.GetShardClientForKey(key)
 	}
 	return nil, nil
+}
+
+// Scan calls f with the keys of node n that match pattern, batch (SCAN's
+// COUNT) at a time.
+func Scan(ctx context.Context, n *redis.Client, pattern string, batch int64, f func(keys []string) error) error {
+	var cursor uint64
+	for {
+		keys, next, err := n.Scan(ctx, cursor, pattern, batch).Result()
+		if err != nil {
+			return err
+		}
+		if err := f(keys); err != nil {
+			return err
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// Unlink removes the keys of node n that pick picks, in one pipeline of
+// one UNLINK per key: on a Cluster the keys of one node span slots, which
+// one command may not.
+func Unlink(ctx context.Context, n *redis.Client, keys []string, pick func(string) bool) error {
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !pick(k) })
+	if len(keys) == 0 {
+		return nil
+	}
+	return Pipelined(ctx, n, func(p redis.Pipeliner) {
+		for _, k := range keys {
+			p.Unlink(ctx, k)
+		}
+	})
+}
+
+// ForEachNode calls f for every master of a Cluster, or every shard of a
+// Ring, at once, or for the client itself, and returns the first error.
+func ForEachNode(ctx context.Context, client redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, f)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, f)
+	case *redis.Client:
+		return f(ctx, c)
+	}
+	return fmt.Errorf("a client of type %T", client)
+}
+
+// GlobEscape escapes the characters that a SCAN MATCH pattern gives a
+// meaning: a prefix is matched as it is.
+func GlobEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
