@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -107,14 +106,9 @@ func (c *core[T]) oneNode() bool {
 }
 
 // newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
-// sends at once: half its client's connection pool. When many keys miss at
-// once, the store of a finished compute, the one command that wakes every
-// waiting process, must not queue in the pool behind lock attempts for keys
-// that missed later (head-of-line blocking, see bench/HISTORY.md, "Figures
-// moved out of code comments"). Lock attempts wait for their turn in the
-// Cache instead; hits, stores and releases are not limited, and always find
-// a connection. (A Cache whose first looks mostly miss looks with the lock
-// script, see looks: that look takes a turn, hit or miss.)
+// sends at once to half its client's connection pool, so that a store,
+// which wakes every waiting process, never queues behind them (see
+// docs/design.md, "Many keys at once").
 func newTurns(client redis.UniversalClient) *semaphore.Weighted {
 	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
 	switch c := client.(type) {
@@ -196,6 +190,37 @@ func (c *core[T]) tally(e *Event) (n uint64) {
 	return n
 }
 
+// hotHit records the hit numbered n, if it is sampled (see hotkeys.Sampled):
+// a near hit costs about a hundred nanoseconds, a record about 70.
+func (c *core[T]) hotHit(key string, n uint64) {
+	if hotkeys.Sampled(n) {
+		c.hot.Add(key, hotkeys.Counts{Reads: hotkeys.SampleRate})
+	}
+}
+
+// hotEvent records a miss, compute or wait of e, each costing a round trip
+// at least: never sampled, so that these counts are exact.
+func (c *core[T]) hotEvent(e *Event) {
+	var d hotkeys.Counts
+	switch e.Kind {
+	case EventMiss:
+		d = hotkeys.Counts{Reads: 1, Misses: 1}
+	case EventComputeStart:
+		d.Computes = 1
+		for _, k := range e.Keys { // a FetchMany compute: one for each key
+			c.hot.Add(k, d)
+		}
+		if len(e.Keys) > 0 {
+			return
+		}
+	case EventWaitStart:
+		d.Waits = 1
+	default:
+		return
+	}
+	c.hot.Add(e.Key, d)
+}
+
 // observe hands e to the observer, if any (see WithObserver).
 func (c *core[T]) observe(ctx context.Context, e Event) context.Context {
 	if c.opts.observer == nil {
@@ -206,15 +231,6 @@ func (c *core[T]) observe(ctx context.Context, e Event) context.Context {
 		return r
 	}
 	return ctx
-}
-
-// log logs a rare event (see WithLogger).
-func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
-	if c.opts.logger == nil {
-		return
-	}
-	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
-	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // forget makes this process read vk afresh after it wrote vk (Set, Delete,
@@ -231,29 +247,9 @@ func (c *core[T]) forget(vk string) {
 // A hitReader is read's round trip, chosen once by New (see pickReader).
 type hitReader func(ctx context.Context, vk string, id flightID, cl *call) (b []byte, pttl time.Duration, o *near.Owner, err error)
 
-// How a Fetch looks for a key first. A GET is what a hit needs; a miss then
-// sends the lock script (script.Fetch, GET-or-lock), so its compute starts
-// two round trips after the call. The lock script alone returns a value that
-// is there as a GET would, so looking with it costs a hit the same one round
-// trip (and the server a script's run, many times a GET's: bench/HISTORY.md,
-// "Figures moved out of code comments"), and starts a miss's compute one
-// round trip sooner.
-//
-// So a Cache looks with a GET while most of its first looks hit, and with
-// the lock script while most miss: a cold start, a Redis that was flushed
-// or failed over, keys read once. A new Cache starts with GETs: most
-// processes start against a warm Redis. Only a Cache without freshness
-// options or a near tier looks with the script: their hits need the
-// value's TTL, or a tracked read, which the script does not give.
-//
-// While it looks with the script, a hit is a lock attempt as a miss is:
-// it takes a turn among the Cache's lock attempts (see newTurns), and goes
-// through the circuit breaker as a GET does. Like the GET, the look is
-// sent by the first caller, on its own context, from its own goroutine:
-// a hit needs no other goroutine, and a miss's lock attempt leaves at
-// once, not after a goroutine started for the flight was scheduled (in a
-// herd of callers woken together, that one waited behind the herd; see
-// bench/HISTORY.md, "Figures moved out of code comments").
+// How a Fetch looks for a key first, a GET or the lock script (which
+// starts a miss's compute a round trip sooner, at a script's cost to the
+// server), is docs/design.md's "The first look".
 
 // looks keeps the score that picks the first look: a first look that
 // misses raises it, one that hits lowers it, within [0, lookMax]. Above

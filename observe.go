@@ -4,14 +4,15 @@ package dogpile
 // an observer receives, the counters Stats reads, and its hot keys.
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
-	"github.com/dogpile-go/dogpile/internal/hotkeys"
 )
 
 var (
@@ -266,33 +267,11 @@ func (c *Cache[T]) HotKeys(n int) []HotKey {
 	return hot
 }
 
-// hotHit records the hit numbered n, if it is sampled (see hotkeys.Sampled):
-// a near hit costs about a hundred nanoseconds, a record about 70.
-func (c *core[T]) hotHit(key string, n uint64) {
-	if hotkeys.Sampled(n) {
-		c.hot.Add(key, hotkeys.Counts{Reads: hotkeys.SampleRate})
-	}
-}
-
-// hotEvent records a miss, compute or wait of e, each costing a round trip
-// at least: never sampled, so that these counts are exact.
-func (c *core[T]) hotEvent(e *Event) {
-	var d hotkeys.Counts
-	switch e.Kind {
-	case EventMiss:
-		d = hotkeys.Counts{Reads: 1, Misses: 1}
-	case EventComputeStart:
-		d.Computes = 1
-		for _, k := range e.Keys { // a FetchMany compute: one for each key
-			c.hot.Add(k, d)
-		}
-		if len(e.Keys) > 0 {
-			return
-		}
-	case EventWaitStart:
-		d.Waits = 1
-	default:
+// log logs a rare event (see WithLogger).
+func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
+	if c.opts.logger == nil {
 		return
 	}
-	c.hot.Add(e.Key, d)
+	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
+	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -49,6 +49,21 @@ func (c *core[T]) read(ctx context.Context, vk string, id flightID, cl *call) (b
 	return b, pttl, o, err
 }
 
+// allow asks the client's breaker whether a call may go to Redis (see
+// Breaker.Allow), counting the calls it turns away. read and readMany use
+// it and report directly, with no closure on the hit path.
+func (c *core[T]) allow(ctx context.Context) (func(error), error) {
+	done, err := c.breaker.Allow(ctx)
+	if err != nil {
+		c.stats.unavailable.Add(1)
+	}
+	return done, err
+}
+
+// report hands the outcome of an allowed call's round trip to the breaker,
+// which logs the outage it began or ended, if any.
+func (c *core[T]) report(done func(error), err error) { done(err) }
+
 // pickReader chooses the hit's round trip from the options, which never
 // change: a near tier reads on its tracked connections (readNear), a
 // Cache with freshness options reads the TTL too (readRedis), any other a

@@ -1,8 +1,8 @@
 // Package check runs checks of sampled hits in the background, for a
 // Cache's WithConsistencySampling and WithSourceCheck: which hits are
 // picked, how many checks may begin, and the goroutine that runs them.
-// What a check looks at is the cache's (package dogpile, check.go and
-// sourcecheck.go).
+// What a check looks at is the cache's (package dogpile: near.go for
+// the near tier's, check.go for the source's).
 package check
 
 import (
