@@ -38,13 +38,6 @@
 //   - A failover of a key's master costs at most one more compute of a key
 //     being computed, and no store leaves a value older than one already served.
 //
-// # Near cache
-//
-// The near tier turns itself off (logged, [Stats].NearOff) where Redis cannot
-// track keys: a server older than 6.0, miniredis, a Ring, a failover client, a
-// Cluster client that reads from replicas, or an ACL user refused CLIENT
-// TRACKING, CLIENT ID or the channel "__redis__:invalidate".
-//
 // # Errors
 //
 // Match errors with errors.Is: [ErrNotFound] (compute found nothing; cached as a
@@ -67,6 +60,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/roundtrip"
 	"github.com/dogpile-go/dogpile/internal/script"
@@ -95,12 +90,13 @@ func New[T any](client redis.UniversalClient, opts ...Option) *Cache[T] {
 		breaker:  breaker.For(client),
 		gets:     roundtrip.GetsOf(client),
 	}
+	c.space = keyspace.Space{Client: client, Prefix: c.opts.prefix, Publish: c.publish, Stale: c.opts.stale, Forget: c.forget}
 	c.life.Init(ErrClosed)
 	if c.opts.logger != nil {
 		c.breaker.AddLogger(c.opts.logger) // it logs the client's outages
 	}
 	if c.opts.stale > 0 || c.opts.beta > 0 || c.opts.nearEntries > 0 {
-		c.fresh = &freshRead{}
+		c.fresh = &entry.Expiry{}
 		c.looks.off = true // their hits need the TTL or a tracked read (see looks)
 	}
 	if c.opts.nearEntries > 0 {
@@ -164,9 +160,9 @@ func (c *Cache[T]) Delete(ctx context.Context, key string) error {
 	}
 	ks := c.keys(key)
 	err := c.guard(ctx, func() error {
-		return script.Delete.Run(ctx, c.client, []string{ks.value, ks.lock, ks.channel}, c.publish).Err()
+		return script.Delete.Run(ctx, c.client, []string{ks.Value, ks.Lock, ks.Channel}, c.publish).Err()
 	})
-	c.forget(ks.value)
+	c.forget(ks.Value)
 	if err != nil {
 		return redisutil.Failed(ctx, "dogpile", "delete", key, err)
 	}
@@ -182,7 +178,7 @@ func (c *Cache[T]) Expire(ctx context.Context, key string) error {
 	if err := c.checkKey(key); err != nil {
 		return err
 	}
-	if err := c.guard(ctx, func() error { return c.void(ctx, []string{c.valueKey(key)}) }); err != nil {
+	if err := c.guard(ctx, func() error { return c.space.Void(ctx, []string{c.valueKey(key)}) }); err != nil {
 		return redisutil.Failed(ctx, "dogpile", "expire", key, err)
 	}
 	return nil
@@ -245,7 +241,7 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	// tagged before them will not keep its value (see forgetTagged).
 	defer c.flights.ForgetTagged(tags)
 	for _, t := range tags {
-		if err := c.invalidateTag(ctx, t); err != nil {
+		if err := c.space.Invalidate(ctx, t); err != nil {
 			return redisutil.Failed(ctx, "dogpile", "invalidate tag", t, err)
 		}
 	}
@@ -255,4 +251,48 @@ func (c *Cache[T]) InvalidateTag(ctx context.Context, tags ...string) error {
 	c.near.Sync(ctx)
 	c.emit(ctx, Event{Kind: EventInvalidateTag, Tags: tags, Took: time.Since(start)})
 	return nil
+}
+
+// Clear removes every key the Cache wrote, on every node (values, locks, tags),
+// and no other key, even under its prefix. A compute in progress anywhere loses
+// its lock, as after [Cache.Delete], and near tiers drop their copies. A value
+// stored while Clear runs may survive it. Clear returns the first error a node
+// reported, with that node's keys perhaps partly removed.
+func (c *Cache[T]) Clear(ctx context.Context) error {
+	if c.life.Done() {
+		return ErrClosed
+	}
+	err := c.space.Clear(ctx)
+	// After the deletes, as Set does after its write (see forget).
+	c.flights.ForgetAll()
+	c.near.ForgetAll()
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "clear", c.opts.prefix, err)
+	}
+	return nil
+}
+
+// HotKeys returns the n keys of c that this process read most over the last
+// one to two minutes (the current window and the whole minute before it),
+// most reads first (ties in key order), fewer if fewer were read. It returns
+// nil if n ≤ 0; n above 256 is taken as 256. Keys come from data: log them,
+// and put them in a metric's attributes only bounded, as dogpileotel's
+// Observer.Watch does. [DebugHandler] shows them; [HideKeys] hides them.
+//
+// Memory is bounded whatever the key space: about 62 KB per Cache, and the
+// strings of at most 512 keys. Misses, Computes and Waits are exact while a
+// key is reported; Reads is an estimate, within N/256 of the key's reads (N:
+// all reads over the span), plus about 8√h for a key of h hits (hits are
+// sampled, one in 64). A hit pays a multiplication and a test for this.
+// docs/design.md, "Hot keys", tells how.
+func (c *Cache[T]) HotKeys(n int) []HotKey {
+	top := c.hot.Top(n)
+	if top == nil {
+		return nil
+	}
+	hot := make([]HotKey, len(top))
+	for i, e := range top {
+		hot[i] = HotKey{Key: e.Key, Reads: e.Reads, Misses: e.Misses, Computes: e.Computes, Waits: e.Waits}
+	}
+	return hot
 }

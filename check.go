@@ -18,7 +18,6 @@ import (
 	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
-	"github.com/dogpile-go/dogpile/internal/redisutil"
 )
 
 // sourceDelay is how long after a hit WithSourceCheck calls verify, and how
@@ -69,16 +68,16 @@ func mustVerify[T any](f any) func(context.Context, string) (T, error) {
 	return verify
 }
 
-// A sourceSample is a hit to check against the source: its key, and what
-// it served, the entry read from Redis (b), or a near hit's value, its
-// tombstone flag, and its entry's sum.
-type sourceSample[T any] struct {
-	key, vk  string // vk is "" for a hit read from Redis: the check derives it
-	b        []byte
-	near     bool
-	v        T // shared with the tier's callers: read-only
-	notFound bool
-	sum      uint32
+// newNearChecker returns WithConsistencySampling's checker: it reads the
+// value from Redis, and if Redis holds other bytes, looks at the tier
+// again the bound later (the tier's MaxLag, 100 ms by default).
+func (c *core[T]) newNearChecker() *check.Checker[nearSample] {
+	bad := func(ctx context.Context, s *nearSample) {
+		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key, Near: true})
+	}
+	return check.New(&c.life, c.opts.nearCheck, c.checkReads, bad,
+		check.Step[nearSample]{Key: func(s *nearSample) string { return s.vk }, Run: c.nearAgainstRedis},
+		check.Step[nearSample]{After: c.near.Tracker().Config().MaxLag, Run: c.nearStillServed})
 }
 
 // newSourceChecker returns WithSourceCheck's checker: verify, the delay
@@ -207,55 +206,8 @@ func (c *core[T]) staleRead(b []byte) bool {
 	if c.opts.stale == 0 {
 		return false
 	}
-	d, ok := c.fresh.remaining(b)
+	d, ok := c.fresh.Remaining(b)
 	return !ok || d <= c.opts.stale
-}
-
-// checkTimeout bounds a round of checks' reads of Redis.
-const checkTimeout = time.Second
-
-// checkReads GETs the value keys vks of a round of checks, in one
-// pipeline (one round trip per node), bounded by checkTimeout. While the
-// client's circuit is open it sends nothing: a check would be a probe of
-// the outage on no caller's behalf (see ErrUnavailable), and the answer
-// unknown.
-func (c *core[T]) checkReads(ctx context.Context, vks []string) []check.Got {
-	gs := make([]check.Got, len(vks))
-	fail := func(err error) []check.Got {
-		for i := range gs {
-			gs[i].Err = err
-		}
-		return gs
-	}
-	if c.breaker.Open() {
-		return fail(ErrUnavailable)
-	}
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	done, err := c.breaker.Allow(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	cmds := make([]*redis.StringCmd, len(vks))
-	err = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
-		for i, vk := range vks {
-			cmds[i] = p.Get(ctx, vk)
-		}
-	})
-	done(err)
-	for i, cmd := range cmds {
-		gs[i].B, gs[i].Err = notString(cmd.Bytes())
-	}
-	return gs
-}
-
-// checks are a Cache's checkers; nil without WithConsistencySampling (and
-// a near tier) or WithSourceCheck.
-type checks[T any] struct {
-	limit  uint64                          // the larger checker's limit: a hit whose mix is above goes no further
-	near   *check.Checker[nearSample]      // WithConsistencySampling; nil: off
-	source *check.Checker[sourceSample[T]] // WithSourceCheck; nil: off
-	verify func(ctx context.Context, key string) (T, error)
 }
 
 // newChecks returns the checks of c's options, or nil if there are none.
@@ -291,5 +243,37 @@ func (c *core[T]) sampleRead(key string, b []byte, n uint64) {
 		if now := near.Now(); k.Take(now) {
 			k.Offer(now, sourceSample[T]{key: key, b: b})
 		}
+	}
+}
+
+// sampleNear offers a near hit of key to the checkers that pick it, if
+// they may begin a check. n is the hit count that emit's increment
+// returned: picking a near hit costs no other access to shared memory (a
+// read of the counter after the increment, one more contended cache line
+// on every hit, cost a hot key at 16 goroutines 8 % of its near hits on
+// two cores: bench/HISTORY.md, issue 42). emit calls it only if check.Mix(n) is
+// below checks.limit.
+//
+// The entry is looked up again here, for the few hits that are checked,
+// rather than handed over by every hit: it is the one served, unless an
+// invalidation came within these nanoseconds; then the check is of the
+// entry the tier serves now, or of none.
+func (c *core[T]) sampleNear(key string, n uint64) {
+	now := near.Now()
+	kn, ks := c.checks.near, c.checks.source
+	toNear, toSource := kn.Pick(n) && kn.Take(now), ks.Pick(n) && ks.Take(now)
+	if !toNear && !toSource {
+		return
+	}
+	vk := c.valueKey(key)
+	e, ok := c.near.Peek(vk)
+	if !ok {
+		return
+	}
+	if toNear {
+		kn.Offer(now, nearSample{key: key, vk: vk, sum: e.Sum, until: e.Until})
+	}
+	if toSource {
+		ks.Offer(now, sourceSample[T]{key: key, vk: vk, v: e.V, notFound: e.NotFound, sum: e.Sum, near: true})
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
@@ -173,18 +174,18 @@ func writeEveryKindOfKey(t *testing.T, c *Cache[string]) {
 	}); err == nil {
 		t.Fatal("the failing compute returned no error")
 	}
-	if err := c.client.Set(ctx, c.keys("dead").lock, "token", time.Minute).Err(); err != nil {
+	if err := c.client.Set(ctx, c.keys("dead").Lock, "token", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	set, epoch := c.tagKeys("t")
-	registry := c.opts.prefix + tagRegistryName + redisutil.Tag("t")
+	set, epoch := c.space.TagKeys("t")
+	registry := c.opts.prefix + "tagx:" + redisutil.Tag("t")
 	aside := set + ":" + redisutil.Token()
-	if err := script.TagBump.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(epochLife)).Err(); err != nil {
+	if err := script.TagBump.Run(ctx, c.client, []string{epoch, set, registry, aside}, redisutil.Millis(keyspace.EpochLife)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	written := allKeys(t, c.client)
-	for _, k := range []string{c.valueKey("a"), c.valueKey("{brace}"), c.keys("fails").errs, c.keys("fails").throttle,
-		c.keys("dead").lock, c.opts.prefix + "tag:{w}", epoch, c.opts.prefix + "tagv:" + redisutil.Tag("{u}"), registry, aside} {
+	for _, k := range []string{c.valueKey("a"), c.valueKey("{brace}"), c.keys("fails").Errs, c.keys("fails").Throttle,
+		c.keys("dead").Lock, c.opts.prefix + "tag:{w}", epoch, c.opts.prefix + "tagv:" + redisutil.Tag("{u}"), registry, aside} {
 		if !slices.Contains(written, k) {
 			t.Fatalf("%s not written; the keys are %q", k, written)
 		}

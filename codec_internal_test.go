@@ -153,7 +153,7 @@ func TestEntryNewerIsACountedMiss(t *testing.T) {
 		newer := []string{"dp\x04\x80", "dp\x7f", "dp\x02\x80\x00\x00\xa1v"}
 		for i, raw := range newer {
 			key := fmt.Sprint("k", i)
-			if err := c.client.Set(ctx, c.keys(key).value, raw, time.Minute).Err(); err != nil {
+			if err := c.client.Set(ctx, c.keys(key).Value, raw, time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := c.Get(ctx, key); !errors.Is(err, ErrMiss) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
 )
@@ -99,7 +100,7 @@ func (c *core[T]) computeContext(ctx context.Context, sent time.Time) (cctx cont
 		cctx, tcancel = context.WithDeadlineCause(cctx, end, c.tooLong())
 		stop = func() { tcancel(); cancel(nil) }
 	}
-	ro = &resultOpts{vouch: true, epochs: c.readEpochs}
+	ro = &resultOpts{vouch: true, epochs: c.space.ReadEpochs}
 	return context.WithValue(cctx, resultKey{}, ro), cancel, ro, stop
 }
 
@@ -115,7 +116,7 @@ func (c *core[T]) store(ctx context.Context, j *job[T], token string, b []byte, 
 	dctx, cancel := redisutil.Detached(ctx)
 	defer cancel()
 	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
-	if split && c.tagFirst(dctx, ro, []string{j.ks.value}, []time.Duration{ttl})[0] {
+	if split && c.tagFirst(dctx, ro, []string{j.ks.Value}, []time.Duration{ttl})[0] {
 		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
 		_ = rc.Run(dctx, c.client).Err()
 		return errRefused
@@ -151,7 +152,7 @@ func (c *core[T]) fail(ctx context.Context, j *job[T], token string, cerr error)
 }
 
 // failCall is the script call of fail.
-func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
+func (c *core[T]) failCall(ks keyspace.Keys, token string, cerr error) scriptCall {
 	text, drop := errText(cerr), ""
 	if errors.Is(cerr, ErrNotFound) {
 		text, drop = notFoundMark+text, "drop"
@@ -160,7 +161,7 @@ func (c *core[T]) failCall(ks keys, token string, cerr error) scriptCall {
 	if c.opts.stale > 0 || c.opts.beta > 0 {
 		throttle = c.opts.refreshRetry
 	}
-	return scriptCall{Script: script.Fail, Keys: []string{ks.lock, ks.errs, ks.channel, ks.throttle, ks.value},
+	return scriptCall{Script: script.Fail, Keys: []string{ks.Lock, ks.Errs, ks.Channel, ks.Throttle, ks.Value},
 		Args: []any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
 }
 
@@ -224,9 +225,9 @@ func errText(err error) string {
 type extender func(ctx context.Context, ttl time.Duration) (held bool, err error)
 
 // extendOne extends the lease of one key's lock held with token.
-func (c *core[T]) extendOne(ks keys, token string) extender {
+func (c *core[T]) extendOne(ks keyspace.Keys, token string) extender {
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {
-		n, err := script.Extend.Run(ctx, c.client, []string{ks.lock}, token, redisutil.Millis(ttl)).Int64()
+		n, err := script.Extend.Run(ctx, c.client, []string{ks.Lock}, token, redisutil.Millis(ttl)).Int64()
 		return n > 0, err
 	}
 }

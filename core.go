@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -13,8 +13,10 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
 	"github.com/dogpile-go/dogpile/internal/check"
+	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/hotkeys"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -36,7 +38,8 @@ type core[T any] struct {
 	breaker  *breaker.Breaker    // the client's (see ErrUnavailable)
 	gets     *roundtrip.Gets     // the client's GETs, which share pipelines
 	near     *near.Tier[T]       // WithNearCache; nil: none
-	fresh    *freshRead          // with freshness options or a near tier; nil: none
+	space    keyspace.Space      // its keys beyond one value: tags, Clear
+	fresh    *entry.Expiry       // with freshness options or a near tier; nil: none
 	readHit  hitReader           // the hit's round trip, chosen by New (see pickReader)
 	checks   *checks[T]          // checks of sampled hits; nil: none
 	life     life.Life           // what Close ends
@@ -50,7 +53,7 @@ type core[T any] struct {
 	beforeCompute func(key string)
 }
 
-func (c *core[T]) keys(key string) keys { return keysFor(c.valueKey(key)) }
+func (c *core[T]) keys(key string) keyspace.Keys { return keyspace.For(c.valueKey(key)) }
 
 // valueKey is the Redis key of the value cached under key (see checkKey). A
 // key without braces, the common case, is joined in one allocation: it is on
@@ -103,23 +106,6 @@ func (c *core[T]) validTTL(ttl time.Duration, key string) (time.Duration, error)
 func (c *core[T]) oneNode() bool {
 	_, ok := c.client.(*redis.Client)
 	return ok
-}
-
-// newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
-// sends at once to half its client's connection pool, so that a store,
-// which wakes every waiting process, never queues behind them (see
-// docs/design.md, "Many keys at once").
-func newTurns(client redis.UniversalClient) *semaphore.Weighted {
-	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
-	switch c := client.(type) {
-	case *redis.Client:
-		size = c.Options().PoolSize
-	case *redis.ClusterClient:
-		size = c.Options().PoolSize
-	case *redis.Ring:
-		size = c.Options().PoolSize
-	}
-	return semaphore.NewWeighted(int64(max(1, size/2)))
 }
 
 // emit is where every Event goes: the Stats counters (tally), then the
@@ -231,6 +217,15 @@ func (c *core[T]) observe(ctx context.Context, e Event) context.Context {
 		return r
 	}
 	return ctx
+}
+
+// log logs a rare event (see WithLogger).
+func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
+	if c.opts.logger == nil {
+		return
+	}
+	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
+	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // forget makes this process read vk afresh after it wrote vk (Set, Delete,

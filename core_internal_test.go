@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/script"
 )
@@ -180,7 +181,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 	if _, err := c.Fetch(ctx, "k", time.Minute, constant("v")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Fetch = %v; want ErrClosed", err)
 	}
-	lock := keysFor(c.valueKey("k")).lock
+	lock := keyspace.For(c.valueKey("k")).Lock
 	redistest.Eventually(t, "the lock released after Close", func() bool { return rdb.Exists(ctx, lock).Val() == 0 })
 }
 

@@ -99,7 +99,7 @@ type Keys struct {
 // KeysOf returns the Redis names that c uses for key.
 func KeysOf[T any](c *Cache[T], key string) Keys {
 	ks := c.keys(key)
-	return Keys{Value: ks.value, Lock: ks.lock, Errs: ks.errs, Channel: ks.channel, Throttle: ks.throttle}
+	return Keys{Value: ks.Value, Lock: ks.Lock, Errs: ks.Errs, Channel: ks.Channel, Throttle: ks.Throttle}
 }
 
 // Client returns the client c was made with.

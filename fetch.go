@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/servertime"
@@ -227,7 +228,7 @@ func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Durati
 			return
 		}
 		token, sent := redisutil.Token(), time.Now()
-		n, err := script.Refresh.Run(lctx, c.client, []string{j.ks.value, j.ks.lock, j.ks.throttle},
+		n, err := script.Refresh.Run(lctx, c.client, []string{j.ks.Value, j.ks.Lock, j.ks.Throttle},
 			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
 		c.attempts.Release(1)
 		if redisutil.MayHaveRun(err) {
@@ -255,7 +256,7 @@ func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []by
 	defer cancel()
 	w := wake.NewWaiter(c.client, pollMin, pollMax)
 	defer w.Close()
-	w.Watch(ctx, keysFor(vk).channel)
+	w.Watch(ctx, keyspace.For(vk).Channel)
 	old := entry.SHA1(stale)
 	for ctx.Err() == nil {
 		b, pttl, err := c.readRedis(ctx, c.client, vk)

@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/flight"
 	"github.com/dogpile-go/dogpile/internal/hold"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -22,7 +24,7 @@ import (
 type job[T any] struct {
 	flight  flightID // the flight the job serves
 	key     string
-	ks      keys
+	ks      keyspace.Keys
 	ttl     time.Duration
 	compute func(context.Context) (T, error)
 	cl      *call    // the flight the result goes to
@@ -41,7 +43,7 @@ type job[T any] struct {
 // for a background refresh, whose flight refreshLater starts). Every
 // job starts here; how the miss starts (bad, down, force) is set after.
 func newJob[T any](id flightID, key string, ttl time.Duration, compute func(context.Context) (T, error), cl *call) *job[T] {
-	return &job[T]{flight: id, key: key, ks: keysFor(id.Key), ttl: ttl, compute: compute, cl: cl}
+	return &job[T]{flight: id, key: key, ks: keyspace.For(id.Key), ttl: ttl, compute: compute, cl: cl}
 }
 
 // A read is one key's answer in a batch read.
@@ -237,18 +239,32 @@ const (
 	laterFlight   = flight.Later   // a background refresh (stale or early)
 )
 
-// keys are the Redis names of one cache key. They share the hash tag
-// "{...}", so they land in one cluster slot and one script may touch all.
-type keys struct {
-	value    string // the encoded value, with the caller's TTL
-	lock     string // compute lock: the holder's token, with the lease as TTL
-	errs     string // hash {token: error text} of recently failed computes
-	channel  string // wake-ups: a value was stored, a compute failed, ...
-	throttle string // set for the retry interval after a failed refresh
+// A nearSample is a near hit to check: its key, and the entry it served,
+// known by the sum of its bytes and its deadline in the tier (the same
+// bytes read twice are two entries).
+type nearSample struct {
+	key, vk string
+	sum     uint32
+	until   int64
 }
 
-// keysFor derives the other names of a cache key from its value key. Only
-// the miss path needs them: a hit builds the value key alone.
-func keysFor(value string) keys {
-	return keys{value: value, lock: value + ":lock", errs: value + ":err", channel: value + ":wake", throttle: value + ":retry"}
+// A sourceSample is a hit to check against the source: its key, and what
+// it served, the entry read from Redis (b), or a near hit's value, its
+// tombstone flag, and its entry's sum.
+type sourceSample[T any] struct {
+	key, vk  string // vk is "" for a hit read from Redis: the check derives it
+	b        []byte
+	near     bool
+	v        T // shared with the tier's callers: read-only
+	notFound bool
+	sum      uint32
+}
+
+// checks are a Cache's checkers; nil without WithConsistencySampling (and
+// a near tier) or WithSourceCheck.
+type checks[T any] struct {
+	limit  uint64                          // the larger checker's limit: a hit whose mix is above goes no further
+	near   *check.Checker[nearSample]      // WithConsistencySampling; nil: off
+	source *check.Checker[sourceSample[T]] // WithSourceCheck; nil: off
+	verify func(ctx context.Context, key string) (T, error)
 }

@@ -208,12 +208,12 @@ func (c *core[T]) answer(key string, r outcome, out map[string]T) (notFound bool
 // TTLs are needed and cannot be read from the entries (see readRedis). It
 // returns the pipeline's first error; each key has its own in rs.
 func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []string, rs []read) error {
-	groups := slotGroups(c.client, vks)
+	groups := redisutil.SlotGroups(c.client, vks, maxGroup)
 	gets := make([]*redis.SliceCmd, len(groups))
 	var pttls []*redis.DurationCmd
 	fromEntry := false
 	if f := c.fresh; f != nil {
-		if fromEntry = c.readyClock() && !f.pttlFirst.Load(); !fromEntry {
+		if fromEntry = c.readyClock() && !f.PTTLFirst.Load(); !fromEntry {
 			pttls = make([]*redis.DurationCmd, len(vks))
 		}
 	}
@@ -247,8 +247,8 @@ func (c *core[T]) readManyRedis(ctx context.Context, rc redis.Cmdable, vks []str
 				r.b = []byte(s)
 			}
 			if pttls != nil && r.err == nil {
-				if c.fresh.pttlFirst.Load() && entry.Deadline(r.b) != 0 {
-					c.fresh.pttlFirst.Store(false)
+				if c.fresh.PTTLFirst.Load() && entry.Deadline(r.b) != 0 {
+					c.fresh.PTTLFirst.Store(false)
 				}
 				if d, err := pttls[i].Result(); err == nil && d >= 0 {
 					r.pttl = d // a value without a TTL is never stale
@@ -271,7 +271,7 @@ func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string,
 		if rs[i].err != nil {
 			continue
 		}
-		if d, ok := c.fresh.remaining(rs[i].b); ok {
+		if d, ok := c.fresh.Remaining(rs[i].b); ok {
 			rs[i].pttl = d
 		} else {
 			ask = append(ask, i)
@@ -280,7 +280,7 @@ func (c *core[T]) entryTTLs(ctx context.Context, rc redis.Cmdable, vks []string,
 	if len(ask) == 0 {
 		return
 	}
-	c.fresh.pttlFirst.Store(true)
+	c.fresh.PTTLFirst.Store(true)
 	cmds := make([]*redis.DurationCmd, len(ask))
 	_ = redisutil.Pipelined(ctx, rc, func(p redis.Pipeliner) {
 		for n, i := range ask {

@@ -90,7 +90,7 @@ func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, ent
 		var split bool
 		outs[i] = outcome{b: b}
 		if calls[i], split = c.storeCallFor(j.ks, token, b, ttl, ro); split {
-			splitAt, vks, ttls = append(splitAt, i), append(vks, j.ks.value), append(ttls, ttl)
+			splitAt, vks, ttls = append(splitAt, i), append(vks, j.ks.Value), append(ttls, ttl)
 		}
 	}
 	dctx, dcancel := redisutil.Detached(ctx)
@@ -124,14 +124,14 @@ func (c *core[T]) storeMany(ctx context.Context, js []*job[T], token string, ent
 func (c *core[T]) extendMany(js []*job[T], token string) extender {
 	vks := make([]string, len(js))
 	for i, j := range js {
-		vks[i] = j.ks.value
+		vks[i] = j.ks.Value
 	}
-	groups := slotGroups(c.client, vks)
+	groups := redisutil.SlotGroups(c.client, vks, maxGroup)
 	locks := make([][]string, len(groups))
 	for gi, g := range groups {
 		locks[gi] = make([]string, len(g))
 		for n, i := range g {
-			locks[gi][n] = js[i].ks.lock
+			locks[gi][n] = js[i].ks.Lock
 		}
 	}
 	return func(ctx context.Context, ttl time.Duration) (bool, error) {

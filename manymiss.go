@@ -126,9 +126,9 @@ type lockReply struct {
 func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []lockReply {
 	vks := make([]string, len(b.jobs))
 	for i, j := range b.jobs {
-		vks[i] = j.ks.value
+		vks[i] = j.ks.Value
 	}
-	groups := slotGroups(c.client, vks)
+	groups := redisutil.SlotGroups(c.client, vks, maxGroup)
 	calls := make([]scriptCall, len(groups))
 	lease := redisutil.Millis(c.opts.lease)
 	for gi, g := range groups {
@@ -136,7 +136,7 @@ func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []loc
 		args = append(args, token, lease)
 		for _, i := range g {
 			ks := b.jobs[i].ks
-			keys = append(keys, ks.value, ks.lock, ks.errs)
+			keys = append(keys, ks.Value, ks.Lock, ks.Errs)
 			args = append(args, b.jobs[i].bad)
 		}
 		calls[gi] = scriptCall{Script: script.FetchMany, Keys: keys, Args: args}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -31,7 +32,7 @@ const (
 // A miss is the state of one process's miss for one key.
 type miss[T any] struct {
 	c  *core[T]
-	ks keys
+	ks keyspace.Keys
 
 	key   string
 	token string    // ours: the lock holds it once we win
@@ -61,7 +62,7 @@ type miss[T any] struct {
 
 // newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
 // force (Refresh) passes over a value until another holder was awaited.
-func (c *core[T]) newMiss(key string, ks keys, bad string, force bool) *miss[T] {
+func (c *core[T]) newMiss(key string, ks keyspace.Keys, bad string, force bool) *miss[T] {
 	f := ""
 	if force {
 		f = "force"
@@ -200,7 +201,7 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 		defer func() { m.c.report(done, err) }()
 	}
 	m.sent = time.Now()
-	keys, lease := []string{m.ks.value, m.ks.lock, m.ks.errs}, redisutil.Millis(m.c.opts.lease)
+	keys, lease := []string{m.ks.Value, m.ks.Lock, m.ks.Errs}, redisutil.Millis(m.c.opts.lease)
 	if m.seen == "" && m.bad == "" && m.force == "" {
 		res, err = script.Fetch.Run(wctx, m.c.client, keys, m.token, lease).Slice() // its common call
 	} else {
@@ -240,7 +241,7 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	if old, ok := script.At[string](res, 3); ok {
 		m.bad = old // Refresh: the value it passed over is no holder's result
 	}
-	if m.w.Watch(wctx, m.ks.channel) {
+	if m.w.Watch(wctx, m.ks.Channel) {
 		if wctx.Err() != nil {
 			return nil, m.waitErr(wctx)
 		}

@@ -18,8 +18,11 @@ import (
 // here returns the replaced value, and a write that returned more than 100
 // ms ago never is, however late it comes. No copy outlives the key's TTL or
 // its stale or early-refresh point. Where keys cannot be tracked the tier
-// turns itself off, logged and in [Stats].NearOff. Near hits share one
-// value: treat it as read-only. It panics if maxEntries is not positive.
+// turns itself off, logged and in [Stats].NearOff: a server older than 6.0,
+// miniredis, a Ring, a failover client, a Cluster client that reads from
+// replicas, or an ACL user refused CLIENT TRACKING, CLIENT ID or the channel
+// "__redis__:invalidate". Near hits share one value: treat it as read-only.
+// It panics if maxEntries is not positive.
 func WithNearCache(maxEntries int) Option {
 	if maxEntries <= 0 {
 		panic(fmt.Sprintf("dogpile: near cache size %d is not positive (a programmer error)", maxEntries))
@@ -103,27 +106,6 @@ func WithConsistencySampling(fraction float64) Option {
 	return optionFunc(func(o *options) { o.nearCheck = fraction })
 }
 
-// A nearSample is a near hit to check: its key, and the entry it served,
-// known by the sum of its bytes and its deadline in the tier (the same
-// bytes read twice are two entries).
-type nearSample struct {
-	key, vk string
-	sum     uint32
-	until   int64
-}
-
-// newNearChecker returns WithConsistencySampling's checker: it reads the
-// value from Redis, and if Redis holds other bytes, looks at the tier
-// again the bound later (the tier's MaxLag, 100 ms by default).
-func (c *core[T]) newNearChecker() *check.Checker[nearSample] {
-	bad := func(ctx context.Context, s *nearSample) {
-		c.emit(ctx, Event{Kind: EventInconsistent, Key: s.key, Near: true})
-	}
-	return check.New(&c.life, c.opts.nearCheck, c.checkReads, bad,
-		check.Step[nearSample]{Key: func(s *nearSample) string { return s.vk }, Run: c.nearAgainstRedis},
-		check.Step[nearSample]{After: c.near.Tracker().Config().MaxLag, Run: c.nearStillServed})
-}
-
 // nearAgainstRedis is a near check's first step, given what Redis holds
 // (g): if it holds the bytes the tier served, the hit was consistent. If
 // not, a write replaced them, and the tier may not have heard of it yet:
@@ -148,36 +130,4 @@ func (c *core[T]) nearStillServed(_ context.Context, s *nearSample, _ check.Got)
 		return check.Bad
 	}
 	return check.OK
-}
-
-// sampleNear offers a near hit of key to the checkers that pick it, if
-// they may begin a check. n is the hit count that emit's increment
-// returned: picking a near hit costs no other access to shared memory (a
-// read of the counter after the increment, one more contended cache line
-// on every hit, cost a hot key at 16 goroutines 8 % of its near hits on
-// two cores: bench/HISTORY.md, issue 42). emit calls it only if check.Mix(n) is
-// below checks.limit.
-//
-// The entry is looked up again here, for the few hits that are checked,
-// rather than handed over by every hit: it is the one served, unless an
-// invalidation came within these nanoseconds; then the check is of the
-// entry the tier serves now, or of none.
-func (c *core[T]) sampleNear(key string, n uint64) {
-	now := near.Now()
-	kn, ks := c.checks.near, c.checks.source
-	toNear, toSource := kn.Pick(n) && kn.Take(now), ks.Pick(n) && ks.Take(now)
-	if !toNear && !toSource {
-		return
-	}
-	vk := c.valueKey(key)
-	e, ok := c.near.Peek(vk)
-	if !ok {
-		return
-	}
-	if toNear {
-		kn.Offer(now, nearSample{key: key, vk: vk, sum: e.Sum, until: e.Until})
-	}
-	if toSource {
-		ks.Offer(now, sourceSample[T]{key: key, vk: vk, v: e.V, notFound: e.NotFound, sum: e.Sum, near: true})
-	}
 }

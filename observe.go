@@ -4,10 +4,8 @@ package dogpile
 // an observer receives, the counters Stats reads, and its hot keys.
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"sync/atomic"
 	"time"
@@ -240,38 +238,4 @@ type HotKey struct {
 	// waits for another process's compute, exactly, since Key last entered
 	// the report's summary: lower bounds.
 	Misses, Computes, Waits uint64
-}
-
-// HotKeys returns the n keys of c that this process read most over the last
-// one to two minutes (the current window and the whole minute before it),
-// most reads first (ties in key order), fewer if fewer were read. It returns
-// nil if n ≤ 0; n above 256 is taken as 256. Keys come from data: log them,
-// and put them in a metric's attributes only bounded, as dogpileotel's
-// Observer.Watch does. [DebugHandler] shows them; [HideKeys] hides them.
-//
-// Memory is bounded whatever the key space: about 62 KB per Cache, and the
-// strings of at most 512 keys. Misses, Computes and Waits are exact while a
-// key is reported; Reads is an estimate, within N/256 of the key's reads (N:
-// all reads over the span), plus about 8√h for a key of h hits (hits are
-// sampled, one in 64). A hit pays a multiplication and a test for this.
-// docs/design.md, "Hot keys", tells how.
-func (c *Cache[T]) HotKeys(n int) []HotKey {
-	top := c.hot.Top(n)
-	if top == nil {
-		return nil
-	}
-	hot := make([]HotKey, len(top))
-	for i, e := range top {
-		hot[i] = HotKey{Key: e.Key, Reads: e.Reads, Misses: e.Misses, Computes: e.Computes, Waits: e.Waits}
-	}
-	return hot
-}
-
-// log logs a rare event (see WithLogger).
-func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
-	if c.opts.logger == nil {
-		return
-	}
-	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
-	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
 }

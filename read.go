@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/check"
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
@@ -142,14 +142,14 @@ func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b
 		b, err = c.get(ctx, rc, vk)
 		return b, -1, err
 	}
-	if c.readyClock() && !f.pttlFirst.Load() {
+	if c.readyClock() && !f.PTTLFirst.Load() {
 		if b, err = c.get(ctx, rc, vk); err != nil {
 			return nil, -1, err
 		}
-		if pttl, ok := f.remaining(b); ok {
+		if pttl, ok := f.Remaining(b); ok {
 			return b, pttl, nil
 		}
-		f.pttlFirst.Store(true)
+		f.PTTLFirst.Store(true)
 		// The entry has no expiry (or the clock aged meanwhile): ask.
 		if pttl, err = rc.PTTL(ctx, vk).Result(); err != nil || pttl < 0 {
 			return b, -1, nil // a value without a TTL is never stale
@@ -164,8 +164,8 @@ func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b
 	if b, err = notString(get.Bytes()); err != nil {
 		return nil, -1, err
 	}
-	if f.pttlFirst.Load() && entry.Deadline(b) != 0 {
-		f.pttlFirst.Store(false)
+	if f.PTTLFirst.Load() && entry.Deadline(b) != 0 {
+		f.PTTLFirst.Store(false)
 	}
 	if pttl, err = pt.Result(); err != nil || pttl < 0 {
 		return b, -1, nil // a value without a TTL is never stale
@@ -182,14 +182,14 @@ func (c *core[T]) readRedis(ctx context.Context, rc redis.Cmdable, vk string) (b
 // by its context (unless ContextTimeoutEnabled): the client's read timeout
 // does.
 func (c *core[T]) readyClock() bool {
-	ready, due := c.fresh.clock.Check()
+	ready, due := c.fresh.Clock.Check()
 	if !due {
 		return ready
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(c.life.Context(), servertime.Period)
 		defer cancel()
-		_ = c.fresh.clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
+		_ = c.fresh.Clock.Sample(ctx, func(ctx context.Context, f func(context.Context, *redis.Client) error) error {
 			return redisutil.ForEachNode(ctx, c.client, f)
 		}, func(ctx context.Context) (bool, error) {
 			return servertime.FollowsClock(ctx, c.client, c.opts.prefix+"clock-probe:"+redisutil.Token())
@@ -220,21 +220,40 @@ func notString(b []byte, err error) ([]byte, error) {
 	return b, err
 }
 
-// freshRead is what a Cache with freshness options keeps to read a value's
-// remaining TTL from its entry.
-type freshRead struct {
-	clock servertime.Clock
-	// pttlFirst is set when a GET found an entry without an expiry: the
-	// next reads pipeline a PTTL again, until one finds an expiry.
-	pttlFirst atomic.Bool
-}
+// checkTimeout bounds a round of checks' reads of Redis.
+const checkTimeout = time.Second
 
-// remaining is the least time entry b has left in Redis, from its expiry
-// and the clock, or false if either cannot tell.
-func (f *freshRead) remaining(b []byte) (time.Duration, bool) {
-	d := entry.Deadline(b)
-	if d == 0 {
-		return 0, false
+// checkReads GETs the value keys vks of a round of checks, in one
+// pipeline (one round trip per node), bounded by checkTimeout. While the
+// client's circuit is open it sends nothing: a check would be a probe of
+// the outage on no caller's behalf (see ErrUnavailable), and the answer
+// unknown.
+func (c *core[T]) checkReads(ctx context.Context, vks []string) []check.Got {
+	gs := make([]check.Got, len(vks))
+	fail := func(err error) []check.Got {
+		for i := range gs {
+			gs[i].Err = err
+		}
+		return gs
 	}
-	return f.clock.Remaining(d)
+	if c.breaker.Open() {
+		return fail(ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	done, err := c.breaker.Allow(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	cmds := make([]*redis.StringCmd, len(vks))
+	err = redisutil.Pipelined(ctx, c.client, func(p redis.Pipeliner) {
+		for i, vk := range vks {
+			cmds[i] = p.Get(ctx, vk)
+		}
+	})
+	done(err)
+	for i, cmd := range cmds {
+		gs[i].B, gs[i].Err = notString(cmd.Bytes())
+	}
+	return gs
 }

@@ -435,7 +435,7 @@ func TestFreshReadMiniredis(t *testing.T) {
 	}
 	redistest.Eventually(t, "the clock to be checked", func() bool {
 		c.readyClock()
-		return c.fresh.clock.Refused()
+		return c.fresh.Clock.Refused()
 	})
 	b.Advance(time.Hour + time.Second)
 	cmds := redistest.RecordCommands(rdb)

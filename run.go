@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/semaphore"
 )
 
 // startFlight runs the miss path of j in its own goroutine, on a context
@@ -243,3 +246,20 @@ func growStack(i int) byte {
 // caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
 // decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
 const waiterFrame = 4 << 10
+
+// newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
+// sends at once to half its client's connection pool, so that a store,
+// which wakes every waiting process, never queues behind them (see
+// docs/design.md, "Many keys at once").
+func newTurns(client redis.UniversalClient) *semaphore.Weighted {
+	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
+	switch c := client.(type) {
+	case *redis.Client:
+		size = c.Options().PoolSize
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		size = c.Options().PoolSize
+	}
+	return semaphore.NewWeighted(int64(max(1, size/2)))
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
@@ -208,7 +209,7 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 		rdb := b.Client(t)
 		ctx := t.Context()
 		c := New[string](rdb, prefix(t))
-		const n = 3 * tagBatch
+		const n = 3 * keyspace.TagBatch
 		for i := range n {
 			if err := c.SetTagged(ctx, fmt.Sprint("k", i), "v", time.Minute, "T"); err != nil {
 				t.Fatal(err)
@@ -275,7 +276,7 @@ func TestInvalidateTagConcurrent(t *testing.T) {
 		rdb := b.Client(t)
 		ctx := t.Context()
 		c := New[string](rdb, prefix(t))
-		const n = 2 * tagBatch
+		const n = 2 * keyspace.TagBatch
 		for i := range n {
 			if err := c.SetTagged(ctx, fmt.Sprint("k", i), "v", time.Minute, "T"); err != nil {
 				t.Fatal(err)
@@ -533,7 +534,7 @@ func TestSetTaggedRacesInvalidateTag(t *testing.T) {
 func offTagNode(t *testing.T, c *Cache[string], tag string) (set, key string) {
 	t.Helper()
 	cc := c.client.(*redis.ClusterClient)
-	set, _ = c.tagKeys(tag)
+	set, _ = c.space.TagKeys(tag)
 	tagNode, err := cc.MasterForKey(t.Context(), set)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/servertime"
@@ -196,4 +197,23 @@ func Deadline(b []byte) int64 {
 		return int64(d)
 	}
 	return 0
+}
+
+// An Expiry is what a cache with freshness options keeps to read a value's
+// remaining TTL from its entry's expiry, against its Clock.
+type Expiry struct {
+	Clock servertime.Clock
+	// PTTLFirst is set when a GET found an entry without an expiry: the
+	// next reads pipeline a PTTL again, until one finds an expiry.
+	PTTLFirst atomic.Bool
+}
+
+// Remaining is the least time entry b has left in Redis, from its expiry
+// and the clock, or false if either cannot tell.
+func (f *Expiry) Remaining(b []byte) (time.Duration, bool) {
+	d := Deadline(b)
+	if d == 0 {
+		return 0, false
+	}
+	return f.Clock.Remaining(d)
 }

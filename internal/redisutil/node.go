@@ -89,3 +89,45 @@ func ForEachNode(ctx context.Context, client redis.UniversalClient, f func(conte
 func GlobEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`).Replace(s)
 }
+
+// SlotGroups splits the indexes of the value keys vks into groups whose
+// keys one script (or one MGET) may touch together: all of them on a single
+// server, one group per hash slot on a cluster, and one per key on a ring
+// or any other client (a ring's shards place keys by their own hash). No
+// group is longer than maxGroup.
+func SlotGroups(client redis.UniversalClient, vks []string, maxGroup int) [][]int {
+	var groups [][]int
+	add := func(g int, i int) int {
+		if g < 0 || len(groups[g]) == maxGroup {
+			groups = append(groups, nil)
+			g = len(groups) - 1
+		}
+		groups[g] = append(groups[g], i)
+		return g
+	}
+	switch client.(type) {
+	case *redis.Client:
+		for i := 0; i < len(vks); i += maxGroup {
+			g := make([]int, min(maxGroup, len(vks)-i))
+			for n := range g {
+				g[n] = i + n
+			}
+			groups = append(groups, g)
+		}
+	case *redis.ClusterClient:
+		bySlot := map[int]int{}
+		for i, k := range vks {
+			s := Slot(k)
+			g, ok := bySlot[s]
+			if !ok {
+				g = -1
+			}
+			bySlot[s] = add(g, i)
+		}
+	default:
+		for i := range vks {
+			add(-1, i)
+		}
+	}
+	return groups
+}

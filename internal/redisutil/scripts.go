@@ -87,3 +87,13 @@ func (p ScriptPipeline) Run(ctx context.Context, c redis.Cmdable) []*redis.Cmd {
 	})
 	return cmds
 }
+
+// FirstErr is the first error of cmds other than redis.Nil, if any.
+func FirstErr(cmds []*redis.Cmd) error {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && err != redis.Nil {
+			return err
+		}
+	}
+	return nil
+}

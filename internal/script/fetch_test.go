@@ -1,4 +1,4 @@
-package dogpile
+package script_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redistest"
 	"github.com/dogpile-go/dogpile/internal/script"
 )
@@ -17,7 +18,7 @@ func TestFetchScriptCommonCall(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	ks := keysFor("{fsc}:v")
+	ks := keyspace.For("{fsc}:v")
 	const lease = 50 * time.Second
 	states := map[string]struct{ value, holder string }{ // "": absent
 		"empty":           {"", ""},
@@ -27,29 +28,29 @@ func TestFetchScriptCommonCall(t *testing.T) {
 		"value and other": {"stored", "other"},
 	}
 	look := func(state struct{ value, holder string }, args ...any) (reply, after string) {
-		if err := rdb.Del(ctx, ks.value, ks.lock, ks.errs).Err(); err != nil {
+		if err := rdb.Del(ctx, ks.Value, ks.Lock, ks.Errs).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if state.value != "" {
-			if err := rdb.Set(ctx, ks.value, state.value, 0).Err(); err != nil {
+			if err := rdb.Set(ctx, ks.Value, state.value, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if state.holder != "" {
-			if err := rdb.Set(ctx, ks.lock, state.holder, lease).Err(); err != nil {
+			if err := rdb.Set(ctx, ks.Lock, state.holder, lease).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		res, err := script.Fetch.Run(ctx, rdb, []string{ks.value, ks.lock, ks.errs}, args...).Slice()
+		res, err := script.Fetch.Run(ctx, rdb, []string{ks.Value, ks.Lock, ks.Errs}, args...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(res) == 3 { // {2, holder, pttl}: the PTTL may move by a millisecond
 			res[2] = res[2].(int64) > 49000
 		}
-		lock, _ := rdb.Get(ctx, ks.lock).Result()
-		pttl := rdb.PTTL(ctx, ks.lock).Val()
-		val, _ := rdb.Get(ctx, ks.value).Result()
+		lock, _ := rdb.Get(ctx, ks.Lock).Result()
+		pttl := rdb.PTTL(ctx, ks.Lock).Val()
+		val, _ := rdb.Get(ctx, ks.Value).Result()
 		return fmt.Sprint(res), fmt.Sprintf("lock %q (PTTL > 40 s: %v), value %q", lock, pttl.Seconds() > 40, val)
 	}
 	for name, state := range states {

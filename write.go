@@ -1,0 +1,157 @@
+package dogpile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dogpile-go/dogpile/internal/breaker"
+	"github.com/dogpile-go/dogpile/internal/keyspace"
+	"github.com/dogpile-go/dogpile/internal/redisutil"
+	"github.com/dogpile-go/dogpile/internal/script"
+)
+
+// Writes to Redis besides a read: through the client's circuit breaker
+// (guard), scripts as redisutil sends them (EVALSHA, then EVAL on
+// NOSCRIPT), alone or together in one pipeline (go-redis splits a
+// pipeline per node, so a cluster costs one round trip per node, sent in
+// parallel), with keys grouped by what one script may touch together:
+// Set's write, a compute's store and release, Clear, and the rollback of
+// a write whose reply was lost. The keys and tags they touch are
+// internal/keyspace's.
+
+// A scriptCall is one script run; a pipeline of them is sent by
+// redisutil.RunScripts.
+type scriptCall = redisutil.Call
+
+// maxGroup bounds the keys of one script call (and one MGET), so that a
+// huge batch does not block the server in one long script.
+const maxGroup = 256
+
+// guard runs f, the first round trip of a call, through the client's
+// circuit breaker (see ErrUnavailable): while Redis is known to be
+// unreachable it returns ErrUnavailable without calling f.
+func (c *core[T]) guard(ctx context.Context, f func() error) error {
+	done, err := c.allow(ctx)
+	if err != nil {
+		return err
+	}
+	err = f()
+	c.report(done, err)
+	return err
+}
+
+// turnedAway returns the error of a call that would wait for a flight
+// while the client's circuit is open: that flight needs Redis (unless it
+// computes without it, WithComputeWhenDown), and it may hang on a server
+// that stopped answering until its read times out, so the caller fails
+// at once, as one that reads would.
+func (c *core[T]) turnedAway() error {
+	if c.opts.computeIfDown || !c.breaker.Open() {
+		return nil
+	}
+	c.stats.unavailable.Add(1)
+	return c.breaker.Err()
+}
+
+// unreachable reports whether err means Redis could not be reached, as
+// opposed to an error reply from a server that works.
+func unreachable(err error) bool { return breaker.Unreachable(err) }
+
+// rollback undoes, in the background, requests of this process whose
+// replies were lost (a lock attempt, a store) with undo, releases of the
+// token they may have left holding a lock: the way the lock package undoes
+// its lost acquires too (see redisutil.Rollback). ctx's end means that no
+// caller waits any more.
+func (c *core[T]) rollback(ctx context.Context, undo ...scriptCall) {
+	redisutil.Rollback(ctx, func(ctx context.Context) { redisutil.RunScripts(ctx, c.client, undo) })
+}
+
+// release gives up the lock if it still holds token, and wakes waiters.
+func (c *core[T]) release(ctx context.Context, ks keyspace.Keys, token string) {
+	ctx, cancel := redisutil.Detached(ctx)
+	defer cancel()
+	_ = releaseCall(ks, token, c.publish).Run(ctx, c.client).Err()
+}
+
+// releaseCall is the script call of release.
+func releaseCall(ks keyspace.Keys, token, publish string) scriptCall {
+	return scriptCall{Script: script.Release, Keys: []string{ks.Lock, ks.Channel}, Args: []any{token, publish}}
+}
+
+// storeCall is the script call of store.
+func (c *core[T]) storeCall(ks keyspace.Keys, token string, b []byte, ttl time.Duration) scriptCall {
+	return scriptCall{Script: script.Store, Keys: []string{ks.Value, ks.Lock, ks.Channel},
+		Args: []any{token, b, redisutil.Millis(ttl), c.publish, maxWakeValue}}
+}
+
+// storeCallFor is the script call that stores b for ks under token, as
+// store does, for a compute that said ro: a plain store; on one server,
+// one that checks and adds the tags in the same step; with split, a plain
+// store whose tags tagFirst must add before it (see keyspace.Space.TagFirst); or, when the cache cannot
+// vouch for the tags (Tag could not read them), one that keeps nothing but
+// hands the value to the waiters.
+func (c *core[T]) storeCallFor(ks keyspace.Keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
+	tags, seen, vouch := ro.tagged()
+	switch {
+	case len(tags) == 0 || ttl == 0:
+		return c.storeCall(ks, token, b, ttl), false
+	case !vouch:
+		return c.storeCall(ks, token, b, 0), false
+	case !c.oneNode():
+		return c.storeCall(ks, token, b, ttl), true
+	}
+	return c.space.StoreTagged(c.storeCall(ks, token, b, ttl), tags, seen), false
+}
+
+// tagFirst adds the value keys vks, to be stored for ttls, to the sets of
+// the tags compute gave them (ro), before their stores, and reports which
+// an InvalidateTag has overtaken (see keyspace.Space.TagFirst).
+func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, ttls []time.Duration) (overtaken []bool) {
+	tags, seen, _ := ro.tagged()
+	return c.space.TagFirst(ctx, tags, seen, vks, ttls)
+}
+
+// set is Set, and SetTagged with tags.
+func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, tags []string) error {
+	ttl, err := c.checkTTL(key, ttl)
+	if err != nil {
+		return err
+	}
+	ks := c.keys(key)
+	b, err := c.encode(v)
+	if err != nil {
+		return fmt.Errorf("dogpile: encode %q: %w", key, err)
+	}
+	stored := c.jittered(ttl) + c.opts.stale
+	calls := append(make([]scriptCall, 0, 1+len(tags)), scriptCall{Script: script.Set, Keys: []string{ks.Value, ks.Lock, ks.Channel},
+		Args: []any{b, redisutil.Millis(stored), c.publish}})
+	calls = append(calls, c.space.TagCalls(ks.Value, stored, tags)...)
+	err = c.guard(ctx, func() error {
+		if len(calls) == 1 || !c.oneNode() {
+			// Where a tag's set and the value live on different nodes,
+			// the value first: added to a set before it is stored, it
+			// could be voided by an InvalidateTag in between and then
+			// stored, out of every set, for good.
+			err := calls[0].Run(ctx, c.client).Err()
+			if err == nil && len(calls) > 1 {
+				err = redisutil.FirstErr(redisutil.RunScripts(ctx, c.client, calls[1:]))
+			}
+			if err != nil && len(calls) > 1 {
+				// Stored (or its reply lost) but maybe in no tag's set,
+				// where InvalidateTag would never find it: undone, unless
+				// a later write replaced it.
+				redisutil.Rollback(ctx, func(ctx context.Context) {
+					_ = script.UndoSet.Run(ctx, c.client, []string{ks.Value}, b).Err()
+				})
+			}
+			return err
+		}
+		return redisutil.FirstErr(redisutil.RunScripts(ctx, c.client, calls))
+	})
+	c.forget(ks.Value)
+	if err != nil {
+		return redisutil.Failed(ctx, "dogpile", "set", key, err)
+	}
+	return nil
+}
