@@ -17,12 +17,11 @@ import (
 // the copy (Redis's CLIENT TRACKING): once its invalidation arrived, no call
 // here returns the replaced value, and a write that returned more than 100
 // ms ago never is, however late it comes. No copy outlives the key's TTL or
-// its stale or early-refresh point. Where keys cannot be tracked the tier
-// turns itself off, logged and in [Stats].NearOff: a server older than 6.0,
-// miniredis, a Ring, a failover client, a Cluster client that reads from
-// replicas, or an ACL user refused CLIENT TRACKING, CLIENT ID or the channel
-// "__redis__:invalidate". Near hits share one value: treat it as read-only.
-// It panics if maxEntries is not positive.
+// its stale or early-refresh point. Where keys cannot be tracked (Redis
+// before 6.0, miniredis, a Ring, replica reads, an ACL refusing tracking:
+// docs/design.md) the tier turns itself off, logged and in [Stats].NearOff.
+// Near hits share one value: treat it as read-only. It panics if maxEntries
+// is not positive.
 func WithNearCache(maxEntries int) Option {
 	if maxEntries <= 0 {
 		panic(fmt.Sprintf("dogpile: near cache size %d is not positive (a programmer error)", maxEntries))
