@@ -19,7 +19,8 @@ import (
 
 // testEarlyRefreshBeforeExpiry, a case of the behaviour suite
 // (fetch_test.go): a hit inside the gap before expiry refreshes in the
-// background, a hit just before it does not.
+// background, a hit just before it does not; the refresh's compute is
+// given the value it replaces (Previous).
 func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	// The gap (early) is at least twice took, at most a third of the TTL;
@@ -29,9 +30,11 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	const took, ttl, margin = 300 * time.Millisecond, 3 * time.Second, 500 * time.Millisecond
 	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithEarlyRefresh(1))
 	var n atomic.Int32
-	compute := func(context.Context) (string, error) {
+	var prev previousLog
+	compute := func(ctx context.Context) (string, error) {
 		time.Sleep(took)
-		return fmt.Sprint("v", n.Add(1)), nil
+		v := fmt.Sprint("v", n.Add(1))
+		return prev.compute(v)(ctx)
 	}
 	_, err := c.Fetch(ctx, "k", ttl, compute)
 	require.NoError(t, err)
@@ -65,4 +68,5 @@ func testEarlyRefreshBeforeExpiry(t *testing.T, b redistest.Backend) {
 	if s := c.Stats(); s.Refreshes != 1 || s.Misses != 1 {
 		t.Errorf("Stats = %+v; want one refresh and only the first fill missed", s)
 	}
+	assert.Equal(t, []string{"-", "v1"}, prev.all(), "Previous in the first fill, then in the early refresh")
 }

@@ -156,11 +156,24 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 // TestNearCacheExpire: Expire makes a near-cached value stale in every
 // process: the one that expires it drops its copy before Expire returns
 // (its invalidation held back here), another once its invalidation
-// arrives; each then serves the value as stale while one refreshes it.
+// arrives; each then serves the value as stale while one refreshes it. On
+// a server and on a 3-master Cluster.
 func TestNearCacheExpire(t *testing.T) {
-	s := redistest.StartServer(t)
-	a := dogpile.NewNearCache[string](t, s.Client(t), 100, dogpile.WithStale(time.Hour))
-	o := dogpile.NewNearCache[string](t, s.Client(t), 100, dogpile.WithStale(time.Hour))
+	t.Run("server", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.StartServer(t)
+		testNearCacheExpire(t, func() redis.UniversalClient { return s.Client(t) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, 3)
+		testNearCacheExpire(t, func() redis.UniversalClient { return cl.Client(t) })
+	})
+}
+
+func testNearCacheExpire(t *testing.T, client func() redis.UniversalClient) {
+	a := dogpile.NewNearCache[string](t, client(), 100, dogpile.WithStale(time.Hour))
+	o := dogpile.NewNearCache[string](t, client(), 100, dogpile.WithStale(time.Hour))
 	ctx := t.Context()
 	require.NoError(t, a.Set(ctx, "k", "v1", time.Hour))
 	dogpile.FetchNear(t, a, "k")

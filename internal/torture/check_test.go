@@ -18,7 +18,8 @@ func at(ms float64) int64 { return t0 + int64(ms*float64(time.Millisecond)) }
 // testPlan has a plain Cache (c0), one with a near tier in process 3
 // (c1), one whose values expire at once (c2), one WithStale (c3), one
 // WithStaleIfDown with a near tier in process 3 (c4), one whose values
-// are stale at once for 100 ms (c5), and a semaphore of 2 permits.
+// are stale at once for 100 ms (c5), one WithStale and WithSoftTimeout
+// (c6), and a semaphore of 2 permits.
 func testPlan() Plan {
 	return Plan{
 		Caches: []CacheConfig{
@@ -28,6 +29,7 @@ func testPlan() Plan {
 			{Prefix: "t3:", TTL: time.Second, Stale: time.Second},
 			{Prefix: "t4:", TTL: time.Second, Stale: time.Second, NearProcs: []int{3}, StaleIfDown: true},
 			{Prefix: "t5:", TTL: time.Millisecond, Stale: 100 * time.Millisecond},
+			{Prefix: "t6:", TTL: time.Second, Stale: time.Second, Soft: 100 * time.Millisecond},
 		},
 		Procs: 3, Mutexes: []string{"m"}, Sem: "s", Permits: 2, RW: "rw",
 	}
@@ -172,6 +174,8 @@ func TestRules(t *testing.T) {
 		}, []string{"expiry"}},
 		{"expiry/within its stale window", func() *History { return history(expiry(3, 1990)) }, nil},
 		{"expiry/past its stale window", func() *History { return history(expiry(3, 2010)) }, []string{"expiry"}},
+		{"expiry/within its soft timeout", func() *History { return history(expiry(6, 2090)) }, nil},
+		{"expiry/past its soft timeout", func() *History { return history(expiry(6, 2110)) }, []string{"expiry"}},
 		{"stale-if-down/a kept copy while the server was stopped", func() *History {
 			return history(staleIfDown(4), fault(FPause, 0, 7, 9))
 		}, nil},
