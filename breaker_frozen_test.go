@@ -73,7 +73,7 @@ func fetchLoad(t *testing.T, rdb *redis.Client, name string) func(context.Contex
 	c := dogpile.New[string](rdb, dogpile.WithPrefix(name+":"))
 	t.Cleanup(func() { _ = c.Close() })
 	return func(ctx context.Context, i int) error {
-		_, err := c.Fetch(ctx, fmt.Sprint(i), time.Hour, constant("v"))
+		_, err := c.Fetch(ctx, fmt.Sprint(i), time.Hour, redistest.Constant("v"))
 		return err
 	}
 }
@@ -252,7 +252,7 @@ func TestFrozenDuringFlightNoticed(t *testing.T) {
 	frozen := time.Now()
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
-		_, err := c.Fetch(ctx, "k", time.Hour, constant("w"))
+		_, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("w"))
 		cancel()
 		if errors.Is(err, dogpile.ErrUnavailable) {
 			t.Logf("first ErrUnavailable %v after the freeze", time.Since(frozen))

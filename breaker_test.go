@@ -164,7 +164,7 @@ func TestBreakerComputeWhenDown(t *testing.T) {
 	s.Kill()
 	tripCircuit(t, strict)
 	before := strict.Stats().Unavailable
-	_, err := strict.Refresh(t.Context(), "k", time.Minute, nil2[int])
+	_, err := strict.Refresh(t.Context(), "k", time.Minute, redistest.NoCompute[int])
 	assert.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with the circuit open; want ErrUnavailable")
 	assert.Equal(t, uint64(1), strict.Stats().Unavailable-before, "Stats.Unavailable grew for one Refresh turned away; want 1")
 	for _, f := range []func() (int, error){
@@ -217,12 +217,12 @@ func TestBreakerRefreshProbes(t *testing.T) {
 	c := dogpile.New[string](s.NoRetryClient(t), prefix(t))
 	s.Kill()
 	tripCircuit(t, c) // a Get, a lock, another Cache of the client...
-	_, err := c.Refresh(t.Context(), "k", time.Minute, constant("1"))
+	_, err := c.Refresh(t.Context(), "k", time.Minute, redistest.Constant("1"))
 	require.ErrorIs(t, err, dogpile.ErrUnavailable, "Refresh with Redis down; want ErrUnavailable")
 	s.Restart()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		v, err := c.Refresh(t.Context(), "k", time.Minute, constant("2"))
+		v, err := c.Refresh(t.Context(), "k", time.Minute, redistest.Constant("2"))
 		if err == nil && v == "2" {
 			return
 		}
@@ -247,13 +247,13 @@ func TestBreakerFollowsClusterFailover(t *testing.T) {
 	ctx := t.Context()
 	old, replica := cl.Nodes[0], cl.Replicas[0][0]
 	key := keysOn(t, c, rdb, old, 1)[0]
-	_, err := c.Fetch(ctx, key, time.Minute, constant("v1"))
+	_, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("v1"))
 	require.NoError(t, err)
 	old.Kill()
 	cl.AwaitPromotion(t, replica)
 	promoted := time.Now()
 	for {
-		_, err := c.Fetch(ctx, key, time.Minute, constant("v2"))
+		_, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("v2"))
 		if err == nil {
 			t.Logf("first success %v after the promotion", time.Since(promoted).Round(time.Millisecond))
 			return
@@ -432,7 +432,7 @@ func TestRedisPausedCallerDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := c.Fetch(ctx, "k", time.Minute, nil2[int])
+	_, err := c.Fetch(ctx, "k", time.Minute, redistest.NoCompute[int])
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "Fetch error = %v; want context.DeadlineExceeded", err)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Fetch took %v past a 100ms deadline", d)

@@ -65,7 +65,7 @@ func first[T any](_ T, err error) error { return err }
 func TestFetchManyBadInput(t *testing.T) {
 	c := dogpile.New[string](redistest.NopClient(t)) // any I/O would fail
 	ctx := t.Context()
-	got, err := c.FetchMany(ctx, nil, time.Minute, nilMany[string])
+	got, err := c.FetchMany(ctx, nil, time.Minute, redistest.NoComputeMany[string])
 	if err != nil || got == nil || len(got) != 0 {
 		t.Errorf("FetchMany(no keys) = %v, %v; want an empty map, nil", got, err)
 	}
@@ -79,7 +79,7 @@ func TestFetchManyBadInput(t *testing.T) {
 		{[]string{"a"}, 0, "ttl 0: a Cache made WithDefaultTTL gives it a meaning"},
 		{[]string{"a"}, -time.Second, "ttl -1s is below 1ms"},
 	} {
-		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, nilMany[string])
+		got, err := c.FetchMany(ctx, tc.keys, tc.ttl, redistest.NoComputeMany[string])
 		if !errors.Is(err, dogpile.ErrInvalid) || !strings.Contains(err.Error(), tc.want) || got != nil {
 			t.Errorf("FetchMany(%q, %v) = %v, %v; want nil, ErrInvalid saying %q", tc.keys, tc.ttl, got, err, tc.want)
 		}
@@ -126,13 +126,16 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		assert.EqualValues(t, 0, n, "the compute lock is still held after Close (%d, %v): other processes would wait a lease", n, err)
 	}
 	calls := map[string]func() error{
-		"Fetch":     func() error { _, err := c.Fetch(ctx, "k", time.Minute, constant("x")); return err },
-		"FetchMany": func() error { _, err := c.FetchMany(ctx, []string{"k"}, time.Minute, nil2Many); return err },
-		"Refresh":   func() error { _, err := c.Refresh(ctx, "k", time.Minute, constant("x")); return err },
-		"Get":       func() error { _, err := c.Get(ctx, "k"); return err },
-		"Set":       func() error { return c.Set(ctx, "k", "x", time.Minute) },
-		"Delete":    func() error { return c.Delete(ctx, "k") },
-		"Close":     func() error { return errors.Join(c.Close(), dogpile.ErrClosed) },
+		"Fetch": func() error { _, err := c.Fetch(ctx, "k", time.Minute, redistest.Constant("x")); return err },
+		"FetchMany": func() error {
+			_, err := c.FetchMany(ctx, []string{"k"}, time.Minute, redistest.NoComputeMany[string])
+			return err
+		},
+		"Refresh": func() error { _, err := c.Refresh(ctx, "k", time.Minute, redistest.Constant("x")); return err },
+		"Get":     func() error { _, err := c.Get(ctx, "k"); return err },
+		"Set":     func() error { return c.Set(ctx, "k", "x", time.Minute) },
+		"Delete":  func() error { return c.Delete(ctx, "k") },
+		"Close":   func() error { return errors.Join(c.Close(), dogpile.ErrClosed) },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, dogpile.ErrClosed) {
@@ -141,10 +144,6 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	}
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
-}
-
-func nil2Many(context.Context, []string) (map[string]string, error) {
-	return nil, errors.New("unexpected compute")
 }
 
 // TestCloseEndsEveryWait: Close also ends a Fetch waiting for another
@@ -174,7 +173,7 @@ func TestCloseEndsEveryWait(t *testing.T) {
 	waiting := make(chan struct{}, 1)
 	dogpile.OnWait(c, func(string) { waiting <- struct{}{} })
 	waited := make(chan error, 1)
-	go func() { _, err := c.Fetch(ctx, "w", time.Minute, constant("x")); waited <- err }()
+	go func() { _, err := c.Fetch(ctx, "w", time.Minute, redistest.Constant("x")); waited <- err }()
 	<-waiting
 
 	require.NoError(t, c.Set(ctx, "s", "old", time.Millisecond))

@@ -250,7 +250,7 @@ func (c *core[T]) sampleRead(key string, b []byte, n uint64) {
 // they may begin a check. n is the hit count that emit's increment
 // returned: picking a near hit costs no other access to shared memory (a
 // read of the counter after the increment, one more contended cache line
-// on every hit, cost a hot key at 16 goroutines 8 % of its near hits on
+// on every hit, was a measurable share of a hot key's near hits on
 // two cores: bench/HISTORY.md, issue 42). emit calls it only if check.Mix(n) is
 // below checks.limit.
 //

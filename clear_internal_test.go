@@ -102,11 +102,11 @@ func TestClearNearTiers(t *testing.T) {
 	if err := a.Clear(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := a.Fetch(ctx, "k", time.Minute, constant("new")); err != nil || v != "new" {
+	if v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("new")); err != nil || v != "new" {
 		t.Errorf("Fetch after Clear in the clearing process = %q, %v; want new", v, err)
 	}
 	redistest.Eventually(t, "the other process's tier to drop k", func() bool {
-		v, err := b.Fetch(ctx, "k", time.Minute, constant("new"))
+		v, err := b.Fetch(ctx, "k", time.Minute, redistest.Constant("new"))
 		return err == nil && v == "new"
 	})
 }

@@ -159,7 +159,7 @@ func TestEntryNewerIsACountedMiss(t *testing.T) {
 			if _, err := c.Get(ctx, key); !errors.Is(err, ErrMiss) {
 				t.Errorf("Get over %q: err = %v; want ErrMiss", raw, err)
 			}
-			if v, err := c.Fetch(ctx, key, time.Minute, constant("fresh")); v != "fresh" || err != nil {
+			if v, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("fresh")); v != "fresh" || err != nil {
 				t.Errorf("Fetch over %q = %q, %v; want fresh (a miss)", raw, v, err)
 			}
 		}
@@ -325,7 +325,7 @@ func TestMaxValueSizeClaimNotAllocated(t *testing.T) {
 	if _, err := c.Get(ctx, "get"); !errors.Is(err, ErrMiss) || !strings.Contains(err.Error(), "above the limit") {
 		t.Errorf("Get of the crafted entry = %v; want ErrMiss naming the limit", err)
 	}
-	if v, err := c.Fetch(ctx, "fetch", time.Minute, constant("v")); v != "v" || err != nil {
+	if v, err := c.Fetch(ctx, "fetch", time.Minute, redistest.Constant("v")); v != "v" || err != nil {
 		t.Errorf("Fetch of the crafted entry = %q, %v; want it recomputed", v, err)
 	}
 	m, err := c.FetchMany(ctx, []string{"many"}, time.Minute, func(_ context.Context, keys []string) (map[string]string, error) {

@@ -29,7 +29,7 @@ func TestFirstLookAdapts(t *testing.T) {
 	ctx := context.Background()
 	first := func(c *Cache[string], key string) string {
 		cmds.Take()
-		if _, err := c.Fetch(ctx, key, time.Minute, constant("v")); err != nil {
+		if _, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("v")); err != nil {
 			t.Fatal(err)
 		}
 		for _, cmd := range cmds.Take() {
@@ -82,7 +82,7 @@ func TestFirstLookThroughBreaker(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	for i := range lookScript + 1 {
-		if _, err := c.Fetch(ctx, fmt.Sprint("cold", i), time.Minute, constant("v")); err != nil {
+		if _, err := c.Fetch(ctx, fmt.Sprint("cold", i), time.Minute, redistest.Constant("v")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func TestFirstLookThroughBreaker(t *testing.T) {
 	defer s.Resume()
 	var last error
 	for i := range 8 {
-		_, last = c.Fetch(ctx, fmt.Sprint("frozen", i), time.Minute, constant("v"))
+		_, last = c.Fetch(ctx, fmt.Sprint("frozen", i), time.Minute, redistest.Constant("v"))
 	}
 	if !errors.Is(last, ErrUnavailable) {
 		t.Errorf("the 8th Fetch with the server frozen = %v; want ErrUnavailable (the circuit open)", last)
@@ -136,7 +136,7 @@ func TestScriptLookOnCallersContext(t *testing.T) {
 		mu.Lock()
 		armed = true
 		mu.Unlock()
-		if v, err := c.Fetch(ctx, "k", time.Minute, constant("v")); err != nil || v != "v" {
+		if v, err := c.Fetch(ctx, "k", time.Minute, redistest.Constant("v")); err != nil || v != "v" {
 			t.Fatalf("%s: Fetch = %q, %v", what, v, err)
 		}
 		if !c.looks.script() {
@@ -178,7 +178,7 @@ func TestScriptLookLockReleasedAtClose(t *testing.T) {
 		},
 	})
 	ctx := context.Background()
-	if _, err := c.Fetch(ctx, "k", time.Minute, constant("v")); !errors.Is(err, ErrClosed) {
+	if _, err := c.Fetch(ctx, "k", time.Minute, redistest.Constant("v")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Fetch = %v; want ErrClosed", err)
 	}
 	lock := keyspace.For(c.valueKey("k")).Lock
@@ -245,11 +245,11 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Fetch(leaderCtx, "k", time.Minute, constant("v"))
+		_, err := c.Fetch(leaderCtx, "k", time.Minute, redistest.Constant("v"))
 		done <- err
 	}()
 	redistest.Eventually(t, "the leader's look", func() bool { return looks.Load() > 0 })
-	v, err := c.Fetch(context.Background(), "k", time.Minute, constant("v"))
+	v, err := c.Fetch(context.Background(), "k", time.Minute, redistest.Constant("v"))
 	if err != nil || v != "v" {
 		t.Fatalf("follower: Fetch = %q, %v; want v", v, err)
 	}
@@ -288,11 +288,11 @@ func TestLeaderPanicEndsFlight(t *testing.T) {
 				t.Errorf("recovered %v; want the hook's panic", p)
 			}
 		}()
-		_, _ = c.Fetch(context.Background(), "k", time.Minute, constant("v"))
+		_, _ = c.Fetch(context.Background(), "k", time.Minute, redistest.Constant("v"))
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if v, err := c.Fetch(ctx, "k", time.Minute, constant("v")); err != nil || v != "v" {
+	if v, err := c.Fetch(ctx, "k", time.Minute, redistest.Constant("v")); err != nil || v != "v" {
 		t.Errorf("the next Fetch = %q, %v; want v", v, err)
 	}
 }
@@ -383,10 +383,10 @@ func TestWrongTypeIsAMissOverwritten(t *testing.T) {
 			}
 			foreign("fetch")
 			for _, k := range []string{"fetch", "fetch-list"} {
-				if v, err := c.Fetch(ctx, k, time.Minute, constant("computed")); err != nil || v != "computed" {
+				if v, err := c.Fetch(ctx, k, time.Minute, redistest.Constant("computed")); err != nil || v != "computed" {
 					t.Errorf("Fetch of a %s = %q, %v; want it computed", k, v, err)
 				}
-				if v, err := c.Fetch(ctx, k, time.Minute, nil2[string]); err != nil || v != "computed" {
+				if v, err := c.Fetch(ctx, k, time.Minute, redistest.NoCompute[string]); err != nil || v != "computed" {
 					t.Errorf("second Fetch of %s = %q, %v; want the stored value", k, v, err)
 				}
 			}

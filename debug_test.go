@@ -58,7 +58,7 @@ func TestDebugHandlerShowsEachCache(t *testing.T) {
 	beers := dogpile.New[Beer](rdb, dogpile.WithPrefix(t.Name()+":beers:"))
 	ctx := t.Context()
 	for range 3 { // a miss, then two hits
-		users.Fetch(ctx, "ada", time.Minute, constant("Ada"))
+		users.Fetch(ctx, "ada", time.Minute, redistest.Constant("Ada"))
 	}
 	beers.Fetch(ctx, "pils", time.Minute, func(context.Context) (Beer, error) { return Beer{Name: "Pils"}, nil })
 	h := dogpile.DebugHandler(users, beers)
@@ -105,7 +105,7 @@ func TestDebugHandlerEscapesKeys(t *testing.T) {
 	t.Parallel()
 	c := dogpile.New[string](redistest.Start(t), prefix(t))
 	const evil = `<script>alert("hi")</script>`
-	if _, err := c.Fetch(t.Context(), evil, time.Minute, constant("v")); err != nil {
+	if _, err := c.Fetch(t.Context(), evil, time.Minute, redistest.Constant("v")); err != nil {
 		t.Fatal(err)
 	}
 	h := dogpile.DebugHandler(c)
@@ -128,9 +128,9 @@ func TestDebugHandlerHidesKeys(t *testing.T) {
 	users := dogpile.New[string](rdb, dogpile.WithPrefix(t.Name()+":users:"))
 	ctx := t.Context()
 	for _, k := range []string{"token-1f9a", "token-77c2", "token-77c2"} {
-		sessions.Fetch(ctx, k, time.Minute, constant("s"))
+		sessions.Fetch(ctx, k, time.Minute, redistest.Constant("s"))
 	}
-	users.Fetch(ctx, "ada", time.Minute, constant("Ada"))
+	users.Fetch(ctx, "ada", time.Minute, redistest.Constant("Ada"))
 	h := dogpile.DebugHandler(dogpile.HideKeys(sessions), users)
 
 	html := debugPage(t, h, http.MethodGet, "/").Body.String()
@@ -204,7 +204,7 @@ func TestDebugHandlerShowsSourceCheck(t *testing.T) {
 		dogpile.WithSourceCheck(1, stale), dogpile.WithSourceDelay(20*time.Millisecond))
 	t.Cleanup(func() { c.Close() })
 	for range 2 { // a miss, then a hit that is checked
-		if _, err := c.Fetch(t.Context(), "k", time.Minute, constant("v1")); err != nil {
+		if _, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("v1")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -47,12 +47,12 @@ func TestNotFoundIsItsOwnOutcome(t *testing.T) {
 	}()
 	<-computing
 	dogpile.OnWait(waiter, func(string) { close(release) })
-	_, err := waiter.Fetch(t.Context(), "404", time.Minute, nil2[int])
+	_, err := waiter.Fetch(t.Context(), "404", time.Minute, redistest.NoCompute[int])
 	assert.ErrorIs(t, err, dogpile.ErrNotFound, "the waiting process's Fetch; want ErrNotFound")
 	err = <-held
 	assert.ErrorIs(t, err, dogpile.ErrNotFound, "the computing Fetch; want compute's own error, matching ErrNotFound")
 	assert.ErrorIs(t, err, errMine, "the computing Fetch; want compute's own error, matching ErrNotFound")
-	_, err = holder.Fetch(t.Context(), "404", time.Minute, nil2[int])
+	_, err = holder.Fetch(t.Context(), "404", time.Minute, redistest.NoCompute[int])
 	assert.ErrorIs(t, err, dogpile.ErrNotFound, "Fetch of the tombstone; want ErrNotFound")
 	h, w := holder.Stats(), waiter.Stats()
 	if h.NotFound != 2 || h.Stale != 0 || h.ComputeErrors != 0 || h.Hits != 1 || h.Misses != 1 {

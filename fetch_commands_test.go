@@ -28,7 +28,7 @@ func testCommandsPerFetch(t *testing.T, b redistest.Backend) {
 	got := hcount.Take()
 	assert.LessOrEqual(t, len(got), 3, "winner sent %d commands %v; want at most 3", len(got), got)
 	// Hit: one GET.
-	_, err = waiter.Fetch(t.Context(), "w", time.Minute, nil2[int])
+	_, err = waiter.Fetch(t.Context(), "w", time.Minute, redistest.NoCompute[int])
 	require.NoError(t, err)
 	got = wcount.Take()
 	assert.Len(t, got, 1, "hit sent %d commands %v; want 1", len(got), got)

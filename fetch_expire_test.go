@@ -22,7 +22,7 @@ func testExpireServesStale(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour))
 	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour))
-	_, err := a.Fetch(ctx, "k", time.Hour, constant("v1"))
+	_, err := a.Fetch(ctx, "k", time.Hour, redistest.Constant("v1"))
 	require.NoError(t, err)
 	require.NoError(t, a.Expire(ctx, "k"))
 
@@ -45,7 +45,7 @@ func testExpireServesStale(t *testing.T, b redistest.Backend) {
 	close(release)
 	settle(t, a)
 	settle(t, o)
-	if v, err := o.Fetch(ctx, "k", time.Hour, constant("unused")); err != nil || v != "v2" {
+	if v, err := o.Fetch(ctx, "k", time.Hour, redistest.Constant("unused")); err != nil || v != "v2" {
 		t.Errorf("Fetch after the refresh = %q, %v; want v2", v, err)
 	}
 	if n, sa, so := computes.Load(), a.Stats(), o.Stats(); n != 1 || sa.Stale != 1 || so.Stale != 1 {
@@ -61,7 +61,7 @@ func testExpireServesStale(t *testing.T, b redistest.Backend) {
 	_, err = n.Fetch(ctx, "gone", time.Hour, func(context.Context) (string, error) { return "", dogpile.ErrNotFound })
 	require.ErrorIs(t, err, dogpile.ErrNotFound)
 	require.NoError(t, n.Expire(ctx, "gone"))
-	if v, err := n.Fetch(ctx, "gone", time.Hour, constant("back")); err != nil || v != "back" {
+	if v, err := n.Fetch(ctx, "gone", time.Hour, redistest.Constant("back")); err != nil || v != "back" {
 		t.Errorf("Fetch after Expire of a tombstone = %q, %v; want back, computed", v, err)
 	}
 
@@ -79,13 +79,13 @@ func testExpireServesStale(t *testing.T, b redistest.Backend) {
 func testExpireWithoutStale(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	c := dogpile.New[string](b.Client(t), prefix(t))
-	_, err := c.Fetch(ctx, "k", time.Hour, constant("v1"))
+	_, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("v1"))
 	require.NoError(t, err)
 	require.NoError(t, c.Expire(ctx, "k"))
 	if _, err := c.Get(ctx, "k"); !errors.Is(err, dogpile.ErrMiss) {
 		t.Errorf("Get after Expire: err = %v; want ErrMiss", err)
 	}
-	if v, err := c.Fetch(ctx, "k", time.Hour, constant("v2")); err != nil || v != "v2" {
+	if v, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("v2")); err != nil || v != "v2" {
 		t.Errorf("Fetch after Expire = %q, %v; want v2, computed", v, err)
 	}
 }

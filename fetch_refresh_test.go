@@ -22,7 +22,7 @@ func testRefreshForces(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	c := dogpile.New[string](b.Client(t), prefix(t))
 	require.NoError(t, c.Set(ctx, "k", "old", time.Minute))
-	if v, err := c.Refresh(ctx, "k", time.Minute, constant("new")); v != "new" || err != nil {
+	if v, err := c.Refresh(ctx, "k", time.Minute, redistest.Constant("new")); v != "new" || err != nil {
 		t.Fatalf("Refresh = %q, %v; want new", v, err)
 	}
 	if v, err := dogpile.New[string](b.Client(t), prefix(t)).Get(ctx, "k"); assert.NoError(t, err, "Get after Refresh = %q, %v; want new", v, err) {
@@ -89,7 +89,7 @@ func TestFlightNamesDoNotCollide(t *testing.T) {
 		done <- err
 	}()
 	<-computing
-	v, err := c.Fetch(ctx, "\x00refresh:k", time.Minute, constant("its own"))
+	v, err := c.Fetch(ctx, "\x00refresh:k", time.Minute, redistest.Constant("its own"))
 	close(release)
 	if err != nil || v != "its own" {
 		t.Errorf("Fetch during Refresh(k) = %q, %v; want its own value", v, err)
@@ -136,7 +136,7 @@ func TestRefreshAfterAwaitedHolderFails(t *testing.T) {
 			dogpile.OnWait(refresher, func(string) { waiting <- struct{}{} })
 			got := make(chan string, 1)
 			go func() {
-				v, err := refresher.Refresh(ctx, "k", time.Minute, constant("new"))
+				v, err := refresher.Refresh(ctx, "k", time.Minute, redistest.Constant("new"))
 				if err != nil {
 					v = "error: " + err.Error()
 					if errors.Is(err, dogpile.ErrComputeFailed) {
@@ -216,7 +216,7 @@ func TestRefreshStoreRefused(t *testing.T) {
 	if assert.NoError(t, err, "Refresh whose first store was refused = %q, %v; want new2, computed again", v, err) {
 		assert.Equal(t, "new2", v, "Refresh whose first store was refused = %q, %v; want new2, computed again", v, err)
 	}
-	if after, err := c.Fetch(t.Context(), "k", time.Minute, constant("later")); assert.NoError(t, err, "Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err) {
+	if after, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("later")); assert.NoError(t, err, "Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err) {
 		assert.Equal(t, v, after, "Fetch after Refresh returned %q = %q, %v; want the Refresh's value, never an older one", v, after, err)
 	}
 }

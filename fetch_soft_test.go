@@ -22,9 +22,9 @@ func testSoftTimeout(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	const soft = 300 * time.Millisecond
 	c := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour), dogpile.WithSoftTimeout(soft))
-	_, err := c.Fetch(ctx, "slow", 100*time.Millisecond, constant("v1"))
+	_, err := c.Fetch(ctx, "slow", 100*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
-	_, err = c.Fetch(ctx, "quick", 100*time.Millisecond, constant("v1"))
+	_, err = c.Fetch(ctx, "quick", 100*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
 
@@ -38,7 +38,7 @@ func testSoftTimeout(t *testing.T, b redistest.Backend) {
 	redistest.Eventually(t, "the slow refresh stored", func() bool { v, err := c.Get(ctx, "slow"); return err == nil && v == "v2" })
 
 	slow := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour), dogpile.WithSoftTimeout(time.Minute))
-	if v, err := slow.Fetch(ctx, "quick", time.Hour, constant("v2")); err != nil || v != "v2" {
+	if v, err := slow.Fetch(ctx, "quick", time.Hour, redistest.Constant("v2")); err != nil || v != "v2" {
 		t.Errorf("Fetch of a stale value whose refresh is quick = %q, %v; want the fresh v2", v, err)
 	}
 	if s := slow.Stats(); s.Stale != 0 || s.Refreshes != 1 {
@@ -46,10 +46,10 @@ func testSoftTimeout(t *testing.T, b redistest.Backend) {
 	}
 
 	plain := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithSoftTimeout(soft))
-	_, err = plain.Fetch(ctx, "plain", 100*time.Millisecond, constant("v1"))
+	_, err = plain.Fetch(ctx, "plain", 100*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
-	if v, err := plain.Fetch(ctx, "plain", time.Hour, constant("v2")); err != nil || v != "v2" {
+	if v, err := plain.Fetch(ctx, "plain", time.Hour, redistest.Constant("v2")); err != nil || v != "v2" {
 		t.Errorf("Fetch after the TTL without WithStale = %q, %v; want v2, computed", v, err)
 	}
 }
@@ -60,7 +60,7 @@ func testSoftTimeoutOtherProcess(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour))
 	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Hour), dogpile.WithSoftTimeout(time.Minute))
-	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1"))
+	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
 	release, computing := make(chan struct{}), make(chan struct{})
@@ -73,7 +73,7 @@ func testSoftTimeoutOtherProcess(t *testing.T, b redistest.Backend) {
 	require.Equal(t, "v1", v, "the stale value, served at once without a soft timeout")
 	<-computing // a's refresh holds the lock
 	time.AfterFunc(200*time.Millisecond, func() { close(release) })
-	v, err = o.Fetch(ctx, "k", time.Hour, constant("computed by o"))
+	v, err = o.Fetch(ctx, "k", time.Hour, redistest.Constant("computed by o"))
 	if err != nil || v != "v2" {
 		t.Errorf("Fetch while another process refreshes = %q, %v; want its v2", v, err)
 	}

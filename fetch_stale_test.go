@@ -23,7 +23,7 @@ func testStaleServedWhileOneRefreshes(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()
 	a := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
 	o := dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(time.Minute))
-	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, constant("v1"))
+	_, err := a.Fetch(ctx, "k", 100*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
 	pass(b, 150*time.Millisecond)
 
@@ -66,7 +66,7 @@ func testStaleRefreshFailsThrottled(t *testing.T, b redistest.Backend) {
 		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 		dogpile.New[string](b.Client(t), prefix(t), dogpile.WithStale(stale), dogpile.WithRefreshRetry(retry)),
 	}
-	_, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, constant("v1"))
+	_, err := cs[0].Fetch(ctx, "k", 50*time.Millisecond, redistest.Constant("v1"))
 	require.NoError(t, err)
 	pass(b, 60*time.Millisecond)
 	var calls atomic.Int32

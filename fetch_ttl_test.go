@@ -68,7 +68,7 @@ func testDefaultTTL(t *testing.T, b redistest.Backend) {
 			t.Errorf("%s with ttl 0: PTTL = %v; want about the default %v", call, d, def)
 		}
 	}
-	_, err := c.Fetch(ctx, "fetch", 0, constant("v"))
+	_, err := c.Fetch(ctx, "fetch", 0, redistest.Constant("v"))
 	require.NoError(t, err)
 	inDefault("Fetch", "fetch")
 	_, err = c.FetchMany(ctx, []string{"many"}, 0, func(context.Context, []string) (map[string]string, error) {
@@ -76,7 +76,7 @@ func testDefaultTTL(t *testing.T, b redistest.Backend) {
 	})
 	require.NoError(t, err)
 	inDefault("FetchMany", "many")
-	_, err = c.Refresh(ctx, "refresh", 0, constant("v"))
+	_, err = c.Refresh(ctx, "refresh", 0, redistest.Constant("v"))
 	require.NoError(t, err)
 	inDefault("Refresh", "refresh")
 	require.NoError(t, c.Set(ctx, "set", "v", 0))
@@ -92,7 +92,7 @@ func testDefaultTTL(t *testing.T, b redistest.Backend) {
 		t.Errorf("Set with ttl -1s: err = %v; want ErrInvalid", err)
 	}
 	plain := dogpile.New[string](b.Client(t), prefix(t))
-	if _, err := plain.Fetch(ctx, "fetch", 0, constant("v")); !errors.Is(err, dogpile.ErrInvalid) ||
+	if _, err := plain.Fetch(ctx, "fetch", 0, redistest.Constant("v")); !errors.Is(err, dogpile.ErrInvalid) ||
 		!strings.Contains(err.Error(), "WithDefaultTTL") {
 		t.Errorf("Fetch with ttl 0 and no default: err = %v; want ErrInvalid naming WithDefaultTTL", err)
 	}

@@ -57,7 +57,7 @@ func TestNearCacheOtherProcess(t *testing.T) {
 		// invalidations on their way.
 		for k, want := range map[string]string{"k": fromOther, "j": "computed"} {
 			redistest.Eventually(t, "the other process's write of "+k, func() bool {
-				v, err := a.Fetch(ctx, k, time.Minute, constant("computed"))
+				v, err := a.Fetch(ctx, k, time.Minute, redistest.Constant("computed"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -163,7 +163,7 @@ func TestNearCacheClusterMasterKilled(t *testing.T) {
 	}
 	for _, k := range keys {
 		redistest.Eventually(t, "A to serve the new value of "+k, func() bool {
-			v, err := a.Fetch(ctx, k, time.Minute, nil2[string]) // A's client may not know the new master yet
+			v, err := a.Fetch(ctx, k, time.Minute, redistest.NoCompute[string]) // A's client may not know the new master yet
 			return err == nil && v == "v2"
 		})
 		if v := dogpile.FetchNear(t, a, k); v != "v2" {
@@ -232,7 +232,7 @@ func serveNear(t *testing.T, c *dogpile.Cache[string], keys []string, after func
 		for ctx.Err() == nil {
 			for _, k := range keys {
 				hits := c.Stats().NearHits
-				_, _ = c.Fetch(ctx, k, time.Minute, constant("computed"))
+				_, _ = c.Fetch(ctx, k, time.Minute, redistest.Constant("computed"))
 				if after != nil {
 					after(c.Stats().NearHits > hits)
 				}

@@ -109,7 +109,7 @@ var writes = []write{
 		return c.Delete(ctx, key)
 	}, "fresh"},
 	{"Refresh", func(ctx context.Context, c *Cache[string], key string) error {
-		_, err := c.Refresh(ctx, key, time.Minute, constant("new"))
+		_, err := c.Refresh(ctx, key, time.Minute, redistest.Constant("new"))
 		return err
 	}, "new"},
 	{"InvalidateTag", func(ctx context.Context, c *Cache[string], key string) error {
@@ -173,7 +173,7 @@ func startHeldFetch(t *testing.T, rdb redis.UniversalClient, c *Cache[string], k
 	}
 	done := make(chan answer, 1)
 	go func() {
-		v, err := c.Fetch(ctx, key, time.Minute, constant("computed by the held Fetch"))
+		v, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("computed by the held Fetch"))
 		done <- answer{v, err}
 	}()
 	<-h.read
@@ -218,7 +218,7 @@ func afterEachWrite(t *testing.T, read func(t *testing.T, c *Cache[string], w wr
 // 12742486827157056321); it passed on the tree before that fix too.
 func TestFetchAfterWrite(t *testing.T) {
 	afterEachWrite(t, func(t *testing.T, c *Cache[string], w write) {
-		v, err := c.Fetch(t.Context(), "k", time.Minute, constant("fresh"))
+		v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("fresh"))
 		if err != nil || v != w.want {
 			t.Errorf("Fetch after %s returned = %q, %v; want %q", w.name, v, err, w.want)
 		}
@@ -257,7 +257,7 @@ func TestFetchAfterInvalidation(t *testing.T) {
 		}
 		redistest.Eventually(t, "the invalidation of k", func() bool { return c.Stats().NearInvalidations > before })
 		later()
-		if v, err := c.Fetch(t.Context(), "k", time.Minute, constant("fresh")); err != nil || v != "new" {
+		if v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("fresh")); err != nil || v != "new" {
 			t.Errorf("Fetch after the invalidation arrived = %q, %v; want new", v, err)
 		}
 		if v, err := finish(); err != nil || v != "old" {
@@ -297,7 +297,7 @@ func TestRefreshAfterWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.AfterFunc(300*time.Millisecond, func() { close(release) })
-		v, err := c.Refresh(t.Context(), "k", time.Minute, constant("computed after the Set"))
+		v, err := c.Refresh(t.Context(), "k", time.Minute, redistest.Constant("computed after the Set"))
 		if err != nil || v != "computed after the Set" {
 			t.Errorf("Refresh after Set returned = %q, %v; want the value it computed", v, err)
 		}
@@ -385,7 +385,7 @@ func TestNearReadsNeverGoBack(t *testing.T) {
 	}
 	firstDone := make(chan string, 1)
 	go func() {
-		v, _ := c.Fetch(ctx, "k", time.Minute, constant("fresh")) // reads v1
+		v, _ := c.Fetch(ctx, "k", time.Minute, redistest.Constant("fresh")) // reads v1
 		firstDone <- v
 	}()
 	redistest.Eventually(t, "the first flight to end", func() bool { return blocked.Load() })

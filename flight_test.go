@@ -52,7 +52,7 @@ func TestLeaderRunsItsFlight(t *testing.T) {
 			<-computing
 			short, stop := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer stop()
-			if _, err := c.Fetch(short, name, time.Minute, constant("joined")); !errors.Is(err, context.DeadlineExceeded) {
+			if _, err := c.Fetch(short, name, time.Minute, redistest.Constant("joined")); !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("a caller that joined the flight with a deadline: %v; want DeadlineExceeded", err)
 			}
 			close(release)

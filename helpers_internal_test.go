@@ -4,8 +4,6 @@ package dogpile
 // behaviour tests are in helpers_test.go.
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -37,16 +35,6 @@ func settle[T any](t *testing.T, c *Cache[T]) {
 	})
 }
 
-func constant(v string) func(context.Context) (string, error) {
-	return func(context.Context) (string, error) { return v, nil }
-}
-
-// nil2 is a compute that must not be called.
-func nil2[T any](context.Context) (T, error) {
-	var zero T
-	return zero, errors.New("unexpected compute")
-}
-
 // newNearCache returns a Cache with a near tier, configured by nearTest,
 // whose tracker is stopped (and its goroutines waited for) when the test
 // ends.
@@ -68,7 +56,7 @@ func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
 	redistest.Eventually(t, "a near hit on "+key, func() bool {
 		before := c.Stats().NearHits
 		var err error
-		if v, err = c.Fetch(t.Context(), key, time.Minute, nil2[T]); err != nil {
+		if v, err = c.Fetch(t.Context(), key, time.Minute, redistest.NoCompute[T]); err != nil {
 			t.Fatalf("Fetch(%q): %v", key, err)
 		}
 		return c.Stats().NearHits > before
@@ -79,7 +67,7 @@ func fetchNear[T any](t *testing.T, c *Cache[T], key string) T {
 // fetchValue is a Fetch of key that must not compute.
 func fetchValue[T any](t *testing.T, c *Cache[T], key string) T {
 	t.Helper()
-	v, err := c.Fetch(t.Context(), key, time.Minute, nil2[T])
+	v, err := c.Fetch(t.Context(), key, time.Minute, redistest.NoCompute[T])
 	if err != nil {
 		t.Fatalf("Fetch(%q): %v", key, err)
 	}

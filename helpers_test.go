@@ -116,16 +116,6 @@ func assertNothingStored[T any](t *testing.T, c *dogpile.Cache[T], key string) {
 	assert.True(t, err == nil && n == 0, "EXISTS value lock = %d, %v; want 0 (nothing cached, lock released)", n, err)
 }
 
-func constant(v string) func(context.Context) (string, error) {
-	return func(context.Context) (string, error) { return v, nil }
-}
-
-// nil2 is a compute that must not be called.
-func nil2[T any](context.Context) (T, error) {
-	var zero T
-	return zero, errors.New("unexpected compute")
-}
-
 func mustPanic(t *testing.T, name string, f func()) {
 	t.Helper()
 	assert.Panics(t, f, "%s did not panic", name)

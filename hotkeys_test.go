@@ -19,7 +19,7 @@ func skewed(t *testing.T, c *dogpile.Cache[string], keys [4]string, n int) map[s
 	ctx := t.Context()
 	reads := map[string]uint64{}
 	for _, k := range keys {
-		if _, err := c.Fetch(ctx, k, time.Minute, constant("v:"+k)); err != nil {
+		if _, err := c.Fetch(ctx, k, time.Minute, redistest.Constant("v:"+k)); err != nil {
 			t.Fatalf("Fetch(%q): %v", k, err)
 		}
 		reads[k]++
@@ -29,7 +29,7 @@ func skewed(t *testing.T, c *dogpile.Cache[string], keys [4]string, n int) map[s
 		k := keys[pattern[i%len(pattern)]]
 		var err error
 		if i%2 == 0 {
-			_, err = c.Fetch(ctx, k, time.Minute, constant("v:"+k))
+			_, err = c.Fetch(ctx, k, time.Minute, redistest.Constant("v:"+k))
 		} else {
 			_, err = c.Get(ctx, k)
 		}
@@ -86,7 +86,7 @@ func testHotKeys(t *testing.T, b redistest.Backend) {
 	}
 	// A wait for another process's compute, seen by the waiting process.
 	holder := dogpile.New[string](b.Client(t), prefix(t))
-	release, hres, wres := holdAndWait(t, holder, c, ctx, "w", constant("v"))
+	release, hres, wres := holdAndWait(t, holder, c, ctx, "w", redistest.Constant("v"))
 	close(release)
 	if r, s := <-hres, <-wres; r.err != nil || s.err != nil {
 		t.Fatalf("holder: %v; waiter: %v", r.err, s.err)
@@ -159,7 +159,7 @@ func TestHotKeysNearTier(t *testing.T) {
 func TestHotKeysKeepsCallersKeys(t *testing.T) {
 	c := dogpile.New[string](redistest.StartServer(t).Client(t), dogpile.WithPrefix("p:"))
 	key := "user:{42}:" + strings.Repeat("x", 3)
-	if _, err := c.Fetch(t.Context(), key, time.Minute, constant("v")); err != nil {
+	if _, err := c.Fetch(t.Context(), key, time.Minute, redistest.Constant("v")); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.HotKeys(1); len(got) != 1 || got[0].Key != key {

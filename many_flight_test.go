@@ -65,7 +65,7 @@ func testManyFetchJoinsMany(t *testing.T, b redistest.Backend) {
 	var wg sync.WaitGroup
 	for _, f := range []*dogpile.Cache[string]{c, other} {
 		wg.Go(func() {
-			if v, err := f.Fetch(ctx, "a", time.Minute, nil2[string]); assert.NoError(t, err, "Fetch = %q, %v; want v:a", v, err) {
+			if v, err := f.Fetch(ctx, "a", time.Minute, redistest.NoCompute[string]); assert.NoError(t, err, "Fetch = %q, %v; want v:a", v, err) {
 				assert.Equal(t, "v:a", v, "Fetch = %q, %v; want v:a", v, err)
 			}
 		})
@@ -168,7 +168,7 @@ func TestFetchManyCallerLeaves(t *testing.T) {
 	close(e.gate)
 	// The compute, abandoned by its caller, still stores: a new caller
 	// joins its flight or reads the value.
-	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
+	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, redistest.NoComputeMany[string])
 	require.NoError(t, err)
 	wantAll(t, got, []string{"a", "b"})
 	settle(t, c)

@@ -84,7 +84,7 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 		slots[redisutil.Slot(dogpile.KeysOf(c, k).Value)] = true
 	}
 	count.reset()
-	got, err := c.FetchMany(ctx, keys, time.Minute, nilMany[string])
+	got, err := c.FetchMany(ctx, keys, time.Minute, redistest.NoComputeMany[string])
 	require.NoError(t, err)
 	wantAll(t, got, keys)
 	count.mu.Lock()
@@ -111,7 +111,7 @@ func TestFetchManyOnePipelinePerNode(t *testing.T) {
 		require.NoError(t, s.Set(ctx, k, "v:"+k, time.Minute))
 	}
 	hc.Take()
-	if got, err = s.FetchMany(ctx, keys, time.Minute, nilMany[string]); err != nil {
+	if got, err = s.FetchMany(ctx, keys, time.Minute, redistest.NoComputeMany[string]); err != nil {
 		t.Fatal(err)
 	}
 	wantAll(t, got, keys)

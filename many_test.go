@@ -113,16 +113,12 @@ func testManyHitsAndMisses(t *testing.T, b redistest.Backend) {
 		t.Errorf("compute got %v; want exactly the 30 missing keys", m)
 	}
 	// Stored: a second call is all hits.
-	got, err = c.FetchMany(ctx, keys, time.Minute, nilMany[string])
+	got, err = c.FetchMany(ctx, keys, time.Minute, redistest.NoComputeMany[string])
 	require.NoError(t, err)
 	wantAll(t, got, keys)
 	if s := c.Stats(); s.Hits != 70 || s.Misses != 30 || s.Computes != 1 {
 		t.Errorf("Stats = %+v; want Hits 70, Misses 30, Computes 1", s)
 	}
-}
-
-func nilMany[T any](context.Context, []string) (map[string]T, error) {
-	return nil, errors.New("unexpected compute")
 }
 
 func testManyDuplicates(t *testing.T, b redistest.Backend) {
@@ -197,7 +193,7 @@ func testManyComputeError(t *testing.T, b redistest.Backend) {
 	hook, waiting := waitSignal()
 	dogpile.OnWait(other, hook)
 	wres := make(chan error, 1)
-	go func() { _, err := other.Fetch(ctx, "x", time.Minute, nil2[string]); wres <- err }()
+	go func() { _, err := other.Fetch(ctx, "x", time.Minute, redistest.NoCompute[string]); wres <- err }()
 	<-waiting
 	close(release)
 	err := <-res
@@ -244,7 +240,7 @@ func TestFetchManyRedisDown(t *testing.T) {
 	s := redistest.StartServer(t)
 	s.Kill()
 	c := dogpile.New[string](s.NoRetryClient(t))
-	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, nilMany[string])
+	got, err := c.FetchMany(t.Context(), []string{"a", "b"}, time.Minute, redistest.NoComputeMany[string])
 	if len(got) != 0 || err == nil || !strings.Contains(err.Error(), `dogpile: get "a"`) || !strings.Contains(err.Error(), `dogpile: get "b"`) {
 		t.Errorf("FetchMany with Redis down = %v, %v; want nothing and a get error per key", got, err)
 	}

@@ -102,7 +102,7 @@ func TestNearCacheIdleRestart(t *testing.T) {
 		once.Do(func() {
 			go func() {
 				defer close(fetched)
-				_, err = a.Fetch(context.Background(), keys[0], time.Minute, nil2[string])
+				_, err = a.Fetch(context.Background(), keys[0], time.Minute, redistest.NoCompute[string])
 			}()
 			<-fetched // the Fetch is done before the sessions end
 		})

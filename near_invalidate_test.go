@@ -71,7 +71,7 @@ func TestNearCacheInvalidateTagAfterAnother(t *testing.T) {
 			if err := a.InvalidateTag(ctx, "T"); err != nil {
 				t.Fatal(err)
 			}
-			v, err := a.Fetch(ctx, "k", time.Minute, constant("v2"))
+			v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("v2"))
 			release()
 			if err != nil || v != "v2" {
 				t.Errorf("Fetch after this process's InvalidateTag returned = %q, %v; want v2, not the voided value", v, err)
@@ -112,7 +112,7 @@ func invalidateAfterAnother(t *testing.T, a, b *dogpile.Cache[string]) {
 	if err := a.InvalidateTag(ctx, "T"); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
+	if v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("v2")); err != nil || v != "v2" {
 		t.Fatalf("Fetch after this process's InvalidateTag returned = %q, %v; want v2, not the voided value", v, err)
 	}
 }

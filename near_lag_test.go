@@ -120,7 +120,7 @@ func TestNearCacheLateInvalidationFlight(t *testing.T) {
 	}
 	time.Sleep(2 * dogpile.Tracker(a).Config().MaxLag) // past the bound, its invalidation still held back
 	later()
-	v, err := a.Fetch(ctx, "k", time.Minute, constant("fresh"))
+	v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("fresh"))
 	held.Unlock()
 	if err != nil || v != "new" {
 		t.Errorf("Fetch %v after another process's Set returned, its invalidation held back = %q, %v; want new",

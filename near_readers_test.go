@@ -130,7 +130,7 @@ func TestNearCacheUntrackedFlight(t *testing.T) {
 	none := func(cfg *near.Config) { cfg.Readers = -1 } // every read goes through the client, and none is tracked
 	c := dogpile.NewNearCache[string](t, rdb, 100, dogpile.WithNearTest(none))
 	ctx := t.Context()
-	if _, err := c.Fetch(ctx, "warm", time.Minute, constant("w")); err != nil {
+	if _, err := c.Fetch(ctx, "warm", time.Minute, redistest.Constant("w")); err != nil {
 		t.Fatal(err)
 	}
 	// The tier up and proven: a join shares flights only then. (While it
@@ -146,7 +146,7 @@ func TestNearCacheUntrackedFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		later()
-		v, err := c.Fetch(ctx, key, time.Minute, constant("fresh"))
+		v, err := c.Fetch(ctx, key, time.Minute, redistest.Constant("fresh"))
 		if held, herr := finish(); herr != nil || held != "old" {
 			t.Errorf("the held Fetch = %q, %v; want old", held, herr)
 		}

@@ -167,7 +167,7 @@ func TestConsistencySamplingWithoutNearCache(t *testing.T) {
 	c := dogpile.New[string](redistest.Start(t), prefix(t), dogpile.WithConsistencySampling(1))
 	t.Cleanup(func() { _ = c.Close() })
 	for range 3 {
-		if _, err := c.Fetch(t.Context(), "k", time.Minute, constant("v")); err != nil {
+		if _, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("v")); err != nil {
 			t.Fatal(err)
 		}
 	}

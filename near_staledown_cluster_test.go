@@ -104,7 +104,7 @@ func freezeMaster(t *testing.T, s *redistest.Server, c *dogpile.Cache[string], p
 	s.Pause()
 	t.Cleanup(s.Resume)
 	redistest.Eventually(t, "the circuit to open", func() bool {
-		_, err := c.Fetch(t.Context(), probe, time.Minute, nil2[string])
+		_, err := c.Fetch(t.Context(), probe, time.Minute, redistest.NoCompute[string])
 		return errors.Is(err, dogpile.ErrUnavailable)
 	})
 }
@@ -125,7 +125,7 @@ func resume(t *testing.T, cl *redistest.Cluster, s *redistest.Server, c *dogpile
 	}
 	s.Resume()
 	redistest.Eventually(t, "the circuit to close and the cluster to be ok", func() bool {
-		_, err := c.Fetch(t.Context(), probe, time.Minute, nil2[string])
+		_, err := c.Fetch(t.Context(), probe, time.Minute, redistest.NoCompute[string])
 		if errors.Is(err, dogpile.ErrUnavailable) || dogpile.BreakerOpen(c) {
 			return false
 		}
@@ -184,7 +184,7 @@ func TestStaleIfDownClusterFrozenMaster(t *testing.T) {
 	// Tracking's loss may be seen after the circuit opened: until then
 	// nothing is kept, and Fetch fails.
 	redistest.Eventually(t, "the frozen master's key served", func() bool {
-		v, err := c.Fetch(t.Context(), kf, time.Minute, nil2[string])
+		v, err := c.Fetch(t.Context(), kf, time.Minute, redistest.NoCompute[string])
 		if err == nil && v != "v1" {
 			t.Fatalf("Fetch(%q) = %q; want the kept copy v1", kf, v)
 		}
@@ -192,7 +192,7 @@ func TestStaleIfDownClusterFrozenMaster(t *testing.T) {
 	})
 	assertKeptServed(t, c, by)
 	unread := keyOn(t, rdb, c, live.Addr(), "unread")
-	if v, err := c.Fetch(t.Context(), unread, time.Minute, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+	if v, err := c.Fetch(t.Context(), unread, time.Minute, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 		t.Errorf("Fetch of a key on a live master never read = %q, %v; want ErrUnavailable (the circuit is the client's)", v, err)
 	}
 
@@ -205,7 +205,7 @@ func TestStaleIfDownClusterFrozenMaster(t *testing.T) {
 	if err := writer.Set(t.Context(), kf, "v2", time.Minute); err != nil {
 		t.Fatalf("Set(%q) by a second client: %v", kf, err)
 	}
-	if v, err := c.Fetch(t.Context(), kf, time.Minute, nil2[string]); err != nil || v != "v2" {
+	if v, err := c.Fetch(t.Context(), kf, time.Minute, redistest.NoCompute[string]); err != nil || v != "v2" {
 		t.Errorf("Fetch(%q) once the circuit closed = %q, %v; want v2, never the kept copy", kf, v, err)
 	}
 
@@ -215,7 +215,7 @@ func TestStaleIfDownClusterFrozenMaster(t *testing.T) {
 	if !dogpile.NearHas(c, kl) {
 		t.Fatalf("%q's copy is no longer kept: the check below proves nothing", kl)
 	}
-	if v, err := c.Fetch(t.Context(), kl, time.Minute, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+	if v, err := c.Fetch(t.Context(), kl, time.Minute, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 		t.Errorf("Fetch(%q) in a second outage = %q, %v; want ErrUnavailable", kl, v, err)
 	}
 
@@ -239,7 +239,7 @@ func assertKeptServed(t *testing.T, c *dogpile.Cache[string], by map[string][]st
 	for addr, keys := range by {
 		for _, k := range keys {
 			n++
-			if v, err := c.Fetch(t.Context(), k, time.Minute, nil2[string]); err != nil || v != "v1" {
+			if v, err := c.Fetch(t.Context(), k, time.Minute, redistest.NoCompute[string]); err != nil || v != "v1" {
 				t.Errorf("Fetch(%q) of master %s = %q, %v; want the kept copy v1", k, addr, v, err)
 			}
 		}
@@ -274,11 +274,11 @@ func TestStaleIfDownClusterStalePoint(t *testing.T) {
 	// itself, which empties the tier if it comes before the frozen
 	// master's loss is seen (on a loaded machine, it may).
 	redistest.Eventually(t, "the stale point passed, the long key's copy served", func() bool {
-		_, err := c.Fetch(t.Context(), long, time.Hour, nil2[string])
+		_, err := c.Fetch(t.Context(), long, time.Hour, redistest.NoCompute[string])
 		return err == nil && time.Now().After(stalePoint.Add(200*time.Millisecond))
 	})
 	before := c.Stats().StaleIfDown
-	if v, err := c.Fetch(t.Context(), short, ttl, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+	if v, err := c.Fetch(t.Context(), short, ttl, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 		t.Errorf("Fetch past the stale point = %q, %v; want ErrUnavailable", v, err)
 	}
 	if !dogpile.NearHas(c, short) {

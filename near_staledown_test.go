@@ -36,7 +36,7 @@ func warmNear(t *testing.T, c *dogpile.Cache[string], key string, ttl time.Durat
 		t.Fatalf("Set(%q): %v", key, err)
 	}
 	redistest.Eventually(t, key+" in the near tier", func() bool {
-		if _, err := c.Fetch(t.Context(), key, ttl, nil2[string]); err != nil {
+		if _, err := c.Fetch(t.Context(), key, ttl, redistest.NoCompute[string]); err != nil {
 			t.Fatalf("Fetch(%q): %v", key, err)
 		}
 		return dogpile.NearHas(c, key)
@@ -51,7 +51,7 @@ func freeze(t *testing.T, s *redistest.Server, c *dogpile.Cache[string]) {
 	s.Pause()
 	t.Cleanup(s.Resume)
 	redistest.Eventually(t, "the circuit to open", func() bool {
-		_, err := c.Fetch(t.Context(), "never-read", time.Minute, nil2[string])
+		_, err := c.Fetch(t.Context(), "never-read", time.Minute, redistest.NoCompute[string])
 		return errors.Is(err, dogpile.ErrUnavailable)
 	})
 }
@@ -87,7 +87,7 @@ func TestStaleIfDownServesKeptCopy(t *testing.T) {
 	for i, tc := range cases {
 		c := caches[i]
 		if !tc.serve {
-			if v, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+			if v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 				t.Errorf("%s: Fetch = %q, %v; want ErrUnavailable", tc.name, v, err)
 			}
 			continue
@@ -95,7 +95,7 @@ func TestStaleIfDownServesKeptCopy(t *testing.T) {
 		// Tracking's loss may be seen after the circuit opened: until
 		// then nothing is kept, and Fetch fails.
 		redistest.Eventually(t, tc.name+": the kept copy served", func() bool {
-			v, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string])
+			v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[string])
 			if err == nil && v != "v1" {
 				t.Fatalf("%s: Fetch = %q; want the kept copy v1", tc.name, v)
 			}
@@ -116,7 +116,7 @@ func TestStaleIfDownServesKeptCopy(t *testing.T) {
 	})
 	c := caches[0]
 	redistest.Eventually(t, "v2 read after the Set", func() bool {
-		v, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string])
+		v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[string])
 		if err == nil && v != "v2" {
 			t.Fatalf("Fetch after Redis came back = %q; want v2", v)
 		}
@@ -148,11 +148,11 @@ func TestStaleIfDownStalePoint(t *testing.T) {
 	freeze(t, s, c)
 	time.Sleep(time.Until(stalePoint) + 200*time.Millisecond)
 	redistest.Eventually(t, "the long key's copy served", func() bool {
-		_, err := c.Fetch(t.Context(), "long", time.Hour, nil2[string])
+		_, err := c.Fetch(t.Context(), "long", time.Hour, redistest.NoCompute[string])
 		return err == nil
 	})
 	before := c.Stats().StaleIfDown
-	if v, err := c.Fetch(t.Context(), "short", ttl, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+	if v, err := c.Fetch(t.Context(), "short", ttl, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 		t.Errorf("Fetch past the stale point = %q, %v; want ErrUnavailable", v, err)
 	}
 	if !dogpile.NearHas(c, "short") {
@@ -186,7 +186,7 @@ func TestStaleIfDownNotAfterCircuitClosed(t *testing.T) {
 	held.Store(true)
 	freeze(t, s, c)
 	redistest.Eventually(t, "the kept copy served", func() bool {
-		_, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string])
+		_, err := c.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[string])
 		return err == nil
 	})
 	s.Resume()
@@ -199,7 +199,7 @@ func TestStaleIfDownNotAfterCircuitClosed(t *testing.T) {
 	if !dogpile.NearIndex(c).Kept() || !dogpile.NearHas(c, "k") {
 		t.Fatal("the copy is no longer kept: the check below proves nothing")
 	}
-	if v, err := c.Fetch(t.Context(), "k", time.Minute, nil2[string]); !errors.Is(err, dogpile.ErrUnavailable) {
+	if v, err := c.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[string]); !errors.Is(err, dogpile.ErrUnavailable) {
 		t.Errorf("Fetch in a second outage = %q, %v; want ErrUnavailable", v, err)
 	}
 }

@@ -97,7 +97,7 @@ func TestNearCacheSeesOtherWriters(t *testing.T) {
 		// also move for a message of an earlier write (a script touches
 		// more than the value key, all under the prefix).
 		redistest.Eventually(t, "the invalidation after "+how, func() bool {
-			v, err := a.Fetch(ctx, "k", time.Minute, constant("computed"))
+			v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("computed"))
 			if err != nil {
 				t.Fatalf("after %s: Fetch: %v", how, err)
 			}
@@ -137,7 +137,7 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 		write      func() error
 	}{
 		{"Set", "v2", func() error { return a.Set(ctx, "k", "v2", time.Minute) }},
-		{"Refresh", "v3", func() error { _, err := a.Refresh(ctx, "k", time.Minute, constant("v3")); return err }},
+		{"Refresh", "v3", func() error { _, err := a.Refresh(ctx, "k", time.Minute, redistest.Constant("v3")); return err }},
 		{"Delete", "v4", func() error { return a.Delete(ctx, "k") }},
 	} {
 		dogpile.FetchNear(t, a, "k")
@@ -145,7 +145,7 @@ func TestNearCacheOwnWritesAtOnce(t *testing.T) {
 		if err := w.write(); err != nil {
 			t.Fatal(err)
 		}
-		v, err := a.Fetch(ctx, "k", time.Minute, constant("v4"))
+		v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("v4"))
 		held.Unlock()
 		if err != nil || v != w.want {
 			t.Fatalf("Fetch after %s = %q, %v; want %q", w.name, v, err, w.want)
@@ -201,7 +201,7 @@ func testNearCacheExpire(t *testing.T, client func() redis.UniversalClient) {
 	close(release)
 	for _, c := range []*dogpile.Cache[string]{a, o} {
 		redistest.Eventually(t, "the refreshed value", func() bool {
-			v, err := c.Fetch(ctx, "k", time.Hour, constant("unused"))
+			v, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("unused"))
 			return err == nil && v == "v2"
 		})
 	}
@@ -230,7 +230,7 @@ func TestNearCacheExpires(t *testing.T) {
 			dogpile.FetchNear(t, a, "k")
 			time.Sleep(time.Until(set.Add(ttl + 50*time.Millisecond)))
 			hits := a.Stats().NearHits
-			v, err := a.Fetch(t.Context(), "k", time.Minute, constant("v2"))
+			v, err := a.Fetch(t.Context(), "k", time.Minute, redistest.Constant("v2"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,7 +313,7 @@ func TestNearCacheKeepsItsOwnCopy(t *testing.T) {
 	dogpile.FetchNear(t, a, "k") // tracking is up
 	dogpile.NearIndex(a).Drop(dogpile.KeysOf(a, "k").Value)
 	hits := a.Stats().NearHits
-	m, err := a.Fetch(t.Context(), "k", time.Minute, nil2[map[string]int])
+	m, err := a.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[map[string]int])
 	if err != nil || a.Stats().NearHits != hits {
 		t.Fatalf("Fetch = %v, %v (near hits %d → %d); want a read from Redis", m, err, hits, a.Stats().NearHits)
 	}

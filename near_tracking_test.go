@@ -129,7 +129,7 @@ func TestNearCacheDegrades(t *testing.T) {
 	if err := rdb.Del(ctx, dogpile.KeysOf(a, "k").Value).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := a.Fetch(ctx, "k", time.Minute, constant("v2")); err != nil || v != "v2" {
+	if v, err := a.Fetch(ctx, "k", time.Minute, redistest.Constant("v2")); err != nil || v != "v2" {
 		t.Fatalf("Fetch after a raw DEL = %q, %v; want v2", v, err)
 	}
 	if s := a.Stats(); s.NearHits != 0 {

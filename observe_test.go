@@ -81,7 +81,7 @@ func TestObserver(t *testing.T) {
 	if r := <-wres; r.err != nil {
 		t.Fatal(r.err)
 	}
-	_, err := waiter.Fetch(t.Context(), "k", time.Minute, nil2[int])
+	_, err := waiter.Fetch(t.Context(), "k", time.Minute, redistest.NoCompute[int])
 	require.NoError(t, err)
 
 	if got, want := hr.kinds(), []dogpile.EventKind{dogpile.EventComputeStart, dogpile.EventComputeEnd, dogpile.EventMiss}; !slices.Equal(got, want) {
@@ -160,7 +160,7 @@ func TestLogger(t *testing.T) {
 	require.NoError(t, rdb.Set(t.Context(), dogpile.KeysOf(c, "bad").Value, "garbage", time.Minute).Err())
 	c.Fetch(t.Context(), "bad", time.Minute, func(context.Context) (int, error) { return 1, nil })
 	for range 10 {
-		c.Fetch(t.Context(), "bad", time.Minute, nil2[int]) // hits: not logged
+		c.Fetch(t.Context(), "bad", time.Minute, redistest.NoCompute[int]) // hits: not logged
 	}
 	s.Kill()
 	c.Get(t.Context(), "x") // its refused dial makes the breaker find the server down

@@ -77,7 +77,7 @@ func TestOptionErrorsNameTheOption(t *testing.T) {
 		held <- err
 	}()
 	<-computing
-	_, err := waiter.Fetch(ctx, "k", time.Minute, nil2[int])
+	_, err := waiter.Fetch(ctx, "k", time.Minute, redistest.NoCompute[int])
 	if assert.ErrorIs(t, err, context.DeadlineExceeded, "Fetch cut by the wait timeout; want DeadlineExceeded naming WithWaitTimeout(50ms)") {
 		assert.ErrorContains(t, err, "WithWaitTimeout(50ms)", "Fetch cut by the wait timeout; want DeadlineExceeded naming WithWaitTimeout(50ms)")
 	}

@@ -299,7 +299,7 @@ func TestFreshReadOneCommand(t *testing.T) {
 			ctx := t.Context()
 			rdb := redistest.StartServer(t).Client(t)
 			c := New[string](rdb, prefix(t), tc.opt)
-			if _, err := c.Fetch(ctx, "k", time.Hour, constant("v")); err != nil {
+			if _, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("v")); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Set(ctx, "s", "w", time.Hour); err != nil {
@@ -308,7 +308,7 @@ func TestFreshReadOneCommand(t *testing.T) {
 			clockReady(t, c)
 			cmds := redistest.RecordCommands(rdb)
 			for _, k := range []string{"k", "s"} {
-				if _, err := c.Fetch(ctx, k, time.Hour, constant("x")); err != nil {
+				if _, err := c.Fetch(ctx, k, time.Hour, redistest.Constant("x")); err != nil {
 					t.Fatal(err)
 				}
 				if got := noTime(cmds.Take()); !slices.Equal(got, []string{"get"}) {
@@ -334,15 +334,15 @@ func TestFreshReadStaleFromEntry(t *testing.T) {
 	rdb := redistest.StartServer(t).Client(t)
 	c := New[string](rdb, prefix(t), WithStale(time.Hour))
 	clockReady(t, c)
-	if _, err := c.Fetch(ctx, "k", 300*time.Millisecond, constant("v1")); err != nil {
+	if _, err := c.Fetch(ctx, "k", 300*time.Millisecond, redistest.Constant("v1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Fetch(ctx, "k", time.Hour, constant("x")); err != nil || c.Stats().Stale != 0 {
+	if _, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("x")); err != nil || c.Stats().Stale != 0 {
 		t.Fatalf("a fresh hit: %v, Stats %+v; want not stale", err, c.Stats())
 	}
 	time.Sleep(350 * time.Millisecond) // the TTL must run out on the server's clock
 	cmds := redistest.RecordCommands(rdb)
-	if v, err := c.Fetch(ctx, "k", time.Hour, constant("v2")); v != "v1" || err != nil {
+	if v, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("v2")); v != "v1" || err != nil {
 		t.Fatalf("Fetch = %q, %v; want the stale v1", v, err)
 	}
 	if got := noTime(cmds.Take()); len(got) == 0 || got[0] != "get" || slices.Contains(got, "pttl") {
@@ -400,7 +400,7 @@ func TestFreshReadForeignEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmds := redistest.RecordCommands(rdb)
-	if v, err := c.Fetch(ctx, "k", time.Hour, constant("v2")); v != "v1" || err != nil {
+	if v, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("v2")); v != "v1" || err != nil {
 		t.Fatalf("Fetch = %q, %v; want v1", v, err)
 	}
 	if got := noTime(cmds.Take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {
@@ -414,7 +414,7 @@ func TestFreshReadForeignEntry(t *testing.T) {
 	// The refresh wrote an entry with an expiry: one pipelined read finds
 	// it, and the next is a GET alone.
 	for _, want := range [][]string{{"get", "pttl"}, {"get"}} {
-		if _, err := c.Fetch(ctx, "k", time.Hour, constant("x")); err != nil {
+		if _, err := c.Fetch(ctx, "k", time.Hour, redistest.Constant("x")); err != nil {
 			t.Fatal(err)
 		}
 		if got := noTime(cmds.Take()); !slices.Equal(got, want) {
@@ -430,7 +430,7 @@ func TestFreshReadMiniredis(t *testing.T) {
 	b := redistest.Miniredis(t)
 	rdb := b.Client(t)
 	c := New[string](rdb, prefix(t), WithStale(time.Minute))
-	if _, err := c.Fetch(t.Context(), "k", time.Hour, constant("v")); err != nil {
+	if _, err := c.Fetch(t.Context(), "k", time.Hour, redistest.Constant("v")); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, "the clock to be checked", func() bool {
@@ -439,7 +439,7 @@ func TestFreshReadMiniredis(t *testing.T) {
 	})
 	b.Advance(time.Hour + time.Second)
 	cmds := redistest.RecordCommands(rdb)
-	if _, err := c.Fetch(t.Context(), "k", time.Hour, constant("x")); err != nil {
+	if _, err := c.Fetch(t.Context(), "k", time.Hour, redistest.Constant("x")); err != nil {
 		t.Fatal(err)
 	}
 	if got := noTime(cmds.Take()); len(got) < 2 || !slices.Equal(got[:2], []string{"get", "pttl"}) {

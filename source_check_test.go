@@ -94,7 +94,7 @@ func TestSourceCheckFindsMissingDelete(t *testing.T) {
 		"Fetch": dogpile.FetchValue[string],
 		"near":  dogpile.FetchNear[string], // fills the tier first
 		"FetchMany": func(t *testing.T, c *dogpile.Cache[string], key string) string {
-			m, err := c.FetchMany(t.Context(), []string{key}, time.Minute, nil2Many)
+			m, err := c.FetchMany(t.Context(), []string{key}, time.Minute, redistest.NoComputeMany[string])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +249,7 @@ func TestSourceCheckCloseEndsChecker(t *testing.T) {
 		return "", ctx.Err()
 	}
 	c := dogpile.New[string](raw, prefix(t), dogpile.WithSourceCheck(1, verify), dogpile.WithSourceDelay(time.Millisecond))
-	if _, err := c.Fetch(t.Context(), "k", time.Minute, constant("v")); err != nil {
+	if _, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("v")); err != nil {
 		t.Fatal(err)
 	}
 	dogpile.FetchValue(t, c, "k")
@@ -318,7 +318,7 @@ func TestSourceCheckCluster(t *testing.T) {
 		}
 	}
 	before := c.Stats()
-	if _, err := c.FetchMany(ctx, keys, time.Minute, nil2Many); err != nil {
+	if _, err := c.FetchMany(ctx, keys, time.Minute, redistest.NoComputeMany[string]); err != nil {
 		t.Fatal(err)
 	}
 	settleChecks(t, c)

@@ -106,7 +106,7 @@ func testInvalidateTag(t *testing.T, b redistest.Backend, stale time.Duration) {
 		}
 	}
 	redistest.Eventually(t, "the other process's near tier to drop k0", func() bool {
-		v, err := other.Fetch(ctx, "k0", time.Minute, constant("recomputed"))
+		v, err := other.Fetch(ctx, "k0", time.Minute, redistest.Constant("recomputed"))
 		return err == nil && (v == "recomputed" || stale > 0)
 	})
 	assertTagKeysExpire(t, clients[0], c)
