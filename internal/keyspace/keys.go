@@ -28,10 +28,10 @@ func For(value string) Keys {
 // InvalidateTag of t bumps (it expires a day after the last one); while an
 // InvalidateTag works, the set is moved aside to "p tag:{t}:<token>",
 // listed in the registry "p tagx:{t}" until it is voided (see
-// invalidateTag). All share the tag's hash slot; a value's keys share
+// Invalidate). All share the tag's hash slot; a value's keys share
 // another.
 
-// What follows a Cache's prefix in the names of a tag's keys (see below,
+// What follows a Cache's prefix in the names of a tag's keys (see above,
 // "Tags"), before the tag's hash tag.
 const (
 	tagSetName      = "tag:"  // its set of value keys, and the sets moved aside

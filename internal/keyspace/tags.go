@@ -67,8 +67,8 @@ func (s *Space) StoreTagged(sc redisutil.Call, tags, seen []string) redisutil.Ca
 }
 
 // TagFirst adds the value keys vks, to be stored for ttls, to the sets of
-// tags, whose epochs compute saw as seen, where a tag's keys live on other nodes
-// than a value's (a Cluster, a Ring), before their stores; it reports which
+// tags, whose epochs compute saw as seen, where a tag's keys live on other
+// nodes than a value's (a Cluster, a Ring), before their stores; it reports which
 // an InvalidateTag has overtaken: one of its tags' epochs is no longer the
 // one compute saw (or could not be read). Those are not stored. A value in
 // its tags' sets before its store is voided by any InvalidateTag that
@@ -95,9 +95,10 @@ func (s *Space) TagFirst(ctx context.Context, tags, seen, vks []string, ttls []t
 }
 
 // Invalidation by group, fleet-wide: InvalidateTag voids the values of a
-// tag (see TagCalls and StoreTagged for how values join a tag's set), Clear every value of
-// the Cache. Both work a batch at a time, so that Redis serves its other
-// clients in between, and drop this process's copies and flights at once.
+// tag (TagCalls and StoreTagged add values to a tag's set), Clear every
+// value of the Cache. Both work a batch at a time, so that Redis serves its
+// other clients in between, and drop this process's copies and flights at
+// once (Space.Forget).
 
 // TagBatch is how many values InvalidateTag voids in one pipeline: small
 // enough that Redis, which runs a pipeline's scripts back to back, serves
