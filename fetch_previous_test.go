@@ -6,6 +6,7 @@ package dogpile_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,4 +74,42 @@ func testPreviousValue(t *testing.T, b redistest.Backend) {
 	if _, ok := dogpile.Previous[string](ctx); ok {
 		t.Error("Previous outside a compute answered")
 	}
+}
+
+// countingCodec is MsgPack, counting its decodes.
+type countingCodec struct{ decodes *atomic.Int64 }
+
+func (c countingCodec) Marshal(v any) ([]byte, error) { return dogpile.MsgPack.Marshal(v) }
+func (c countingCodec) Unmarshal(b []byte, v any) error {
+	c.decodes.Add(1)
+	return dogpile.MsgPack.Unmarshal(b, v)
+}
+
+// TestPreviousDecodedOnlyWhenAsked: the value a refresh replaces is decoded
+// for its compute only if the compute calls Previous, once a call; a
+// compute that returns it unchanged costs one store, and the caller's copy
+// of the result (one decode either way).
+func TestPreviousDecodedOnlyWhenAsked(t *testing.T) {
+	var decodes atomic.Int64
+	c := dogpile.New[string](redistest.StartServer(t).Client(t), prefix(t), dogpile.WithCodec(countingCodec{&decodes}))
+	ctx := t.Context()
+	require.NoError(t, c.Set(ctx, "k", "v1", time.Hour))
+
+	before := decodes.Load()
+	_, err := c.Refresh(ctx, "k", time.Hour, redistest.Constant("v2"))
+	require.NoError(t, err)
+	plain := decodes.Load() - before // the caller's copy of what was stored
+	require.LessOrEqual(t, plain, int64(1), "decodes in a Refresh whose compute does not ask for Previous")
+
+	before = decodes.Load()
+	_, err = c.Refresh(ctx, "k", time.Hour, func(ctx context.Context) (string, error) {
+		prev, ok := dogpile.Previous[string](ctx)
+		require.True(t, ok, "Previous in a Refresh over v2")
+		return prev, nil // unchanged
+	})
+	require.NoError(t, err)
+	require.Equal(t, plain+1, decodes.Load()-before, "decodes in a Refresh whose compute asks for Previous once")
+	v, err := c.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v2", v, "the value a compute returned unchanged")
 }
