@@ -11,7 +11,7 @@ import (
 // A Backend is one kind of Redis deployment that a behaviour suite must
 // work on: every go-redis client type a user may hand the library.
 type Backend struct {
-	// Name is "server", "cluster", "ring" or "sentinel".
+	// Name is "server", "cluster", "ring", "sentinel" or "miniredis".
 	Name string
 	// Cluster reports a Redis Cluster, where pub/sub is sharded.
 	Cluster bool
