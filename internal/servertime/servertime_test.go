@@ -37,17 +37,29 @@ func TestRemainingAgreesWithPTTL(t *testing.T) {
 	if _, ok := c.Remaining(1); ok {
 		t.Fatal("a Clock with no sample answered")
 	}
+	first := time.Now()
 	if ready, due := c.Check(); ready || !due {
 		t.Fatalf("Check() = %v, %v on a new Clock; want not ready, due", ready, due)
 	}
 	if _, due := c.Check(); due {
 		t.Fatal("Check reserved the first sample twice")
 	}
-	if err := c.Sample(ctx, one(rdb), follows); err != nil {
-		t.Fatal(err)
+	// A loaded machine may stretch TIME's round trip past MaxWidth, or
+	// stop the process mid-sample: the Clock rightly keeps no such sample
+	// (beside two CPU hogs, one in several runs), so sample until it keeps
+	// one.
+	var ready, due bool
+	for try := 0; !ready; try++ {
+		if try == 100 {
+			t.Fatalf("Check() = %v, %v after %d samples; want ready", ready, due, try)
+		}
+		if err := c.Sample(ctx, one(rdb), follows); err != nil {
+			t.Fatal(err)
+		}
+		ready, due = c.Check()
 	}
-	if ready, due := c.Check(); !ready || due {
-		t.Fatalf("Check() = %v, %v after a sample; want ready, not due", ready, due)
+	if due && time.Since(first) < Period {
+		t.Fatalf("Check() reserved a sample %v after the last; want none within %v", time.Since(first), Period)
 	}
 	// The script computes the deadline as the store script stamps it.
 	const ttl = 60000
