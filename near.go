@@ -48,16 +48,13 @@ func (c *core[T]) newNear() *near.Tier[T] {
 			c.flights.Forget(vk)
 		}
 	}}
-	if o.staleIfDown && o.stale > 0 {
-		h.Keep = func() {}
-	}
 	if o.observer != nil {
 		h.Notify = func(vk string) {
 			c.emit(context.Background(), Event{Kind: EventInvalidate, Key: c.nearKey(vk)})
 		}
 	}
 	cfg := near.TierConfig{Entries: o.nearEntries, Stale: o.stale, Early: o.beta > 0,
-		Sums: o.nearCheck > 0 || o.sourceCheck > 0, Config: o.near}
+		Sums: o.nearCheck > 0 || o.sourceCheck > 0, Keep: o.staleIfDown && o.stale > 0, Config: o.near}
 	return near.NewTier(c.client, c.breaker, cfg, c.decodeEntry, h, c.nearOff)
 }
 

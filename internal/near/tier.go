@@ -31,6 +31,7 @@ type TierConfig struct {
 	Stale   time.Duration // the cache's stale window: a copy is served only while its value is fresh
 	Early   bool          // entries carry an early-refresh gap (entry.Meta.Early), which shortens a copy's life too
 	Sums    bool          // keep the sum of each entry's bytes, for the checks of sampled hits
+	Keep    bool          // keep the copies when tracking is lost, for DownHit (see Handlers.Keep)
 	Config                // the tracker's timings and connections
 }
 
@@ -53,9 +54,9 @@ type Tier[T any] struct {
 }
 
 // NewTier builds the near tier of a cache on client, whose breaker is b,
-// which decodes with decode. h's Remove and Purge are the tier's own: the
-// rest are the cache's (Keep, if set, makes the tier keep its copies for
-// DownHit). off is called when the tier cannot work on this client.
+// which decodes with decode. h's Forget and Notify are the cache's; the
+// tier sets Remove, Purge and, with cfg.Keep, Keep. off is called when the
+// tier cannot work on this client.
 func NewTier[T any](client redis.UniversalClient, b *breaker.Breaker, cfg TierConfig, decode func([]byte) (T, entry.Meta, error),
 	h Handlers, off func(reason string)) *Tier[T] {
 	store := otter.Must(&otter.Options[string, Entry[T]]{
@@ -67,8 +68,8 @@ func NewTier[T any](client redis.UniversalClient, b *breaker.Breaker, cfg TierCo
 	n := &Tier[T]{store: store, b: b, cfg: cfg, decode: decode, seed: maphash.MakeSeed()}
 	h.Remove = func(vk string) { store.Invalidate(vk) }
 	h.Purge = store.InvalidateAll
-	if keep := h.Keep; keep != nil {
-		h.Keep = func() { n.keptAt.Store(b.Closings()); keep() }
+	if cfg.Keep {
+		h.Keep = func() { n.keptAt.Store(b.Closings()) }
 	}
 	n.x = NewIndex(h)
 	n.t = NewTracker(client, n.x, off, cfg.Config)
