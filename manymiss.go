@@ -141,7 +141,10 @@ func (c *core[T]) lockMany(ctx context.Context, b *batch[T], token string) []loc
 		}
 		calls[gi] = scriptCall{Script: script.FetchMany, Keys: keys, Args: args}
 	}
-	_ = c.attempts.Acquire(ctx, 1) // ctx is never done
+	// The turn is waited for whatever ctx does: ctx ends at Close, and a
+	// turn is held one round trip, so it comes. (Acquire on an ended
+	// context fails, and a Release without it would panic.)
+	_ = c.attempts.Acquire(context.WithoutCancel(ctx), 1)
 	cmds := redisutil.RunScripts(ctx, c.client, calls)
 	c.attempts.Release(1)
 	out := make([]lockReply, len(b.jobs))
