@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/dogpile-go/dogpile"
 	"github.com/dogpile-go/dogpile/internal/redistest"
@@ -164,7 +165,9 @@ func checksCapped(t *testing.T, c *dogpile.Cache[string], key string, sampled fu
 // TestConsistencySamplingWithoutNearCache: without a near tier there is
 // nothing to check, and no goroutine to start.
 func TestConsistencySamplingWithoutNearCache(t *testing.T) {
-	c := dogpile.New[string](redistest.Start(t), prefix(t), dogpile.WithConsistencySampling(1))
+	rdb := redistest.Start(t)
+	before := goleak.IgnoreCurrent()
+	c := dogpile.New[string](rdb, prefix(t), dogpile.WithConsistencySampling(1))
 	t.Cleanup(func() { _ = c.Close() })
 	for range 3 {
 		if _, err := c.Fetch(t.Context(), "k", time.Minute, redistest.Constant("v")); err != nil {
@@ -172,6 +175,7 @@ func TestConsistencySamplingWithoutNearCache(t *testing.T) {
 		}
 	}
 	if st := c.Stats(); st.Hits != 2 || st.NearSampled != 0 || dogpile.ChecksOpen(c) != 0 {
-		t.Errorf("Hits, NearSampled = %d, %d; want 2, 0", st.Hits, st.NearSampled)
+		t.Errorf("Hits, NearSampled, checks open = %d, %d, %d; want 2, 0, 0", st.Hits, st.NearSampled, dogpile.ChecksOpen(c))
 	}
+	goleak.VerifyNone(t, before) // before Close: no checker was started
 }

@@ -151,9 +151,15 @@ func TestWatchStop(t *testing.T) {
 	if got := gauges(t, reader, "dogpile.cache.check.sampled"); len(got) != 2 {
 		t.Fatalf("check.sampled while watched = %v; want check=near and check=source", got)
 	}
+	want := map[string]int64{"{key=a,key_prefix=users:}": 1}
+	if got := gauges(t, reader, "dogpile.cache.hot_key.reads"); !maps.Equal(got, want) {
+		t.Fatalf("hot_key.reads while watched = %v; want %v", got, want)
+	}
 	stop()
-	if got := gauges(t, reader, "dogpile.cache.hot_key.reads"); len(got) != 0 {
-		t.Errorf("hot_key.reads after stop = %v; want none", got)
+	for _, name := range []string{"dogpile.cache.hot_key.reads", "dogpile.cache.check.sampled"} {
+		if got := gauges(t, reader, name); len(got) != 0 {
+			t.Errorf("%s after stop = %v; want none", name, got)
+		}
 	}
 }
 

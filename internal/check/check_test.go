@@ -12,6 +12,7 @@ import (
 
 	"github.com/dogpile-go/dogpile/internal/life"
 	"github.com/dogpile-go/dogpile/internal/near"
+	"github.com/dogpile-go/dogpile/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -97,10 +98,7 @@ func TestStepsInTurn(t *testing.T) {
 	for s := range 3 {
 		k.Offer(near.Now(), s)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for k.Open() > 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(t, "the checks to end", func() bool { return k.Open() == 0 })
 	sampled, bad := k.Counts()
 	if sampled != 2 || bad != 1 || reported.Load() != 2 {
 		t.Errorf("sampled %d, inconsistent %d, reported the check of %d; want 2, 1, 2", sampled, bad, reported.Load())
