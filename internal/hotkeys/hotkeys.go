@@ -67,16 +67,16 @@ type Entry struct {
 // keys) and nothing after, but in Top.
 type Summary struct {
 	mu        sync.Mutex
-	clock     func() time.Duration // tests inject one; nil: time since the first Add
-	origin    time.Time            // of the default clock
+	clock     func() time.Duration // tests inject one; nil: the process's monotonic clock (see now)
 	start     time.Duration        // the current window's, on the clock
 	cur, prev *window              // nil until the first Add
 }
 
 // Add adds d to key's counts in the current window.
 func (s *Summary) Add(key string, d Counts) {
+	t := s.now() // outside the lock, which a hot key's sampled hits share
 	s.mu.Lock()
-	s.rotate()
+	s.rotate(t)
 	s.cur.add(key, d)
 	s.mu.Unlock()
 }
@@ -90,8 +90,13 @@ func (s *Summary) Top(n int) []Entry {
 	if n <= 0 {
 		return nil
 	}
+	t := s.now()
 	s.mu.Lock()
-	s.rotate()
+	if s.cur == nil { // never read: no window to allocate for a report
+		s.mu.Unlock()
+		return nil
+	}
+	s.rotate(t)
 	// The current window's slots go first, at their slot's index, so
 	// that the previous window's counts of the same key add to them.
 	all := make([]Entry, len(s.cur.slots), len(s.cur.slots)+len(s.prev.slots))
@@ -119,8 +124,7 @@ func (s *Summary) Top(n int) []Entry {
 // Window from the first Add, so the previous window is always the whole
 // Window before the current one. Rotating on Add and Top, rather than on a
 // timer, costs no goroutine; a quiet minute is caught up at the next call.
-func (s *Summary) rotate() {
-	t := s.now()
+func (s *Summary) rotate(t time.Duration) {
 	if s.cur == nil {
 		s.cur, s.prev, s.start = newWindow(), newWindow(), t
 		return
@@ -139,13 +143,15 @@ func (s *Summary) rotate() {
 }
 
 // now reads the clock. The default is monotonic only: time.Since reads one
-// clock where time.Now reads two, and a sampled hit pays for it.
+// clock where time.Now reads two, and a sampled hit pays for it. It writes
+// nothing, so that Add reads it before taking the lock.
 func (s *Summary) now() time.Duration {
 	if s.clock != nil {
 		return s.clock()
 	}
-	if s.origin.IsZero() {
-		s.origin = time.Now()
-	}
-	return time.Since(s.origin)
+	return time.Since(origin)
 }
+
+// origin is the default clock's zero: windows start at the first Add, so
+// one origin serves every Summary.
+var origin = time.Now()

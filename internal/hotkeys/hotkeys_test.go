@@ -288,3 +288,12 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("reads sum to %d; want 80000 (Space-Saving keeps the total)", sum)
 	}
 }
+
+// TestTopOfUnreadSummary: a report of a Cache never read (a debug page or
+// a metric polling it) is empty and allocates no window.
+func TestTopOfUnreadSummary(t *testing.T) {
+	var s Summary
+	if top := s.Top(5); top != nil || s.cur != nil || s.prev != nil {
+		t.Errorf("Top of an unread Summary = %v, windows allocated %v; want nil, none", top, s.cur != nil)
+	}
+}
