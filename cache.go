@@ -134,7 +134,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key})
 		return zero, fmt.Errorf("%w: %q: %v", ErrMiss, key, err)
 	}
-	c.emitRead(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound}, b, c.checks != nil && c.staleRead(b))
+	c.emitRead(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound}, b, false, true)
 	if m.NotFound {
 		return zero, notFound(key)
 	}

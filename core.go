@@ -120,11 +120,12 @@ func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
 // it (as near hits are, in tally): a count read afterwards is shared by
 // hits that raced, which would be picked or passed over together. stale
 // is whether b is past its TTL, which a stale hit's check would only
-// confirm.
-func (c *core[T]) emitRead(ctx context.Context, e Event, b []byte, stale bool) {
+// confirm; unread, that the caller did not read it (Get), so that a picked
+// hit reads it from b's expiry (see staleRead), and the others pay nothing.
+func (c *core[T]) emitRead(ctx context.Context, e Event, b []byte, stale, unread bool) {
 	n := c.tally(&e)
 	c.observe(ctx, e)
-	if k := c.checks; k != nil && !stale && check.Mix(n) < k.limit {
+	if k := c.checks; k != nil && !stale && check.Mix(n) < k.limit && !(unread && c.staleRead(b)) {
 		c.sampleRead(e.Key, b, n)
 	}
 }
@@ -286,7 +287,7 @@ func (l *looks) saw(hit bool) {
 // may be "not found".
 func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
 	if r.hit {
-		c.emitRead(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound}, r.b, r.stale)
+		c.emitRead(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound}, r.b, r.stale, false)
 	} else {
 		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}

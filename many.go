@@ -105,7 +105,7 @@ func (c *core[T]) hits(ctx context.Context, keys []string, ttl time.Duration, co
 			}
 			c.near.Put(vks[i], tks[i], r.owner, r.b, m, r.pttl)
 			stale := !m.NotFound && c.stale(r.pttl)
-			c.emitRead(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound}, r.b, stale)
+			c.emitRead(ctx, Event{Kind: EventHit, Key: k, Stale: stale, NotFound: m.NotFound}, r.b, stale, false)
 			if !m.NotFound {
 				out[k] = v
 			}
