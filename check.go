@@ -16,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/check"
-	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/near"
 )
 
@@ -164,24 +163,11 @@ func (c *core[T]) served(s *sourceSample[T]) (p []byte, notFound bool, err error
 		p, err = c.marshal(s.v)
 		return p, false, err
 	}
-	p, m, err := entry.Parse(s.b)
-	switch {
-	case err != nil || m.NotFound:
+	p, m, err := c.payload(s.b)
+	if err != nil || m.NotFound {
 		return nil, m.NotFound, err
-	case m.Compressed:
-		p, err = c.decompress(p, len(s.b)-len(p))
 	}
-	return p, false, err
-}
-
-// marshal encodes v with the Cache's codec; a codec's panic is an error.
-func (c *core[T]) marshal(v T) (p []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("codec panicked: %v", r)
-		}
-	}()
-	return c.opts.codec.Marshal(v)
+	return p, false, nil
 }
 
 // callVerify calls verify for key, bounded by verifyBound. Its panic is

@@ -41,14 +41,9 @@ func (c *core[T]) encode(v T) ([]byte, error) { return c.encodeEntry(v, entry.Me
 // uncompressed: the size a reader checks before decompressing it, so that
 // whatever is stored can be read back (see decompress).
 func (c *core[T]) encodeEntry(v T, m entry.Meta) (b []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("codec panicked: %v", r)
-		}
-	}()
 	var p []byte
 	if !m.NotFound {
-		if p, err = c.opts.codec.Marshal(v); err != nil {
+		if p, err = c.marshal(v); err != nil {
 			return nil, err
 		}
 	}
@@ -73,14 +68,9 @@ func (c *core[T]) decode(b []byte) (T, error) {
 // decodeEntry never panics: a codec that panics on foreign bytes reports an
 // error instead.
 func (c *core[T]) decodeEntry(b []byte) (v T, m entry.Meta, err error) {
-	p, m, err := entry.Parse(b)
+	p, m, err := c.payload(b)
 	if err != nil || m.NotFound {
 		return v, m, err
-	}
-	if m.Compressed {
-		if p, err = c.decompress(p, len(b)-len(p)); err != nil {
-			return v, m, err
-		}
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -90,6 +80,27 @@ func (c *core[T]) decodeEntry(b []byte) (v T, m entry.Meta, err error) {
 	}()
 	err = c.opts.codec.Unmarshal(p, &v)
 	return v, m, err
+}
+
+// payload returns entry b's meta and its encoded value, uncompressed (none
+// for a tombstone).
+func (c *core[T]) payload(b []byte) (p []byte, m entry.Meta, err error) {
+	p, m, err = entry.Parse(b)
+	if err != nil || m.NotFound || !m.Compressed {
+		return p, m, err
+	}
+	p, err = c.decompress(p, len(b)-len(p))
+	return p, m, err
+}
+
+// marshal encodes v with the Cache's codec; a codec's panic is an error.
+func (c *core[T]) marshal(v T) (p []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("codec panicked: %v", r)
+		}
+	}()
+	return c.opts.codec.Marshal(v)
 }
 
 // decodeError counts and logs stored bytes of key that did not decode.
