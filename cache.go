@@ -184,9 +184,10 @@ func (c *Cache[T]) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Close ends the Cache's flights, background refreshes and near-tier tracking,
-// and waits for them: no goroutine of the Cache outlives it. Their computes'
-// context ends with cause [ErrClosed] (one that gives up is no compute error);
+// Close ends the Cache's flights, background refreshes, near-tier tracking and
+// checks (a verify call in progress included), and waits for them: no goroutine
+// of the Cache outlives it. Their computes' context ends with cause [ErrClosed]
+// (one that gives up is no compute error);
 // their callers, and every call after Close, get ErrClosed. It does not close
 // the client. Close may be called more than once.
 func (c *Cache[T]) Close() error {

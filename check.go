@@ -37,7 +37,8 @@ const (
 // entry a second after it: a source written and then its Delete or Set (or
 // the TTL) does not count, a write without them does. A codec must encode
 // equal values to equal bytes. verify runs one call at a time, bounded by
-// 5 s; a check whose verify or read fails is dropped. At most 200 checks
+// 5 s, and Close waits for the call in progress; a check whose verify or
+// read fails is dropped. At most 200 checks
 // begin a second. docs/design.md, "Measuring consistency", tells more. It
 // panics unless 0 < fraction <= 1 and verify is set, and New panics if T
 // is not the Cache's value type.
