@@ -40,11 +40,6 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 	if v, err, ok := c.nearHit(ctx, key, vk); ok {
 		return v, err
 	}
-	if c.opts.computeIfDown { // it would compute, not fail (see WithStaleIfDown)
-		if v, err, ok := c.downHit(ctx, key, vk); ok {
-			return v, err
-		}
-	}
 	for {
 		v, err, retry := c.fetch(ctx, key, vk, ttl, compute)
 		if retry {
@@ -270,19 +265,4 @@ func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []by
 		}
 	}
 	return nil, v, m, false
-}
-
-// downHit answers a Fetch of key with the near tier's kept copy of vk, if
-// Redis is unreachable and the tier has one (see near.Tier.DownHit).
-func (c *core[T]) downHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
-	v, tomb, ok := c.near.DownHit(vk)
-	if !ok {
-		return v, nil, false
-	}
-	c.stats.staleIfDown.Add(1)
-	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, Stale: true, NotFound: tomb})
-	if tomb {
-		return v, notFound(key), true
-	}
-	return v, nil, true
 }

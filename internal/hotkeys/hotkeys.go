@@ -73,11 +73,20 @@ type Summary struct {
 }
 
 // Add adds d to key's counts in the current window.
-func (s *Summary) Add(key string, d Counts) {
-	t := s.now() // outside the lock, which a hot key's sampled hits share
+func (s *Summary) Add(key string, d Counts) { s.AddEach(key, nil, d) }
+
+// AddEach records d for each of keys, under one lock, or for key alone
+// if keys is empty: a FetchMany compute counts for every key it computes.
+func (s *Summary) AddEach(key string, keys []string, d Counts) {
+	t := s.now()
 	s.mu.Lock()
 	s.rotate(t)
-	s.cur.add(key, d)
+	if len(keys) == 0 {
+		s.cur.add(key, d)
+	}
+	for _, k := range keys {
+		s.cur.add(k, d)
+	}
 	s.mu.Unlock()
 }
 
