@@ -214,13 +214,6 @@ func (r *resultOpts) tagged() (tags, seen []string, vouch bool) {
 	return r.tags, r.seen, r.vouch
 }
 
-// leased gives r the lease of the compute lock, before compute runs.
-func (r *resultOpts) leased(k *hold.Clock) {
-	r.mu.Lock()
-	r.lease = k
-	r.mu.Unlock()
-}
-
 func (r *resultOpts) set(ttl time.Duration) {
 	r.mu.Lock()
 	r.ttl, r.ok = ttl, true

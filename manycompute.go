@@ -31,19 +31,12 @@ func (c *core[T]) computeMany(ctx context.Context, js []*job[T], token string, s
 	if c.beforeCompute != nil {
 		c.beforeCompute(keys[0])
 	}
-	lease := c.holdLease(sent, cancel, c.extendMany(js, token))
-	ro.leased(lease)
-	start := time.Now()
 	var vals map[string]T
-	cerr := leaseGone(lease)
-	if cerr == nil {
-		cerr = c.runCompute(cctx, Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
+	cerr, took, lost := c.underLease(cctx, cancel, ro, sent, c.extendMany(js, token),
+		Event{Key: keys[0], Keys: keys}, func(ctx context.Context) (err error) {
 			vals, err = compute(ctx, slices.Clone(keys)) // compute may keep or change its slice
 			return err
 		})
-	}
-	took := time.Since(start) + 2*start.Sub(sent) // as in computeHeld
-	lost := endLease(lease, cctx)
 	if cerr != nil && errors.Is(context.Cause(cctx), ErrClosed) {
 		c.releaseMany(ctx, js, token) // other processes take over at once
 		for _, j := range js {

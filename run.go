@@ -95,18 +95,28 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 }
 
 // runMiss is the miss path of one process for one key: it looks across the
-// fleet (see miss) and computes when it wins the lock. ctx is detached from
-// the callers; wctx also ends when every caller left or the wait timeout
-// passed.
+// fleet (see fleetMiss) and computes when it wins the lock, or, when Redis
+// is unreachable and WithComputeWhenDown is set, computes without it. ctx
+// is detached from the callers; wctx also ends when every caller left or
+// the wait timeout passed.
 func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 	defer func() {
 		if p := recover(); p != nil { // a bug here must not crash the caller's process
 			r = outcome{err: fmt.Errorf("dogpile: fetch %q: internal panic: %v\n%s", j.key, p, debug.Stack())}
 		}
 	}()
-	if j.down {
-		return c.computeLocal(ctx, j)
+	if !j.down {
+		if r, down := c.fleetMiss(ctx, wctx, j); !down {
+			return r
+		}
 	}
+	return c.computeLocal(ctx, j)
+}
+
+// fleetMiss looks for j's value across the fleet (see miss) until it has
+// it, or holds the lock and computed it; down reports that Redis is
+// unreachable and WithComputeWhenDown is set.
+func (c *core[T]) fleetMiss(ctx, wctx context.Context, j *job[T]) (r outcome, down bool) {
 	m := j.m
 	if m == nil {
 		m = c.newMiss(j.key, j.ks, j.bad, j.force)
@@ -117,9 +127,9 @@ func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 		end, b, err := m.resolve(ctx, wctx)
 		switch {
 		case err != nil || end == missValue:
-			return outcome{b: b, err: err}
+			return outcome{b: b, err: err}, false
 		case end == missDown:
-			return c.computeLocal(ctx, j)
+			return outcome{}, true
 		}
 		if m.takeover() {
 			c.stats.takeovers.Add(1)
@@ -130,7 +140,7 @@ func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 		}
 		r, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {
-			return r
+			return r, false
 		}
 		// Our lease was lost while compute ran (the key was Set or Deleted,
 		// or Redis was unreachable for a lease) and compute gave up, or a

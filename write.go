@@ -2,6 +2,7 @@ package dogpile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -110,6 +111,128 @@ func (c *core[T]) storeCallFor(ks keyspace.Keys, token string, b []byte, ttl tim
 func (c *core[T]) tagFirst(ctx context.Context, ro *resultOpts, vks []string, ttls []time.Duration) (overtaken []bool) {
 	tags, seen, _ := ro.tagged()
 	return c.space.TagFirst(ctx, tags, seen, vks, ttls)
+}
+
+// What a compute under the lock came to, for settle: its entry b (nil if
+// err says why there is none: compute's error, or a value that did not
+// encode) to store for ttl, compute's own value and error, and whether the
+// lease was lost or the Cache closed while it ran.
+type computed[T any] struct {
+	b      []byte
+	ttl    time.Duration
+	err    error
+	v      T
+	cerr   error
+	lost   bool
+	closed bool
+	ro     *resultOpts // what compute said of its result
+}
+
+// settle ends j's compute, run under the lock with token: it stores d's
+// entry (see store) or, with none, releases the lock (the lease was lost,
+// or the Cache closed: another process takes over at once) or tells the
+// waiting processes of the failure (see fail). again reports that the
+// caller should look again as a newcomer: the lease was lost and compute
+// failed, or the store was refused.
+func (c *core[T]) settle(ctx context.Context, j *job[T], token string, d computed[T]) (r outcome, again bool) {
+	switch {
+	case d.err != nil && d.lost:
+		c.release(ctx, j.ks, token)
+		return outcome{}, true
+	case d.err != nil && d.closed:
+		c.release(ctx, j.ks, token)
+		return outcome{err: ErrClosed}, false
+	case d.err != nil:
+		if !c.fail(ctx, j, token, d.err) && j.force && errors.Is(d.err, ErrNotFound) {
+			return outcome{}, true // as a refused store (see below): the old value may be left
+		}
+		return unstored(d.v, d.cerr, d.err), false
+	}
+	err := c.store(ctx, j, token, d.b, d.ttl, d.ro)
+	if errors.Is(err, errRefused) {
+		// A write, an invalidation or another holder took the lock: look
+		// again rather than hand the value to callers that may have joined
+		// after that write returned (in another process, or after an
+		// InvalidateTag of a tag compute gave it). A Set's value is then
+		// found; after a Delete or an invalidation the key is computed anew.
+		return outcome{}, true
+	}
+	r = outcome{b: d.b, err: err}
+	if errors.Is(d.cerr, ErrNotFound) { // a tombstone: this process answers with compute's own error
+		r.err = errors.Join(d.cerr, r.err)
+	}
+	return r, false
+}
+
+// unstored is the outcome of a compute whose answer (v, or cerr) could not
+// be stored for err: compute's own error, or v with an error naming why
+// (it did not encode), as Fetch documents.
+func unstored[T any](v T, cerr, err error) outcome {
+	if cerr != nil {
+		return outcome{err: err}
+	}
+	return outcome{v: v, err: err}
+}
+
+// store writes b, computed under the lock with token, for ttl (0: it hands
+// b to the waiters without storing it) and wakes the waiters. The write is
+// fenced: it happens only if the lock still holds our token. A holder that
+// lost its lock (it was paused past its lease and another process took
+// over, or the key was Set or Deleted) must not overwrite what is newer;
+// its callers still get the value it computed.
+//
+// With tags (see Tag) the store is made as storeCallFor says.
+func (c *core[T]) store(ctx context.Context, j *job[T], token string, b []byte, ttl time.Duration, ro *resultOpts) error {
+	dctx, cancel := redisutil.Detached(ctx)
+	defer cancel()
+	sc, split := c.storeCallFor(j.ks, token, b, ttl, ro)
+	if split && c.tagFirst(dctx, ro, []string{j.ks.Value}, []time.Duration{ttl})[0] {
+		rc := releaseCall(j.ks, token, c.publish) // the waiters look again
+		_ = rc.Run(dctx, c.client).Err()
+		return errRefused
+	}
+	n, err := sc.Run(dctx, c.client).Int64()
+	if err == nil && n < 1 { // 0: the lock was not ours; -1: a tag was invalidated
+		return errRefused
+	}
+	return c.stored(ctx, j, token, err)
+}
+
+// stored handles the outcome err of j's store: a failed store releases the
+// lock, so that no process waits a lease for nothing.
+func (c *core[T]) stored(ctx context.Context, j *job[T], token string, err error) error {
+	if err == nil || c.opts.computeIfDown && unreachable(err) {
+		return nil
+	}
+	c.rollback(ctx, releaseCall(j.ks, token, c.publish))
+	return fmt.Errorf("dogpile: store %q: %w", j.key, err)
+}
+
+// fail releases the lock after compute failed with cerr and tells the
+// waiting processes; the next Fetch tries again. With a freshness option,
+// no process refreshes the key in the background for the retry interval. A
+// value found not to exist any more is deleted rather than served stale.
+// It reports false only if the lock was no longer ours: nothing was done.
+func (c *core[T]) fail(ctx context.Context, j *job[T], token string, cerr error) (done bool) {
+	dctx, cancel := redisutil.Detached(ctx)
+	defer cancel()
+	sc := c.failCall(j.ks, token, cerr)
+	n, err := sc.Run(dctx, c.client).Int64()
+	return err != nil || n == 1 // only a refusal (the lock was lost) is not done
+}
+
+// failCall is the script call of fail.
+func (c *core[T]) failCall(ks keyspace.Keys, token string, cerr error) scriptCall {
+	text, drop := errText(cerr), ""
+	if errors.Is(cerr, ErrNotFound) {
+		text, drop = notFoundMark+text, "drop"
+	}
+	var throttle time.Duration
+	if c.opts.stale > 0 || c.opts.beta > 0 {
+		throttle = c.opts.refreshRetry
+	}
+	return scriptCall{Script: script.Fail, Keys: []string{ks.Lock, ks.Errs, ks.Channel, ks.Throttle, ks.Value},
+		Args: []any{token, text, redisutil.Millis(c.opts.lease + time.Second), c.publish, redisutil.Millis(throttle), drop}}
 }
 
 // set is Set, and SetTagged with tags.
