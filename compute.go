@@ -102,7 +102,7 @@ func (c *core[T]) computeLocal(ctx context.Context, j *job[T]) outcome {
 	}
 	b, err := c.encode(v)
 	if err != nil {
-		return unstored(v, nil, fmt.Errorf("dogpile: encode %q: %w", j.key, err))
+		return outcome{v: v, err: fmt.Errorf("dogpile: encode %q: %w", j.key, err)} // the value, uncached
 	}
 	return outcome{b: b}
 }

@@ -9,12 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
-	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
-	"github.com/dogpile-go/dogpile/internal/servertime"
-	"github.com/dogpile-go/dogpile/internal/wake"
 )
+
+// A caller's Fetch: the near tier, the flight it joins or leads, the
+// first look that a leader makes (a GET, or the lock script), and the
+// wait for the flight's outcome. The flight's miss runs in run.go.
 
 // Fetch returns the value cached under key or, on a miss, compute's result,
 // stored for ttl. Of concurrent misses for key in the fleet, one calls compute
@@ -127,142 +128,149 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 	return c.await(ctx, key, id, cl)
 }
 
-// Refresh computes key's value now and stores it for ttl, even over a fresh
-// one, or returns the result of another process computing key. Concurrent
-// Refreshes in one process share a compute; once one returns, later calls of
-// this Cache return nothing older. Errors and panics are as for [Cache.Fetch].
-func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
-	if compute == nil {
-		panic("dogpile: nil compute function (a programmer error)")
+// await waits for the flight cl of key (flight is its name in the group),
+// or for ctx.
+func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
+	select {
+	case <-cl.Done():
+	case <-ctx.Done():
+		c.flights.Leave(flight, cl)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
+		// The flight's round trip may be what held the caller up, on a
+		// server that stopped answering: the breaker asks the server (see
+		// ErrUnavailable), which costs a PING if it was only slow.
+		c.breaker.Observe(ctx.Err())
+		return v, ctx.Err(), false
 	}
-	ttl, err := c.checkTTL(key, ttl)
+	if cl.Result.err == errRetry {
+		return v, nil, true
+	}
+	if cl.Result.b == nil {
+		c.count(ctx, key, cl.Result, errors.Is(cl.Result.err, ErrNotFound))
+		if u, ok := cl.Result.v.(T); ok {
+			v = u // computed but not stored: it did not encode
+		}
+		return v, cl.Result.err, false
+	}
+	growStack(0) // before the codec's deep frames (see growStack)
+	v, m, derr := c.decodeEntry(cl.Result.b)
+	c.count(ctx, key, cl.Result, m.NotFound)
+	switch {
+	case derr != nil: // cannot happen: the flight decoded b already
+		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
+	case m.NotFound && errors.Is(cl.Result.err, ErrNotFound):
+		return v, cl.Result.err, false // compute's own error, in the process that computed
+	case m.NotFound:
+		return v, notFound(key), false
+	}
+	return v, cl.Result.err, false
+}
+
+// lookWithScript is Fetch's first look with the lock script, for the
+// flight j that the caller leads. A value that decodes is a hit, answered
+// here. Any other reply (the lock, now ours; a holder to wait for; a
+// holder's failure) goes on in the flight's miss (see startFlight), which
+// starts from it; bytes that do not decode, as after a GET, in a miss
+// whose first try passes over them.
+func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
+	m := c.newMiss(j.key, j.ks, "", false)
+	m.look = true
+	res, err := m.try(ctx)
 	if err != nil {
-		var zero T
-		return zero, err
+		return c.lookFailed(ctx, j, m, err)
 	}
-	// Refresh has no read of its own to probe Redis with: while the
-	// circuit is open it fails fast, or computes without the cache; when
-	// the circuit lets a probe through, a PING is that probe (else a
-	// process that only refreshes would never see Redis come back).
-	var probe error
-	if c.breaker.Open() {
-		probe = c.guard(ctx, func() error { return c.client.Ping(ctx).Err() })
-	}
-	down := probe != nil
-	if down && !c.opts.computeIfDown {
-		if !errors.Is(probe, ErrUnavailable) { // else guard counted it
-			c.stats.unavailable.Add(1)
-		}
-		var zero T
-		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
-	}
-	vk := c.valueKey(key)
-	flight := flightID{Kind: refreshFlight, Key: vk}
-	cl, lead := c.flights.Join(flight, true) // its compute writes after every write before it
-	if !lead {
-		c.stats.shared.Add(1)
-	} else {
-		j := newJob(flight, key, ttl, compute, cl)
-		j.down, j.force = down, true
-		c.startFlight(ctx, j, true)
-	}
-	v, err, _ := c.await(ctx, key, flight, cl)
-	c.forget(vk) // this process reads its own refresh at once
-	return v, err
-}
-
-// Refreshing a value before callers have to wait for it: in the background
-// when a hit finds it stale or due for an early refresh, or on demand
-// (Refresh).
-
-// stale reports whether a value read with pttl is past its TTL, in its
-// stale window (see WithStale).
-func (c *core[T]) stale(pttl time.Duration) bool {
-	return c.opts.stale > 0 && pttl >= 0 && pttl <= c.opts.stale
-}
-
-// due reports whether a value read with pttl and meta m should be refreshed
-// now, and the highest PTTL at which it still should (script.Refresh checks it
-// again in Redis, so a value that another process refreshed meanwhile is
-// left alone).
-func (c *core[T]) due(pttl time.Duration, m entry.Meta) (limit time.Duration, ok bool) {
-	if pttl < 0 || m.NotFound {
-		return 0, false
-	}
-	// pttl read from the entry may fall short of the truth by up to Slack:
-	// script.Refresh, which reads the true PTTL, is let start that much early.
-	slack := servertime.Slack
-	if c.opts.stale > 0 && pttl <= c.opts.stale {
-		return c.opts.stale + slack, true
-	}
-	if c.opts.beta > 0 && m.Early > 0 && pttl <= c.opts.stale+m.Early {
-		return c.opts.stale + m.Early + slack, true
-	}
-	return 0, false
-}
-
-// refreshLater starts a background refresh of j (a laterFlight job), unless one runs in this
-// process already. It takes the compute lock only if no other process holds
-// it, no refresh failed within the retry interval, and the value's PTTL is
-// still at most limit; then it computes and stores as a Fetch would, waking
-// any process that waits for the key.
-func (c *core[T]) refreshLater(ctx context.Context, j *job[T], limit time.Duration) {
-	cl, ok := c.flights.Start(j.flight)
-	if !ok {
-		return
-	}
-	j.cl = cl
-	ctx, stop := c.life.Detach(ctx)
-	started := c.life.Go(func() {
-		var r outcome
-		defer func() { c.flights.End(j.flight, cl, r) }()
-		defer stop()
-		lctx, cancel := context.WithTimeout(ctx, c.opts.lease)
-		defer cancel()
-		if c.attempts.Acquire(lctx, 1) != nil {
-			return
-		}
-		token, sent := redisutil.Token(), time.Now()
-		n, err := script.Refresh.Run(lctx, c.client, []string{j.ks.Value, j.ks.Lock, j.ks.Throttle},
-			token, redisutil.Millis(c.opts.lease), redisutil.Millis(limit)).Int()
-		c.attempts.Release(1)
-		if redisutil.MayHaveRun(err) {
-			c.rollback(ctx, releaseCall(j.ks, token, c.publish)) // it may have taken the lock
-		}
-		if err != nil || n == 0 {
-			return
-		}
-		j.refresh = true
-		r, _ = c.computeHeld(ctx, j, token, sent)
-	})
-	if !started {
-		stop()
-		c.flights.End(j.flight, cl, outcome{err: ErrClosed})
-	}
-}
-
-// softWait waits up to WithSoftTimeout, and ctx, for a value of vk other
-// than stale, the stale entry a hit found, to be stored fresh (by a refresh
-// of this process or another: every store wakes the key's channel), and
-// returns it. It reads the key again once subscribed, since a store may
-// have come between the hit and the subscription.
-func (c *core[T]) softWait(ctx context.Context, vk string, stale []byte) (b []byte, v T, m entry.Meta, ok bool) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.softTimeout)
-	defer cancel()
-	w := wake.NewWaiter(c.client, pollMin, pollMax)
-	defer w.Close()
-	w.Watch(ctx, keyspace.For(vk).Channel)
-	old := entry.SHA1(stale)
-	for ctx.Err() == nil {
-		b, pttl, err := c.readRedis(ctx, c.client, vk)
-		if err == nil && !c.stale(pttl) && entry.SHA1(b) != old {
-			if v, m, derr := c.decodeEntry(b); derr == nil {
-				return b, v, m, true
+	if kind, _ := script.At[int64](res, 0); kind == script.Value {
+		s, _ := script.At[string](res, 1)
+		b := []byte(s)
+		v, meta, derr := c.decodeEntry(b)
+		if derr == nil {
+			m.close()
+			c.looks.saw(true)
+			r := outcome{b: b, hit: true}
+			c.flights.End(j.flight, j.cl, r)
+			c.count(ctx, j.key, r, meta.NotFound)
+			if meta.NotFound {
+				return v, notFound(j.key), false
 			}
+			return v, nil, false
 		}
-		if _, err := w.Wait(ctx, 0); err != nil {
-			break
-		}
+		c.decodeError(ctx, j.key, derr)
+		m.bad, res = entry.SHA1(b), nil
 	}
-	return nil, v, m, false
+	m.first, j.m = res, m
+	c.startFlight(ctx, j, true)
+	return c.await(ctx, j.key, j.flight, j.cl)
 }
+
+// lookFailed ends the flight j whose first look, with the lock script,
+// got no reply, as a failed GET would: its callers start over if the
+// first caller's ctx ended, else they get the error, unless Redis is
+// unreachable and WithComputeWhenDown is set. A lock the script may have
+// taken is released first; callers that start over wait for that release
+// (the Cache's background work, see Close), or the look one of them leads
+// would find this one's lock and wait for it as for another process's
+// compute.
+func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
+	m.close()
+	mayHold := redisutil.MayHaveRun(err)
+	release := releaseCall(m.ks, m.token, c.publish)
+	if ctx.Err() != nil && mayHold && c.life.Go(func() {
+		rctx, cancel := redisutil.Detached(ctx)
+		defer cancel()
+		redisutil.RunScripts(rctx, c.client, []scriptCall{release})
+		c.flights.End(j.flight, j.cl, outcome{err: errRetry})
+	}) {
+		return v, ctx.Err(), false
+	}
+	if mayHold {
+		c.rollback(ctx, release) // after Close too, as other undos
+	}
+	r := outcome{err: errRetry}
+	switch {
+	case ctx.Err() != nil:
+	case c.opts.computeIfDown && unreachable(err):
+		j.down = true
+		c.startFlight(ctx, j, true)
+		return c.await(ctx, j.key, j.flight, j.cl)
+	default:
+		r.err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
+	}
+	c.flights.End(j.flight, j.cl, r)
+	if ctx.Err() != nil {
+		return v, ctx.Err(), false
+	}
+	return v, r.err, false
+}
+
+// endIfPanic, deferred by a flight's leader, ends the flight cl (named
+// id) if the leader is panicking (in a client hook, say) before it handed
+// the flight to a goroutine of its own, and panics on: a program that
+// recovers (net/http does) must not find the key's later callers joining a
+// flight nobody ends.
+func (c *core[T]) endIfPanic(id flightID, cl *call) {
+	if p := recover(); p != nil {
+		c.flights.EndUnlessDetached(id, cl, outcome{err: fmt.Errorf("dogpile: panic in the first look: %v", p)})
+		panic(p)
+	}
+}
+
+// growStack makes room on the calling goroutine's stack for a decode, in one
+// copy made while few frames are on it. A caller that waited for a flight is
+// often a goroutine started for this request, whose stack begins at 2 KiB; a
+// codec's decode (msgpack's reflection) needs more, and the runtime grows a
+// stack by copying it and fixing up every frame on it, which deep in the
+// codec's frames was the dearest work a woken waiter did (bench/HISTORY.md,
+// "Figures moved out of code comments"). A stack already this deep pays only
+// the zeroing of the frame, once per waiting caller, never on a hit.
+//
+//go:noinline
+func growStack(i int) byte {
+	var frame [waiterFrame]byte
+	frame[i] = 1 // i is 0: a frame the compiler cannot drop
+	return frame[len(frame)-1-i]
+}
+
+// waiterFrame is growStack's frame: with the frames of Fetch and a shallow
+// caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
+// decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
+const waiterFrame = 4 << 10

@@ -94,15 +94,17 @@ func (c *core[T]) storeCall(ks keyspace.Keys, token string, b []byte, ttl time.D
 // hands the value to the waiters.
 func (c *core[T]) storeCallFor(ks keyspace.Keys, token string, b []byte, ttl time.Duration, ro *resultOpts) (sc scriptCall, split bool) {
 	tags, seen, vouch := ro.tagged()
+	if len(tags) > 0 && !vouch {
+		ttl = 0 // the value goes to the waiters, and is not kept
+	}
+	sc = c.storeCall(ks, token, b, ttl)
 	switch {
 	case len(tags) == 0 || ttl == 0:
-		return c.storeCall(ks, token, b, ttl), false
-	case !vouch:
-		return c.storeCall(ks, token, b, 0), false
+		return sc, false
 	case !c.oneNode():
-		return c.storeCall(ks, token, b, ttl), true
+		return sc, true
 	}
-	return c.space.StoreTagged(c.storeCall(ks, token, b, ttl), tags, seen), false
+	return c.space.StoreTagged(sc, tags, seen), false
 }
 
 // tagFirst adds the value keys vks, to be stored for ttls, to the sets of
