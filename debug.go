@@ -1,14 +1,12 @@
 package dogpile
 
-// What a process shows of its Caches: the Stats and hot keys of each,
-// DebugHandler's page, and the AnyCache view of a Cache that it and
-// dogpileotel's Observer.Watch read.
+// What a process shows of its Caches: DebugHandler's page, and the
+// AnyCache view of a Cache that it and dogpileotel's Observer.Watch read.
 
 import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"sync/atomic"
 
 	"github.com/dogpile-go/dogpile/internal/debugpage"
 )
@@ -120,64 +118,4 @@ func mustCache(fn string, c AnyCache) {
 	if v := reflect.ValueOf(c); c == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		panic("dogpile: nil cache given to " + fn + " (a programmer error)")
 	}
-}
-
-// Stats are counters of a Cache since New, in this process. Most count the
-// events an observer receives (see [WithObserver] and each field); the wake-up,
-// takeover, decode-error, shared, unavailable, near-tier and check counters
-// count where they happen.
-type Stats struct {
-	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
-	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
-	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
-	Waits         uint64 // flights that waited for another process's compute
-	PushWakeups   uint64 // wake-ups of waits by a pub/sub message
-	PollWakeups   uint64 // wake-ups of waits by the holder's lease running out (no message)
-	Takeovers     uint64 // compute locks won after the previous holder vanished without a result
-	DecodeErrors  uint64 // stored values that did not decode (treated as misses)
-	ComputeErrors uint64 // compute calls that returned an error or panicked, but not because Close ended them
-	Shared        uint64 // Fetch calls that joined a flight already running in this process
-	RemoteErrors  uint64 // flights told that another process's compute failed
-	Stale         uint64 // hits answered with a value past its TTL (WithStale)
-	NotFound      uint64 // calls (and FetchMany keys) answered "not found": a tombstone (in Hits too) or a compute that found nothing (in Misses too); not in Stale, ComputeErrors or RemoteErrors
-	Refreshes     uint64 // background refreshes (stale or early) this process computed
-	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
-
-	// The near tier (see WithNearCache).
-	NearHits          uint64 // hits answered from process memory (counted in Hits too)
-	NearInvalidations uint64 // keys Redis reported written, expired or evicted
-	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL (with WithStaleIfDown, kept until tracking is back)
-	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
-	StaleIfDown       uint64 // Fetch calls answered, Redis unreachable, with a copy the tier kept (WithStaleIfDown); in Hits, Stale and NearHits too
-	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
-
-	// Checks of sampled hits (see WithConsistencySampling and WithSourceCheck).
-	NearSampled        uint64 // near hits checked against Redis
-	NearInconsistent   uint64 // of those, hits whose value Redis had replaced and the tier still served past its bound
-	SourceSampled      uint64 // hits checked against the source of truth
-	SourceInconsistent uint64 // of those, hits that disagreed with the source while Redis kept the value served
-}
-
-type counters struct {
-	hits, misses, computes, waits, push, poll, takeovers,
-	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, staleIfDown atomic.Uint64
-	nearOff atomic.Bool
-}
-
-// A HotKey is a key of a Cache and what this process did for it over the
-// last one to two minutes, as [Cache.HotKeys] reports it.
-type HotKey struct {
-	// Key is the caller's key, as passed to Fetch, FetchMany or Get (not
-	// the Redis key).
-	Key string
-	// Reads estimates the Fetch and Get calls (and FetchMany keys) that
-	// read Key: its hits and its misses. Hits are sampled, one in 64 of
-	// the Cache's, each sample counting 64 (see [Cache.HotKeys] for the
-	// error); misses are counted one by one.
-	Reads uint64
-	// Misses, Computes and Waits count Key's misses (in Reads too), compute
-	// calls (each FetchMany compute counts once for each of its keys) and
-	// waits for another process's compute, exactly, since Key last entered
-	// the report's summary: lower bounds.
-	Misses, Computes, Waits uint64
 }

@@ -1,20 +1,15 @@
 package dogpile
 
-// What a Cache tells its callers: the errors its calls return, and the
-// events an observer receives, counted on their way in Stats and the
-// hot-key report.
+// What a Cache tells its callers: the errors its calls return, the events
+// an observer receives, the counters Stats reads, and its hot keys.
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-
+	"sync/atomic"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
-	"github.com/dogpile-go/dogpile/internal/check"
-	"github.com/dogpile-go/dogpile/internal/hotkeys"
 )
 
 var (
@@ -184,112 +179,62 @@ const (
 	WakeError                    // Redis failed
 )
 
-// emit is where every Event goes: the Stats counters (tally), then the
-// observer. It returns the context to use from here (see WithObserver).
-func (c *core[T]) emit(ctx context.Context, e Event) context.Context {
-	c.tally(&e)
-	return c.observe(ctx, e)
+// Stats are counters of a Cache since New, in this process. Most count the
+// events an observer receives (see [WithObserver] and each field); the wake-up,
+// takeover, decode-error, shared, unavailable, near-tier and check counters
+// count where they happen.
+type Stats struct {
+	Hits          uint64 // Fetch and Get calls (and FetchMany keys) that found a value at once, in Redis or in the near tier
+	Misses        uint64 // Fetch and Get calls (and FetchMany keys) that did not
+	Computes      uint64 // compute calls made by this process (one per FetchMany batch)
+	Waits         uint64 // flights that waited for another process's compute
+	PushWakeups   uint64 // wake-ups of waits by a pub/sub message
+	PollWakeups   uint64 // wake-ups of waits by the holder's lease running out (no message)
+	Takeovers     uint64 // compute locks won after the previous holder vanished without a result
+	DecodeErrors  uint64 // stored values that did not decode (treated as misses)
+	ComputeErrors uint64 // compute calls that returned an error or panicked, but not because Close ended them
+	Shared        uint64 // Fetch calls that joined a flight already running in this process
+	RemoteErrors  uint64 // flights told that another process's compute failed
+	Stale         uint64 // hits answered with a value past its TTL (WithStale)
+	NotFound      uint64 // calls (and FetchMany keys) answered "not found": a tombstone (in Hits too) or a compute that found nothing (in Misses too); not in Stale, ComputeErrors or RemoteErrors
+	Refreshes     uint64 // background refreshes (stale or early) this process computed
+	Unavailable   uint64 // round trips skipped, Redis being unreachable (see ErrUnavailable); callers that share a flight share one
+
+	// The near tier (see WithNearCache).
+	NearHits          uint64 // hits answered from process memory (counted in Hits too)
+	NearInvalidations uint64 // keys Redis reported written, expired or evicted
+	NearFlushes       uint64 // times the tier was emptied: tracking lost, or FLUSHALL (with WithStaleIfDown, kept until tracking is back)
+	NearLate          uint64 // Fetch calls (and FetchMany keys) that bypassed the tier, its invalidations late (no answer to a ping within 100 ms)
+	StaleIfDown       uint64 // Fetch calls answered, Redis unreachable, with a copy the tier kept (WithStaleIfDown); in Hits, Stale and NearHits too
+	NearOff           bool   // the near tier is off: Redis or the client cannot track keys (logged once)
+
+	// Checks of sampled hits (see WithConsistencySampling and WithSourceCheck).
+	NearSampled        uint64 // near hits checked against Redis
+	NearInconsistent   uint64 // of those, hits whose value Redis had replaced and the tier still served past its bound
+	SourceSampled      uint64 // hits checked against the source of truth
+	SourceInconsistent uint64 // of those, hits that disagreed with the source while Redis kept the value served
 }
 
-// emitRead emits e, a hit whose entry b was read from Redis, and offers it
-// to WithSourceCheck's checker, picked by the hit count its own tally gave
-// it (as near hits are, in tally): a count read afterwards is shared by
-// hits that raced, which would be picked or passed over together. stale
-// is whether b is past its TTL, which a stale hit's check would only
-// confirm; unread, that the caller did not read it (Get), so that a picked
-// hit reads it from b's expiry (see staleRead), and the others pay nothing.
-func (c *core[T]) emitRead(ctx context.Context, e Event, b []byte, stale, unread bool) {
-	n := c.tally(&e)
-	c.observe(ctx, e)
-	if k := c.checks; k != nil && !stale && check.Mix(n) < k.limit && !(unread && c.staleRead(b)) {
-		c.sampleRead(e.Key, b, n)
-	}
+type counters struct {
+	hits, misses, computes, waits, push, poll, takeovers,
+	decodeErrors, computeErrors, shared, remoteErrors, stale, notFound, refreshes, unavailable, nearHits, staleIfDown atomic.Uint64
+	nearOff atomic.Bool
 }
 
-// tally counts e in Stats and in the hot-key report, and returns the hit
-// count of a hit (0 for other events). Misses, computes and waits cost a
-// round trip at least and are recorded every time, so that their counts
-// are exact; a hit is recorded if it is sampled (see hotkeys.Sampled),
-// with the sample's weight: a near hit costs about a hundred nanoseconds,
-// a record about 70.
-func (c *core[T]) tally(e *Event) (n uint64) {
-	s := &c.stats
-	var d hotkeys.Counts
-	switch e.Kind {
-	case EventHit:
-		n = s.hits.Add(1)
-		if hotkeys.Sampled(n) {
-			d.Reads = hotkeys.SampleRate
-		}
-		if e.Stale {
-			s.stale.Add(1)
-		}
-		if e.Near {
-			s.nearHits.Add(1)
-			if k := c.checks; k != nil && !e.Stale && check.Mix(n) < k.limit {
-				c.sampleNear(e.Key, n) // one hit in many (see sampleNear)
-			}
-		}
-		if e.NotFound {
-			s.notFound.Add(1)
-		}
-	case EventMiss:
-		s.misses.Add(1)
-		d = hotkeys.Counts{Reads: 1, Misses: 1}
-		if e.NotFound {
-			s.notFound.Add(1)
-		}
-	case EventComputeStart:
-		s.computes.Add(1)
-		d.Computes = 1
-		if e.Refresh {
-			s.refreshes.Add(1)
-		}
-	case EventComputeEnd:
-		if e.Err != nil && !e.NotFound && !errors.Is(e.Err, ErrClosed) {
-			s.computeErrors.Add(1)
-		}
-	case EventWaitStart:
-		s.waits.Add(1)
-		d.Waits = 1
-	case EventWaitEnd:
-		if e.Wake == WakeFailed && !e.NotFound {
-			s.remoteErrors.Add(1)
-		}
-	}
-	if d != (hotkeys.Counts{}) {
-		c.hot.AddEach(e.Key, e.Keys, d) // a FetchMany compute: one for each key
-	}
-	return n
-}
-
-// observe hands e to the observer, if any (see WithObserver).
-func (c *core[T]) observe(ctx context.Context, e Event) context.Context {
-	if c.opts.observer == nil {
-		return ctx
-	}
-	e.Prefix = c.opts.prefix
-	if r := c.opts.observer(ctx, e); r != nil {
-		return r
-	}
-	return ctx
-}
-
-// log logs a rare event (see WithLogger).
-func (c *core[T]) log(ctx context.Context, level slog.Level, msg, key string, attrs ...slog.Attr) {
-	if c.opts.logger == nil {
-		return
-	}
-	attrs = append(attrs, slog.String("prefix", c.opts.prefix), slog.String("key", key))
-	c.opts.logger.LogAttrs(ctx, level, msg, attrs...)
-}
-
-// count reports a caller's answer: a hit, stale or not, or a miss; either
-// may be "not found".
-func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound bool) {
-	if r.hit {
-		c.emitRead(ctx, Event{Kind: EventHit, Key: key, Stale: r.stale, NotFound: notFound}, r.b, r.stale, false)
-	} else {
-		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
-	}
+// A HotKey is a key of a Cache and what this process did for it over the
+// last one to two minutes, as [Cache.HotKeys] reports it.
+type HotKey struct {
+	// Key is the caller's key, as passed to Fetch, FetchMany or Get (not
+	// the Redis key).
+	Key string
+	// Reads estimates the Fetch and Get calls (and FetchMany keys) that
+	// read Key: its hits and its misses. Hits are sampled, one in 64 of
+	// the Cache's, each sample counting 64 (see [Cache.HotKeys] for the
+	// error); misses are counted one by one.
+	Reads uint64
+	// Misses, Computes and Waits count Key's misses (in Reads too), compute
+	// calls (each FetchMany compute counts once for each of its keys) and
+	// waits for another process's compute, exactly, since Key last entered
+	// the report's summary: lower bounds.
+	Misses, Computes, Waits uint64
 }

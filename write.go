@@ -17,9 +17,9 @@ import (
 // NOSCRIPT), alone or together in one pipeline (go-redis splits a
 // pipeline per node, so a cluster costs one round trip per node, sent in
 // parallel), with keys grouped by what one script may touch together:
-// Set's write, a compute's store and release, Clear, and the rollback of
-// a write whose reply was lost. The keys and tags they touch are
-// internal/keyspace's.
+// Set's write, how a compute ends (settle: its store, release or failure),
+// and the rollback of a write whose reply was lost. The keys and tags they
+// touch are internal/keyspace's.
 
 // A scriptCall is one script run; a pipeline of them is sent by
 // redisutil.RunScripts.
