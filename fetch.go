@@ -173,7 +173,7 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 // starts from it; bytes that do not decode, as after a GET, in a miss
 // whose first try passes over them.
 func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error, retry bool) {
-	m := c.newMiss(j.key, j.ks, "", false)
+	m := c.newMiss(j)
 	m.look = true
 	res, err := m.try(ctx)
 	if err != nil {
@@ -213,7 +213,7 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
 	m.close()
 	mayHold := redisutil.MayHaveRun(err)
-	release := releaseCall(m.ks, m.token, c.publish)
+	release := releaseCall(m.j.ks, m.token, c.publish)
 	if ctx.Err() != nil && mayHold && c.life.Go(func() {
 		rctx, cancel := redisutil.Detached(ctx)
 		defer cancel()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
-	"github.com/dogpile-go/dogpile/internal/keyspace"
 	"github.com/dogpile-go/dogpile/internal/redisutil"
 	"github.com/dogpile-go/dogpile/internal/script"
 	"github.com/dogpile-go/dogpile/internal/wake"
@@ -31,10 +30,9 @@ const (
 
 // A miss is the state of one process's miss for one key.
 type miss[T any] struct {
-	c  *core[T]
-	ks keyspace.Keys
+	c *core[T]
+	j *job[T] // the key, its names, and how the miss starts; the lock's reply sets its prev
 
-	key   string
 	token string    // ours: the lock holds it once we win
 	first []any     // a reply to start from, not yet handled: Fetch's first look's, or FetchMany's script.FetchMany's
 	look  bool      // the next try is Fetch's first look (see lookWithScript)
@@ -42,7 +40,6 @@ type miss[T any] struct {
 	seen  string    // the holder we wait for, or ""
 	bad   string    // SHA1 of a value to pass over (bytes that did not decode; a Refresh's old value), or ""
 	force string    // "force": pass over a value (Refresh), or ""
-	prev  []byte    // with force, the value passed over when the lock was won (see Previous)
 
 	// Subscribe only once the fetch script says another process computes:
 	// the winner, whose compute the whole fleet waits for, must not spend a
@@ -60,15 +57,16 @@ type miss[T any] struct {
 	lastWake  Wake            // push or poll
 }
 
-// newMiss starts a miss; bad is the SHA1 of bytes that did not decode, and
-// force (Refresh) passes over a value until another holder was awaited.
-func (c *core[T]) newMiss(key string, ks keyspace.Keys, bad string, force bool) *miss[T] {
+// newMiss starts j's miss, from j's first reply if it has one: bytes of
+// SHA1 j.bad, which did not decode, are passed over, and so is any value
+// (j.force, Refresh's) until another holder was awaited.
+func (c *core[T]) newMiss(j *job[T]) *miss[T] {
 	f := ""
-	if force {
+	if j.force {
 		f = "force"
 	}
 	return &miss[T]{force: f,
-		c: c, ks: ks, key: key, bad: bad,
+		c: c, j: j, bad: j.bad, first: j.first,
 		token: redisutil.Token(),
 		w:     wake.NewWaiter(c.client, pollMin, pollMax),
 	}
@@ -90,7 +88,7 @@ func (m *miss[T]) close() { m.w.Close() }
 // took: no process is to wait a lease for a compute that will not come.
 func (m *miss[T]) abandon(ctx context.Context) {
 	if kind, _ := script.At[int64](m.first, 0); kind == script.Locked {
-		m.c.rollback(ctx, releaseCall(m.ks, m.token, m.c.publish))
+		m.c.rollback(ctx, releaseCall(m.j.ks, m.token, m.c.publish))
 	}
 	m.close()
 }
@@ -116,7 +114,7 @@ func (m *miss[T]) waitEnd(end missEnd, wctx context.Context, err error, notFound
 	case err != nil || end == missDown:
 		w = WakeError
 	}
-	m.c.emit(m.waitCtx, Event{Kind: EventWaitEnd, Key: m.key, Took: time.Since(m.waitStart), Wake: w, Err: err,
+	m.c.emit(m.waitCtx, Event{Kind: EventWaitEnd, Key: m.j.key, Took: time.Since(m.waitStart), Wake: w, Err: err,
 		NotFound: notFound})
 	m.waited = false
 }
@@ -144,7 +142,7 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 		case script.Value:
 			s, _ := script.At[string](res, 1)
 			if _, _, derr := m.c.decodeEntry([]byte(s)); derr != nil {
-				m.c.decodeError(wctx, m.key, derr)
+				m.c.decodeError(wctx, m.j.key, derr)
 				m.bad = entry.SHA1([]byte(s))
 				continue
 			}
@@ -154,9 +152,8 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 			// the lock, so there is nothing to re-check: another process
 			// that stored the value between our GET and now was seen above.
 			m.w.Watch(ctx, "") // the holder needs no wake-ups
-			m.prev = nil
 			if s, ok := script.At[string](res, 1); ok {
-				m.prev = []byte(s)
+				m.j.prev = []byte(s) // the value a Refresh passed over (see Previous)
 			}
 			return missHeld, nil, nil
 		case script.Busy:
@@ -168,11 +165,11 @@ func (m *miss[T]) resolve(ctx, wctx context.Context) (end missEnd, b []byte, err
 			text, _ := script.At[string](res, 1)
 			m.lastWake = WakeFailed
 			if msg, ok := strings.CutPrefix(text, notFoundMark); ok {
-				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.key, msg)
+				return missValue, nil, fmt.Errorf("%w: %q: %s", ErrNotFound, m.j.key, msg)
 			}
-			return missValue, nil, fmt.Errorf("%w: %q: %s", ErrComputeFailed, m.key, text)
+			return missValue, nil, fmt.Errorf("%w: %q: %s", ErrComputeFailed, m.j.key, text)
 		default:
-			return missValue, nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", m.key, res)
+			return missValue, nil, fmt.Errorf("dogpile: fetch %q: unexpected script reply %v", m.j.key, res)
 		}
 	}
 }
@@ -201,7 +198,7 @@ func (m *miss[T]) try(wctx context.Context) (res []any, err error) {
 		defer func() { m.c.report(done, err) }()
 	}
 	m.sent = time.Now()
-	keys, lease := []string{m.ks.Value, m.ks.Lock, m.ks.Errs}, redisutil.Millis(m.c.opts.lease)
+	keys, lease := []string{m.j.ks.Value, m.j.ks.Lock, m.j.ks.Errs}, redisutil.Millis(m.c.opts.lease)
 	if m.seen == "" && m.bad == "" && m.force == "" {
 		res, err = script.Fetch.Run(wctx, m.c.client, keys, m.token, lease).Slice() // its common call
 	} else {
@@ -221,7 +218,7 @@ func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, erro
 	// cancelled wait, a broken connection): undo a lock it may have taken,
 	// so no process waits a lease for nothing.
 	if redisutil.MayHaveRun(err) {
-		m.c.rollback(wctx, releaseCall(m.ks, m.token, m.c.publish))
+		m.c.rollback(wctx, releaseCall(m.j.ks, m.token, m.c.publish))
 	}
 	if wctx.Err() != nil {
 		return missValue, nil, m.waitErr(wctx)
@@ -229,7 +226,7 @@ func (m *miss[T]) failed(wctx context.Context, err error) (missEnd, []byte, erro
 	if m.c.opts.computeIfDown && unreachable(err) {
 		return missDown, nil, nil
 	}
-	return missValue, nil, fmt.Errorf("dogpile: fetch %q: %w", m.key, err)
+	return missValue, nil, fmt.Errorf("dogpile: fetch %q: %w", m.j.key, err)
 }
 
 // wait handles a script.Busy: it subscribes (and then looks again), or waits
@@ -241,7 +238,7 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	if old, ok := script.At[string](res, 3); ok {
 		m.bad = old // Refresh: the value it passed over is no holder's result
 	}
-	if m.w.Watch(wctx, m.ks.Channel) {
+	if m.w.Watch(wctx, m.j.ks.Channel) {
 		if wctx.Err() != nil {
 			return nil, m.waitErr(wctx)
 		}
@@ -249,9 +246,9 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 	}
 	if !m.waited {
 		m.waited, m.waitStart = true, time.Now()
-		m.waitCtx = m.c.emit(wctx, Event{Kind: EventWaitStart, Key: m.key})
+		m.waitCtx = m.c.emit(wctx, Event{Kind: EventWaitStart, Key: m.j.key})
 		if m.c.onWait != nil {
-			m.c.onWait(m.key)
+			m.c.onWait(m.j.key)
 		}
 	}
 	// Each wait is bounded by the holder's remaining lease: a lost message,
@@ -277,7 +274,7 @@ func (m *miss[T]) wait(wctx context.Context, res []any) ([]byte, error) {
 // timeout, named (see WithWaitTimeout), or every caller left.
 func (m *miss[T]) waitErr(wctx context.Context) error {
 	if errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("dogpile: wait for %q: WithWaitTimeout(%v) passed: %w", m.key, m.c.opts.waitTimeout, context.DeadlineExceeded)
+		return fmt.Errorf("dogpile: wait for %q: WithWaitTimeout(%v) passed: %w", m.j.key, m.c.opts.waitTimeout, context.DeadlineExceeded)
 	}
 	return wctx.Err()
 }

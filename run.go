@@ -90,8 +90,7 @@ func (c *core[T]) runMiss(ctx, wctx context.Context, j *job[T]) (r outcome) {
 func (c *core[T]) fleetMiss(ctx, wctx context.Context, j *job[T]) (r outcome, down bool) {
 	m := j.m
 	if m == nil {
-		m = c.newMiss(j.key, j.ks, j.bad, j.force)
-		m.first = j.first
+		m = c.newMiss(j)
 	}
 	defer m.close()
 	for {
@@ -105,9 +104,6 @@ func (c *core[T]) fleetMiss(ctx, wctx context.Context, j *job[T]) (r outcome, do
 		if m.takeover() {
 			c.stats.takeovers.Add(1)
 			c.log(ctx, slog.LevelWarn, "dogpile: took over the compute of a holder that vanished", j.key)
-		}
-		if m.prev != nil {
-			j.prev = m.prev
 		}
 		r, again := c.computeHeld(ctx, j, m.token, m.sent)
 		if !again {
