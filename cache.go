@@ -136,7 +136,7 @@ func (c *Cache[T]) Get(ctx context.Context, key string) (T, error) {
 	}
 	c.emitRead(ctx, Event{Kind: EventHit, Key: key, NotFound: m.NotFound}, b, false, true)
 	if m.NotFound {
-		return zero, notFound(key)
+		return zero, errNotFound(key)
 	}
 	return v, nil
 }

@@ -271,3 +271,6 @@ func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound boo
 		c.emit(ctx, Event{Kind: EventMiss, Key: key, NotFound: notFound})
 	}
 }
+
+// errNotFound is the error of a key whose answer is a not-found tombstone.
+func errNotFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }

@@ -104,7 +104,7 @@ func (c *core[T]) fetch(ctx context.Context, key, vk string, ttl time.Duration, 
 			c.flights.End(id, cl, r)
 			c.count(ctx, key, r, m.NotFound)
 			if m.NotFound {
-				return v, notFound(key), false
+				return v, errNotFound(key), false
 			}
 			return v, nil, false
 		}
@@ -161,7 +161,7 @@ func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *ca
 	case m.NotFound && errors.Is(cl.Result.err, ErrNotFound):
 		return v, cl.Result.err, false // compute's own error, in the process that computed
 	case m.NotFound:
-		return v, notFound(key), false
+		return v, errNotFound(key), false
 	}
 	return v, cl.Result.err, false
 }
@@ -190,7 +190,7 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 			c.flights.End(j.flight, j.cl, r)
 			c.count(ctx, j.key, r, meta.NotFound)
 			if meta.NotFound {
-				return v, notFound(j.key), false
+				return v, errNotFound(j.key), false
 			}
 			return v, nil, false
 		}

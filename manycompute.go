@@ -55,7 +55,7 @@ func (c *core[T]) computeMany(ctx context.Context, js []*job[T], token string, s
 		v, ok := vals[j.key]
 		kerr := cerr
 		if kerr == nil && !ok {
-			kerr = notFound(j.key)
+			kerr = errNotFound(j.key)
 		}
 		return c.entry(j, v, kerr, took, ro)
 	}, ro)
@@ -185,7 +185,7 @@ func (c *core[T]) computeLocalMany(ctx context.Context, js []*job[T], compute ma
 		r := outcome{err: cerr}
 		if cerr == nil {
 			if v, ok := vals[j.key]; !ok {
-				r.err = notFound(j.key)
+				r.err = errNotFound(j.key)
 			} else if r.b, r.err = c.encode(v); r.err != nil {
 				r.err = fmt.Errorf("dogpile: encode %q: %w", j.key, r.err)
 			}
@@ -206,7 +206,7 @@ func one[T any](key string, compute manyFunc[T]) func(context.Context) (T, error
 			var zero T
 			return zero, err
 		case !ok:
-			return v, notFound(key)
+			return v, errNotFound(key)
 		}
 		return v, nil
 	}

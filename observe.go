@@ -48,9 +48,6 @@ var (
 	ErrUnavailable = breaker.ErrUnavailable
 )
 
-// notFound is the error of a key whose answer is a not-found tombstone.
-func notFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }
-
 // ErrClosed is returned by the calls of a Cache after [Cache.Close].
 var ErrClosed = errors.New("dogpile: cache closed")
 

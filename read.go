@@ -32,7 +32,7 @@ func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, 
 	}
 	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, NotFound: tomb})
 	if tomb {
-		return v, notFound(key), true
+		return v, errNotFound(key), true
 	}
 	return v, nil, true
 }
@@ -47,7 +47,7 @@ func (c *core[T]) downHit(ctx context.Context, key, vk string) (v T, err error, 
 	c.stats.staleIfDown.Add(1)
 	c.emit(ctx, Event{Kind: EventHit, Key: key, Near: true, Stale: true, NotFound: tomb})
 	if tomb {
-		return v, notFound(key), true
+		return v, errNotFound(key), true
 	}
 	return v, nil, true
 }
