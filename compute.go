@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/hold"
@@ -129,18 +128,6 @@ func (c *core[T]) runCompute(ctx context.Context, e Event, f func(context.Contex
 		c.emit(ctx, e)
 	}()
 	return f(ctx)
-}
-
-// errText is the text of a failed compute that waiting processes receive,
-// cut to a size that is reasonable to keep in Redis, without a leading
-// "dogpile: " (they wrap it in an error of their own that has one).
-func errText(err error) string {
-	const maxLen = 512
-	s := strings.TrimPrefix(err.Error(), "dogpile: ")
-	if len(s) > maxLen {
-		s = s[:maxLen]
-	}
-	return s
 }
 
 // An extender extends the leases of the held locks once, to ttl, and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -274,3 +275,20 @@ func (c *core[T]) count(ctx context.Context, key string, r outcome, notFound boo
 
 // errNotFound is the error of a key whose answer is a not-found tombstone.
 func errNotFound(key string) error { return fmt.Errorf("%w: %q", ErrNotFound, key) }
+
+// newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
+// sends at once to half its client's connection pool, so that a store,
+// which wakes every waiting process, never queues behind them (see
+// docs/design.md, "Many keys at once").
+func newTurns(client redis.UniversalClient) *semaphore.Weighted {
+	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
+	switch c := client.(type) {
+	case *redis.Client:
+		size = c.Options().PoolSize
+	case *redis.ClusterClient:
+		size = c.Options().PoolSize
+	case *redis.Ring:
+		size = c.Options().PoolSize
+	}
+	return semaphore.NewWeighted(int64(max(1, size/2)))
+}

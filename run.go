@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/dogpile-go/dogpile/internal/entry"
 	"github.com/dogpile-go/dogpile/internal/keyspace"
@@ -116,70 +112,68 @@ func (c *core[T]) fleetMiss(ctx, wctx context.Context, j *job[T]) (r outcome, do
 	}
 }
 
-// newTurns bounds the lock attempts (fetch and refresh scripts) a Cache
-// sends at once to half its client's connection pool, so that a store,
-// which wakes every waiting process, never queues behind them (see
-// docs/design.md, "Many keys at once").
-func newTurns(client redis.UniversalClient) *semaphore.Weighted {
-	size := 10 * runtime.GOMAXPROCS(0) // go-redis's default for a Client
-	switch c := client.(type) {
-	case *redis.Client:
-		size = c.Options().PoolSize
-	case *redis.ClusterClient:
-		size = c.Options().PoolSize
-	case *redis.Ring:
-		size = c.Options().PoolSize
+// await waits for the flight cl of key (flight is its name in the group),
+// or for ctx.
+func (c *core[T]) await(ctx context.Context, key string, flight flightID, cl *call) (v T, err error, retry bool) {
+	select {
+	case <-cl.Done():
+	case <-ctx.Done():
+		c.flights.Leave(flight, cl)
+		c.emit(ctx, Event{Kind: EventMiss, Key: key})
+		// The flight's round trip may be what held the caller up, on a
+		// server that stopped answering: the breaker asks the server (see
+		// ErrUnavailable), which costs a PING if it was only slow.
+		c.breaker.Observe(ctx.Err())
+		return v, ctx.Err(), false
 	}
-	return semaphore.NewWeighted(int64(max(1, size/2)))
+	if cl.Result.err == errRetry {
+		return v, nil, true
+	}
+	if cl.Result.b == nil {
+		c.count(ctx, key, cl.Result, errors.Is(cl.Result.err, ErrNotFound))
+		if u, ok := cl.Result.v.(T); ok {
+			v = u // computed but not stored: it did not encode
+		}
+		return v, cl.Result.err, false
+	}
+	growStack(0) // before the codec's deep frames (see growStack)
+	v, m, derr := c.decodeEntry(cl.Result.b)
+	c.count(ctx, key, cl.Result, m.NotFound)
+	switch {
+	case derr != nil: // cannot happen: the flight decoded b already
+		return v, fmt.Errorf("dogpile: decode %q: %w", key, derr), false
+	case m.NotFound && errors.Is(cl.Result.err, ErrNotFound):
+		return v, cl.Result.err, false // compute's own error, in the process that computed
+	case m.NotFound:
+		return v, errNotFound(key), false
+	}
+	return v, cl.Result.err, false
 }
+
+// growStack makes room on the calling goroutine's stack for a decode, in one
+// copy made while few frames are on it. A caller that waited for a flight is
+// often a goroutine started for this request, whose stack begins at 2 KiB; a
+// codec's decode (msgpack's reflection) needs more, and the runtime grows a
+// stack by copying it and fixing up every frame on it, which deep in the
+// codec's frames was the dearest work a woken waiter did (bench/HISTORY.md,
+// "Figures moved out of code comments"). A stack already this deep pays only
+// the zeroing of the frame, once per waiting caller, never on a hit.
+//
+//go:noinline
+func growStack(i int) byte {
+	var frame [waiterFrame]byte
+	frame[i] = 1 // i is 0: a frame the compiler cannot drop
+	return frame[len(frame)-1-i]
+}
+
+// waiterFrame is growStack's frame: with the frames of Fetch and a shallow
+// caller below it, a stack of 2 or 4 KiB becomes 8 KiB, which msgpack's
+// decode of a struct fits in (16 KiB under callers over about 3 KiB deep).
+const waiterFrame = 4 << 10
 
 // Refreshing a value before callers have to wait for it: in the background
 // when a hit finds it stale or due for an early refresh, or on demand
-// (Refresh).
-
-// Refresh computes key's value now and stores it for ttl, even over a fresh
-// one, or returns the result of another process computing key. Concurrent
-// Refreshes in one process share a compute; once one returns, later calls of
-// this Cache return nothing older. Errors and panics are as for [Cache.Fetch].
-func (c *Cache[T]) Refresh(ctx context.Context, key string, ttl time.Duration, compute func(ctx context.Context) (T, error)) (T, error) {
-	if compute == nil {
-		panic("dogpile: nil compute function (a programmer error)")
-	}
-	ttl, err := c.checkTTL(key, ttl)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	// Refresh has no read of its own to probe Redis with: while the
-	// circuit is open it fails fast, or computes without the cache; when
-	// the circuit lets a probe through, a PING is that probe (else a
-	// process that only refreshes would never see Redis come back).
-	var probe error
-	if c.breaker.Open() {
-		probe = c.guard(ctx, func() error { return c.client.Ping(ctx).Err() })
-	}
-	down := probe != nil
-	if down && !c.opts.computeIfDown {
-		if !errors.Is(probe, ErrUnavailable) { // else guard counted it
-			c.stats.unavailable.Add(1)
-		}
-		var zero T
-		return zero, fmt.Errorf("dogpile: refresh %q: %w", key, ErrUnavailable)
-	}
-	vk := c.valueKey(key)
-	flight := flightID{Kind: refreshFlight, Key: vk}
-	cl, lead := c.flights.Join(flight, true) // its compute writes after every write before it
-	if !lead {
-		c.stats.shared.Add(1)
-	} else {
-		j := newJob(flight, key, ttl, compute, cl)
-		j.down, j.force = down, true
-		c.startFlight(ctx, j, true)
-	}
-	v, err, _ := c.await(ctx, key, flight, cl)
-	c.forget(vk) // this process reads its own refresh at once
-	return v, err
-}
+// (Refresh, in fetch.go).
 
 // stale reports whether a value read with pttl is past its TTL, in its
 // stale window (see WithStale).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dogpile-go/dogpile/internal/breaker"
@@ -279,4 +280,16 @@ func (c *core[T]) set(ctx context.Context, key string, v T, ttl time.Duration, t
 		return redisutil.Failed(ctx, "dogpile", "set", key, err)
 	}
 	return nil
+}
+
+// errText is the text of a failed compute that waiting processes receive,
+// cut to a size that is reasonable to keep in Redis, without a leading
+// "dogpile: " (they wrap it in an error of their own that has one).
+func errText(err error) string {
+	const maxLen = 512
+	s := strings.TrimPrefix(err.Error(), "dogpile: ")
+	if len(s) > maxLen {
+		s = s[:maxLen]
+	}
+	return s
 }
