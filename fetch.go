@@ -13,9 +13,9 @@ import (
 	"github.com/dogpile-go/dogpile/internal/script"
 )
 
-// A caller's Fetch: the near tier, the flight it joins or leads, the
-// first look that a leader makes (a GET, or the lock script), and the
-// wait for the flight's outcome. The flight's miss runs in run.go.
+// A caller's Fetch and Refresh: the near tier, the flight it joins or
+// leads, and the first look that a leader makes (a GET, or the lock
+// script). The flight runs, and its callers wait for it, in run.go.
 
 // Fetch returns the value cached under key or, on a miss, compute's result,
 // stored for ttl. Of concurrent misses for key in the fleet, one calls compute

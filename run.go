@@ -17,8 +17,9 @@ import (
 )
 
 // A flight's run, away from its callers: its miss across the fleet and the
-// compute it may win (startFlight, runMiss), Refresh, and the refresh of a
-// value in the background before callers have to wait for it.
+// compute it may win (startFlight, runMiss), the callers' wait for its
+// outcome (await), and the refresh of a value in the background before
+// callers have to wait for it.
 
 // startFlight runs the miss path of j in its own goroutine, on a context
 // detached from the leader's, so that the leader may leave on its own ctx
