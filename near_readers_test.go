@@ -227,8 +227,12 @@ func TestNearCacheComputeWhenDownShared(t *testing.T) {
 	for range 20 {
 		wg.Go(func() {
 			v, err := a.Fetch(ctx, "k", time.Minute, func(context.Context) (string, error) {
+				// The compute lasts until the other 19 joined its flight, not
+				// a fixed time that a caller started late on a busy machine
+				// would miss: a caller that started a flight of its own is
+				// a second compute, and this one then gives up waiting.
 				computes.Add(1)
-				time.Sleep(100 * time.Millisecond)
+				redistest.Within(10*time.Second, func() bool { return a.Stats().Shared >= 19 })
 				return "v", nil
 			})
 			if err != nil || v != "v" {
