@@ -38,7 +38,7 @@ func (c *Cache[T]) Fetch(ctx context.Context, key string, ttl time.Duration, com
 		return zero, err
 	}
 	vk := c.valueKey(key)
-	if v, err, ok := c.nearHit(ctx, key, vk); ok {
+	if v, err, ok := c.nearHit(ctx, key, vk, c.opts.computeIfDown); ok {
 		return v, err
 	}
 	for {

@@ -142,7 +142,7 @@ func (c *core[T]) nearMany(ctx context.Context, keys []string, out map[string]T)
 	rest = make([]string, 0, len(keys))
 	for _, k := range keys {
 		vk := c.valueKey(k)
-		v, err, ok := c.nearHit(ctx, k, vk)
+		v, err, ok := c.nearHit(ctx, k, vk, false)
 		switch {
 		case !ok:
 			rest, vks = append(rest, k), append(vks, vk)

@@ -104,6 +104,20 @@ func TestStaleIfDownServesKeptCopy(t *testing.T) {
 		if st := c.Stats(); st.StaleIfDown == 0 || st.Stale == 0 {
 			t.Errorf("%s: Stats StaleIfDown = %d, Stale = %d; want both counted", tc.name, st.StaleIfDown, st.Stale)
 		}
+		if tc.name == "WithComputeWhenDown" {
+			// FetchMany is unchanged by WithStaleIfDown: it computes
+			// without Redis, and serves no kept copy.
+			kept := c.Stats().StaleIfDown
+			got, err := c.FetchMany(t.Context(), []string{"k"}, time.Minute, func(context.Context, []string) (map[string]string, error) {
+				return map[string]string{"k": "computed"}, nil
+			})
+			if err != nil || got["k"] != "computed" {
+				t.Errorf("%s: FetchMany = %v, %v; want k computed, not the kept copy", tc.name, got, err)
+			}
+			if n := c.Stats().StaleIfDown; n != kept {
+				t.Errorf("%s: FetchMany counted %d StaleIfDown; want none", tc.name, n-kept)
+			}
+		}
 	}
 
 	// Back: once a write through the same client has gone through (the

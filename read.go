@@ -15,17 +15,17 @@ import (
 	"github.com/dogpile-go/dogpile/internal/servertime"
 )
 
-// nearHit answers a Fetch of key from the near tier, if it holds a live
-// value for vk (see near.Tier.Hit), or if the Cache would compute without
-// Redis rather than fail (WithComputeWhenDown) and the tier kept a copy
-// while Redis is down (see downHit): the copy is served, not a compute.
-// The event is emitted here, by a direct call: a near hit costs about a
-// hundred nanoseconds, and a call through a function value would add a
-// tenth.
-func (c *core[T]) nearHit(ctx context.Context, key, vk string) (v T, err error, ok bool) {
+// nearHit answers a call for key from the near tier, if it holds a live
+// value for vk (see near.Tier.Hit), or, with kept, if the tier kept a copy
+// while Redis is down (see downHit): a Fetch of a Cache that would compute
+// without Redis (WithComputeWhenDown) is served the copy, not a compute;
+// FetchMany and Get are not (see WithStaleIfDown). The event is emitted
+// here, by a direct call: a near hit costs about a hundred nanoseconds, and
+// a call through a function value would add a tenth.
+func (c *core[T]) nearHit(ctx context.Context, key, vk string, kept bool) (v T, err error, ok bool) {
 	v, tomb, ok := c.near.Hit(vk)
 	if !ok {
-		if c.opts.computeIfDown {
+		if kept {
 			return c.downHit(ctx, key, vk)
 		}
 		return v, nil, false
