@@ -264,6 +264,49 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 	}
 }
 
+// TestScriptLookFailedKeepsItsError: a first look with the lock script
+// whose reply was lost (it may have taken the lock) fails with that error,
+// for its caller and the flight, even if the caller's ctx ends while the
+// lock is being released: only a caller that had left when the look
+// failed makes the others start over.
+func TestScriptLookFailedKeepsItsError(t *testing.T) {
+	rdb := redistest.StartServer(t).Client(t)
+	script.Fetch.Load(t.Context(), rdb)
+	c := New[string](rdb, prefix(t))
+	defer c.Close()
+	c.looks.score.Store(lookMax)
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	errLost := errors.New("reply lost")
+	onRelease := func(cmds ...redis.Cmder) {
+		for _, cmd := range cmds {
+			if scriptOf(cmd) == script.Release.Hash() {
+				leave()                           // while the release is under way
+				time.Sleep(50 * time.Millisecond) // the rollback stops waiting for it first
+			}
+		}
+	}
+	rdb.AddHook(redistest.Hook{
+		Process: func(hctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if scriptOf(cmd) == script.Fetch.Hash() {
+				_ = next(hctx, cmd)
+				cmd.SetErr(errLost)
+				return errLost
+			}
+			onRelease(cmd)
+			return next(hctx, cmd)
+		},
+		Pipeline: func(hctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			onRelease(cmds...)
+			return next(hctx, cmds)
+		},
+	})
+	_, err := c.Fetch(ctx, "k", time.Minute, redistest.NoCompute[string])
+	if !errors.Is(err, errLost) {
+		t.Errorf("Fetch = %v; want the look's error, %v", err, errLost)
+	}
+}
+
 // TestLeaderPanicEndsFlight: a panic in the first caller's look (a client
 // hook's) ends its flight before it goes on up, so that a program that
 // recovers finds the key's next Fetch answered, not joined to a flight

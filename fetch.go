@@ -218,33 +218,32 @@ func (c *core[T]) lookWithScript(ctx context.Context, j *job[T]) (v T, err error
 // compute.
 func (c *core[T]) lookFailed(ctx context.Context, j *job[T], m *miss[T], err error) (v T, _ error, retry bool) {
 	m.close()
+	left := ctx.Err() // read once: an end during the rollback below is not the caller's leaving
 	mayHold := redisutil.MayHaveRun(err)
 	release := releaseCall(m.j.ks, m.token, c.publish)
-	if ctx.Err() != nil && mayHold && c.life.Go(func() {
+	if left != nil && mayHold && c.life.Go(func() {
 		rctx, cancel := redisutil.Detached(ctx)
 		defer cancel()
 		redisutil.RunScripts(rctx, c.client, []scriptCall{release})
 		c.flights.End(j.flight, j.cl, outcome{err: errRetry})
 	}) {
-		return v, ctx.Err(), false
+		return v, left, false
 	}
 	if mayHold {
 		c.rollback(ctx, release) // after Close too, as other undos
 	}
 	r := outcome{err: errRetry}
 	switch {
-	case ctx.Err() != nil:
+	case left != nil:
+		c.flights.End(j.flight, j.cl, r)
+		return v, left, false
 	case c.opts.computeIfDown && unreachable(err):
 		j.down = true
 		c.startFlight(ctx, j, true)
 		return c.await(ctx, j.key, j.flight, j.cl)
-	default:
-		r.err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
 	}
+	r.err = fmt.Errorf("dogpile: fetch %q: %w", j.key, err)
 	c.flights.End(j.flight, j.cl, r)
-	if ctx.Err() != nil {
-		return v, ctx.Err(), false
-	}
 	return v, r.err, false
 }
 
