@@ -78,7 +78,7 @@ func (s *Summary) Add(key string, d Counts) { s.AddEach(key, nil, d) }
 // AddEach records d for each of keys, under one lock, or for key alone
 // if keys is empty: a FetchMany compute counts for every key it computes.
 func (s *Summary) AddEach(key string, keys []string, d Counts) {
-	t := s.now()
+	t := s.now() // outside the lock, which a hot key's sampled hits share
 	s.mu.Lock()
 	s.rotate(t)
 	if len(keys) == 0 {
