@@ -25,6 +25,7 @@ import (
 // keys of the lock package and of other prefixes alone. The deployments
 // run in parallel: each Clear sees only its own.
 func TestClear(t *testing.T) {
+	t.Parallel() // its own deployments, each Clear sees only its own; no package state
 	redistest.ForEachBackendParallel(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()

@@ -64,7 +64,10 @@ var behaviour = redistest.Suite{
 	{Name: "HotKeys", Test: testHotKeys},
 }
 
-func TestFetch(t *testing.T) { behaviour.RunWithMiniredis(t) }
+func TestFetch(t *testing.T) {
+	t.Parallel() // its own deployments; the cases touch no package state (see redistest.Suite)
+	behaviour.RunWithMiniredis(t)
+}
 
 func testGetSetDelete(t *testing.T, b redistest.Backend) {
 	ctx := t.Context()

@@ -33,7 +33,10 @@ var batchSuite = redistest.Suite{
 	{Name: "Stale", Test: testManyStale},
 }
 
-func TestFetchMany(t *testing.T) { batchSuite.RunWithMiniredis(t) }
+func TestFetchMany(t *testing.T) {
+	t.Parallel() // its own deployments; the cases touch no package state (see redistest.Suite)
+	batchSuite.RunWithMiniredis(t)
+}
 
 // keyRange returns the keys prefix0 … prefix(n-1): spread over all slots.
 func keyRange(p string, n int) []string {

@@ -41,6 +41,7 @@ func tagged(v string, tags ...string) func(context.Context) (string, error) {
 // values alone; with WithStale it makes them stale instead. Every key of
 // the tags' bookkeeping has a TTL.
 func TestInvalidateTag(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		for _, stale := range []time.Duration{0, time.Minute} {
 			t.Run(fmt.Sprint("stale=", stale), func(t *testing.T) {
@@ -138,6 +139,7 @@ func assertTagKeysExpire(t *testing.T, rdb redis.UniversalClient, c *Cache[strin
 // tags go first there), and its flight computes again; the value computed
 // after the InvalidateTag is kept, and is what the flight's callers get.
 func TestTagRacesInvalidation(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()
@@ -205,6 +207,7 @@ func TestTagWithoutEpochs(t *testing.T) {
 // without one), and the next InvalidateTag voids them and leaves nothing
 // aside.
 func TestInvalidateTagFailsMidway(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()
@@ -272,6 +275,7 @@ func TestInvalidateTagFailsMidway(t *testing.T) {
 // once, finding the tag's set empty (torture defect
 // invalidate-concurrent).
 func TestInvalidateTagConcurrent(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()
@@ -316,6 +320,7 @@ func TestInvalidateTagConcurrent(t *testing.T) {
 // TestTaggedHitCostsOneCommand: a hit on a tagged value is one GET, as on
 // any value: tags are read only by computes and InvalidateTag.
 func TestTaggedHitCostsOneCommand(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		rdb := b.Client(t)
 		ctx := t.Context()
@@ -362,6 +367,7 @@ func TestTaggedHitCostsOneCommand(t *testing.T) {
 // before it (its value will not be kept): it computes anew. It joined the
 // flight and got the voided value (torture defect invalidate-flight).
 func TestInvalidateTagDropsFlights(t *testing.T) {
+	t.Parallel() // its own deployments and hooks on its own clients; no package state
 	tagBackends(t, func(t *testing.T, b redistest.Backend) {
 		ctx := t.Context()
 		c := New[string](b.Client(t), prefix(t))

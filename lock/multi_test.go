@@ -70,7 +70,10 @@ var multiSuite = redistest.Suite{
 	{Name: "DuplicatesAndCancel", Test: onClient(testMultiMutexDuplicatesAndCancel)},
 }
 
-func TestMultiMutex(t *testing.T) { multiSuite.Run(t) }
+func TestMultiMutex(t *testing.T) {
+	t.Parallel() // its own deployments; the cases touch no package state (see redistest.Suite)
+	multiSuite.Run(t)
+}
 
 func testMultiAllOrNothing(t *testing.T, rdb redis.UniversalClient) {
 	ctx := t.Context()

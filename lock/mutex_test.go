@@ -99,7 +99,10 @@ var mutexSuite = redistest.Suite{
 	{Name: "Locked", Test: onClient(testMutexLocked)},
 }
 
-func TestMutex(t *testing.T) { mutexSuite.Run(t) }
+func TestMutex(t *testing.T) {
+	t.Parallel() // its own deployments; the cases touch no package state (see redistest.Suite)
+	mutexSuite.Run(t)
+}
 
 // TestMutexEmbedded proves the mutex works against miniredis, which users
 // test with. miniredis expires keys only when told to (FastForward), so the
