@@ -53,9 +53,16 @@ func main() {
 	_ = dogpile.New[string](rdb, dogpile.WithObserver(obs.Cache))
 }
 `)
+	// A module cache of its own: in the machine's, the release fetched by
+	// an earlier run stays, and go would build that copy instead of this
+	// checkout. The other modules come from the machine's download cache,
+	// served as a proxy (no network when it has them), or upstream;
+	// -trimpath keeps their builds cached whatever the cache's path.
 	upstream := strings.TrimSpace(goEnv(t, "GOPROXY"))
-	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local",
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+","+upstream,
+	downloads := filepath.Join(strings.TrimSpace(goEnv(t, "GOMODCACHE")), "cache", "download")
+	env := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod -modcacherw -trimpath", "GOTOOLCHAIN=local",
+		"GOMODCACHE="+t.TempDir(),
+		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(downloads)+","+upstream,
 		"GONOSUMDB=github.com/dogpile-go", "GOPRIVATE=")
 	for _, args := range [][]string{
 		{"get", "github.com/dogpile-go/dogpile/dogpileotel@" + release},
