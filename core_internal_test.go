@@ -235,13 +235,9 @@ func TestScriptLookLeaderLeavesHoldingLock(t *testing.T) {
 				}
 				return err
 			}
-			holdRelease(cmd)
 			return next(ctx, cmd)
 		},
-		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			holdRelease(cmds...)
-			return next(ctx, cmds)
-		},
+		Before: holdRelease,
 	})
 	done := make(chan error, 1)
 	go func() {
@@ -278,11 +274,15 @@ func TestScriptLookFailedKeepsItsError(t *testing.T) {
 	ctx, leave := context.WithCancel(context.Background())
 	defer leave()
 	errLost := errors.New("reply lost")
+	returned := make(chan struct{}) // closed once Fetch returned
 	onRelease := func(cmds ...redis.Cmder) {
 		for _, cmd := range cmds {
 			if scriptOf(cmd) == script.Release.Hash() {
-				leave()                           // while the release is under way
-				time.Sleep(50 * time.Millisecond) // the rollback stops waiting for it first
+				leave() // while the release is under way: the rollback stops waiting for it
+				select {
+				case <-returned:
+				case <-time.After(5 * time.Second):
+				}
 			}
 		}
 	}
@@ -293,15 +293,12 @@ func TestScriptLookFailedKeepsItsError(t *testing.T) {
 				cmd.SetErr(errLost)
 				return errLost
 			}
-			onRelease(cmd)
 			return next(hctx, cmd)
 		},
-		Pipeline: func(hctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			onRelease(cmds...)
-			return next(hctx, cmds)
-		},
+		Before: onRelease,
 	})
 	_, err := c.Fetch(ctx, "k", time.Minute, redistest.NoCompute[string])
+	close(returned)
 	if !errors.Is(err, errLost) {
 		t.Errorf("Fetch = %v; want the look's error, %v", err, errLost)
 	}

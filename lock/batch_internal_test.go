@@ -99,16 +99,7 @@ func (h *acquires) record(cmds ...redis.Cmder) {
 // hook records what the client it is added to sends, alone or in a
 // pipeline.
 func (h *acquires) hook() redistest.Hook {
-	return redistest.Hook{
-		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			h.record(cmd)
-			return next(ctx, cmd)
-		},
-		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			h.record(cmds...)
-			return next(ctx, cmds)
-		},
-	}
+	return redistest.Hook{Before: h.record}
 }
 
 // TestBatchLanePerMaster: on a Cluster with one master stopped, calls

@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"context"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -20,16 +19,7 @@ type CommandLog struct {
 // log it returns.
 func RecordCommands(rdb redis.UniversalClient) *CommandLog {
 	l := &CommandLog{}
-	rdb.AddHook(Hook{
-		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			l.record(cmd)
-			return next(ctx, cmd)
-		},
-		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
-			l.record(cmds...)
-			return next(ctx, cmds)
-		},
-	})
+	rdb.AddHook(Hook{Before: l.record})
 	return l
 }
 

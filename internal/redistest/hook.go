@@ -9,11 +9,14 @@ import (
 
 // A Hook is a redis.Hook made of functions, for tests that count commands
 // or inject faults: each set function wraps the call and decides whether
-// and when to call next; a nil one passes the call through.
+// and when to call next; a nil one passes the call through. Before, if
+// set, sees the commands of every call, alone or in a pipeline, before the
+// rest of the hook.
 type Hook struct {
 	Dial     func(ctx context.Context, network, addr string, next redis.DialHook) (net.Conn, error)
 	Process  func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
 	Pipeline func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error
+	Before   func(cmds ...redis.Cmder)
 }
 
 func (h Hook) DialHook(next redis.DialHook) redis.DialHook {
@@ -26,17 +29,33 @@ func (h Hook) DialHook(next redis.DialHook) redis.DialHook {
 }
 
 func (h Hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	if h.Process == nil {
+	if h.Process == nil && h.Before == nil {
 		return next
 	}
-	return func(ctx context.Context, cmd redis.Cmder) error { return h.Process(ctx, cmd, next) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.Before != nil {
+			h.Before(cmd)
+		}
+		if h.Process == nil {
+			return next(ctx, cmd)
+		}
+		return h.Process(ctx, cmd, next)
+	}
 }
 
 func (h Hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	if h.Pipeline == nil {
+	if h.Pipeline == nil && h.Before == nil {
 		return next
 	}
-	return func(ctx context.Context, cmds []redis.Cmder) error { return h.Pipeline(ctx, cmds, next) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.Before != nil {
+			h.Before(cmds...)
+		}
+		if h.Pipeline == nil {
+			return next(ctx, cmds)
+		}
+		return h.Pipeline(ctx, cmds, next)
+	}
 }
 
 // IsHandshake reports a command go-redis sends by itself when it opens a
