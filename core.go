@@ -189,8 +189,8 @@ func (c *core[T]) emitRead(ctx context.Context, e Event, b []byte, stale, unread
 // count of a hit (0 for other events). Misses, computes and waits cost a
 // round trip at least and are recorded every time, so that their counts
 // are exact; a hit is recorded if it is sampled (see hotkeys.Sampled),
-// with the sample's weight: a near hit costs about a hundred nanoseconds,
-// a record about 70.
+// with the sample's weight, so that the report adds next to nothing to a
+// near hit (bench/README.md, "Near-cache hits", the hot-key report).
 func (c *core[T]) tally(e *Event) (n uint64) {
 	s := &c.stats
 	var d hotkeys.Counts
