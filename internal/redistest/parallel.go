@@ -13,8 +13,11 @@ import (
 // servers of their own (a cluster forming, a failover, a reply held back,
 // a lease running out), not on the CPU: root's tests used 94 s of CPU
 // in 198 s, lock's 29 s in 114 s. On a 2-core machine the default let
-// two of them wait at a time. Sequential tests are not affected: go test
-// runs the parallel tests only once every sequential one has ended.
+// two of them wait at a time. Top-level parallel tests start only once
+// every sequential one has ended; the parallel subtests of a sequential
+// test (a suite's backends, see ForEachBackendParallel) run up to n at
+// once beside each other, so a subtest that times itself (a share of a
+// lock within a window, say) has three others beside it, not one.
 func WaitingParallel(n int) {
 	if !flag.Parsed() {
 		flag.Parse()
